@@ -1,0 +1,11 @@
+"""kwiden: grow a trained Keras 3 Transformer into a wider one that computes the same function."""
+
+from kwiden import layers, models
+from kwiden.expansion import Space
+from kwiden.grow import grow
+from kwiden.models import build_transformer_model
+from kwiden.verify import verify
+
+__version__ = "0.1.0"
+
+__all__ = ["Space", "build_transformer_model", "grow", "layers", "models", "verify"]

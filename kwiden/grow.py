@@ -1,0 +1,286 @@
+"""The model walker: rebuild a functional model `k` times wider, same function.
+
+The walker knows no architecture. It follows the small model's graph node by
+node, tracks the `Space` of every tensor (DESIGN §1: which copies, at which
+scale), asks each kwiden layer for its grown config, output space and weights,
+applies a few rules for Keras' own glue layers (Dropout, Add, Activation, …),
+and copies verbatim whatever only sees tensors the growth leaves alone (token
+ids, masks, logits).
+"""
+
+import dataclasses
+from typing import Callable
+
+import keras
+import numpy as np
+from keras import tree
+
+from kwiden.expansion import IN, UNCHANGED, Space, expand, is_positively_homogeneous
+from kwiden.layers.expandable import Expandable
+
+
+class GrowthError(ValueError):
+    """A model that kwiden cannot grow exactly, or a grown model that is not exact."""
+
+
+@dataclasses.dataclass
+class Plan:
+    """How one call of one layer grows: its outputs' spaces, the grown layer's
+    config, and (lazily) the grown layer's weights."""
+
+    outputs: list
+    config: dict
+    weights: Callable[[], list]
+
+
+def check_factor(k):
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"`k` must be a positive integer (2 doubles the width), got k={k!r}.")
+    return int(k)
+
+
+def grow(model, k, check=None, rtol=1e-5):
+    """Return a new functional model `k` times wider computing the same function.
+
+    Hidden size, FFN size, head size and embedding widths are multiplied by
+    `k`; the number of layers and heads, the vocabulary and the inputs stay.
+    The source model is not modified; `k=1` returns an equal copy.
+
+    Args:
+        model: a functional `keras.Model` built from kwiden layers and Keras
+            glue (Input, Dropout, Add, Activation, Multiply, Concatenate, and a
+            plain `Dense` head whose output width stays).
+        k: the width factor, a positive integer.
+        check: optional model inputs; if given, the grown model is compared
+            with `model` on them (`kwiden.verify`) and a `GrowthError` carrying
+            the report is raised if it departs by more than `rtol`.
+        rtol: the relative error `check` accepts (float32 rounding: 1e-5).
+
+    Returns:
+        The grown `keras.Model`, with the same layer names, dtype policies and
+        trainable flags.
+
+    Example:
+
+    >>> import kwiden, numpy as np
+    >>> small = kwiden.build_transformer_model(
+    ...     dict(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+    ...          num_attention_heads=2), model="gpt")
+    >>> big = kwiden.grow(small, 2, check=np.array([[5, 6, 7]]))
+    >>> big.get_layer("Embedding-Token").output_dim
+    16
+    """
+    k = check_factor(k)
+    _require_functional(model)
+    tensors = {}
+    grown = {}  # id(small layer) -> (grown layer, weights thunk)
+    for x in model.inputs:
+        tensors[id(x)] = keras.Input(batch_shape=x.shape, dtype=x.dtype, name=x.name)
+    steps, _ = walk(model, k)
+    for node, plan in steps:
+        op = node.operation
+        if id(op) not in grown:
+            grown[id(op)] = (op.__class__.from_config(plan.config), plan.weights)
+        args, kwargs = node.arguments.fill_in(tensors)
+        outputs = grown[id(op)][0](*args, **kwargs)
+        for x, y in zip(node.outputs, tree.flatten(outputs)):
+            tensors[id(x)] = y
+    big = keras.Model(
+        tree.map_structure(lambda x: tensors[id(x)], model.input),
+        tree.map_structure(lambda x: tensors[id(x)], model.output),
+        name=model.name,
+    )
+    for layer, weights in grown.values():
+        if getattr(layer, "weights", None):
+            layer.set_weights(weights())
+    if check is not None:
+        from kwiden.verify import verify
+
+        report = verify(model, big, check, rtol=rtol, k=k)
+        if not report.ok:
+            raise GrowthError(f"The grown model is not exact:\n{report}")
+    return big
+
+
+def walk(model, k):
+    """Plan the growth of every call in `model`, in graph order.
+
+    Returns `(steps, spaces)`: `steps` is a list of `(node, Plan)`, `spaces`
+    maps `id(tensor)` of every tensor of `model` to its `Space` once grown.
+    """
+    spaces = {id(x): UNCHANGED for x in model.inputs}
+    first_call = {}  # id(layer) -> (input spaces, weights) of its first call
+    steps = []
+    for node in nodes_in_order(model):
+        op = node.operation
+        in_spaces = [spaces[id(x)] for x in node.input_tensors]
+        plan = plan_node(op, k, node, in_spaces)
+        if id(op) in first_call and first_call[id(op)][0] != in_spaces:
+            _check_shared(op, first_call[id(op)][1], plan.weights)
+        first_call.setdefault(id(op), (in_spaces, plan.weights))
+        for x, space in zip(node.outputs, plan.outputs):
+            spaces[id(x)] = space
+        steps.append((node, plan))
+    return steps, spaces
+
+
+def nodes_in_order(model):
+    for depth in sorted(model._nodes_by_depth, reverse=True):
+        for node in model._nodes_by_depth[depth]:
+            if node.operation is not None and not node.is_input:
+                yield node
+
+
+def plan_node(op, k, node, in_spaces):
+    if isinstance(op, keras.Model):
+        raise GrowthError(
+            f"Layer '{op.name}' is a nested model ({type(op).__name__}); kwiden grows "
+            "flat functional models. Build the model without nesting, or grow the "
+            "inner model on its own."
+        )
+    if isinstance(op, keras.layers.Lambda):
+        raise GrowthError(
+            f"Layer '{op.name}' is a Lambda layer: its function cannot be inspected, so "
+            "kwiden cannot know how it acts on grown tensors. Replace it with a layer "
+            "class (kwiden.layers has SelectToken and BiasAdd) or implement a layer "
+            "with `get_expanded_weights` (subclass kwiden.layers.Expandable)."
+        )
+    outputs = len(node.outputs)
+    if isinstance(op, Expandable):
+        space = _common_space(op, in_spaces)
+        static = {
+            key: value
+            for key, value in node.arguments.kwargs.items()
+            if not any(isinstance(x, keras.KerasTensor) for x in tree.flatten(value))
+        }
+        out = op.get_expanded_output_space(k, space, **static)
+        return Plan(
+            [out] * outputs,
+            op.get_expanded_config(k, space),
+            lambda: op.get_expanded_weights(k, space),
+        )
+    if not any(space.expanded for space in in_spaces):
+        return Plan([UNCHANGED] * outputs, op.get_config(), lambda: _weights_of(op))
+    for layer_class, rule in GLUE_RULES:
+        if isinstance(op, layer_class):
+            return rule(op, k, in_spaces, outputs)
+    raise GrowthError(
+        f"kwiden cannot grow layer '{op.name}' ({type(op).__name__}): it receives "
+        f"grown tensors ({', '.join(map(str, in_spaces))}) and kwiden does not know "
+        "how its weights and outputs change. Use the kwiden.layers equivalent, or "
+        "subclass kwiden.layers.Expandable and implement `get_expanded_weights` "
+        "(and `get_expanded_config`, `get_expanded_output_space`)."
+    )
+
+
+def _weights_of(op):
+    return [keras.ops.convert_to_numpy(w) for w in getattr(op, "weights", [])]
+
+
+def _common_space(op, in_spaces):
+    """The one space the grown inputs of `op` share (ids and masks aside)."""
+    expanded = {space for space in in_spaces if space.expanded}
+    if len(expanded) > 1:
+        raise GrowthError(
+            f"Layer '{op.name}' ({type(op).__name__}) receives tensors in different "
+            f"spaces ({', '.join(map(str, expanded))}); kwiden grows a layer exactly "
+            "only when all its grown inputs share one scale."
+        )
+    return expanded.pop() if expanded else UNCHANGED
+
+
+def _check_shared(op, first_weights, weights):
+    if not all(np.array_equal(a, b) for a, b in zip(first_weights(), weights())):
+        raise GrowthError(
+            f"Layer '{op.name}' is shared by calls whose inputs grow differently, and "
+            "one set of grown weights cannot serve them all. Use separate layers."
+        )
+
+
+# Rules for Keras' own layers that see grown tensors.
+
+
+def _same_space(op, k, in_spaces, outputs):
+    if len(set(in_spaces)) > 1:
+        raise GrowthError(
+            f"Layer '{op.name}' ({type(op).__name__}) combines tensors in different "
+            f"spaces ({', '.join(map(str, in_spaces))}); the result would not be a copy "
+            "of the small model's. Combine tensors that come out of the same kind of "
+            "layer (e.g. two residual-stream tensors)."
+        )
+    return Plan([in_spaces[0]] * outputs, op.get_config(), lambda: [])
+
+
+def _activation(op, k, in_spaces, outputs):
+    (space,) = in_spaces
+    name = keras.activations.serialize(op.activation)
+    if space.scale != 1.0 and not is_positively_homogeneous(name):
+        raise GrowthError(
+            f"Activation layer '{op.name}' applies '{name}' to a tensor at scale "
+            f"{space.scale:.6g}; only ReLU-like activations commute with that scale. "
+            "Give the activation to the preceding ExpandableDense (activation=...) so "
+            "that growth can keep its output a pure copy."
+        )
+    return Plan([space] * outputs, op.get_config(), lambda: [])
+
+
+def _multiply(op, k, in_spaces, outputs):
+    expanded = [space for space in in_spaces if space.expanded]
+    if len({space.factor for space in expanded}) > 1 or len(expanded) < len(in_spaces):
+        raise GrowthError(
+            f"Multiply layer '{op.name}' multiplies grown and ungrown tensors "
+            f"({', '.join(map(str, in_spaces))}); kwiden can only multiply tensors "
+            "copied the same way."
+        )
+    scale = float(np.prod([space.scale for space in expanded]))
+    return Plan([Space(expanded[0].factor, scale)] * outputs, op.get_config(), lambda: [])
+
+
+def _concatenate(op, k, in_spaces, outputs):
+    if op.axis in (-1, len(op.input[0].shape) - 1):
+        raise GrowthError(
+            f"Concatenate layer '{op.name}' joins grown tensors along their feature axis; "
+            "the joined features would not be interleaved copies. Concatenate along "
+            "another axis, or keep the concatenated features out of the growth."
+        )
+    return _same_space(op, k, in_spaces, outputs)
+
+
+def _dense_head(op, k, in_spaces, outputs):
+    (space,) = in_spaces
+
+    def weights():
+        kernel = keras.ops.convert_to_numpy(op.kernel)
+        grown = [expand(kernel, [(space, IN), None])]
+        return grown + _weights_of(op)[1:]
+
+    return Plan([UNCHANGED] * outputs, op.get_config(), weights)
+
+
+GLUE_RULES = [
+    (keras.layers.Dropout, _same_space),
+    (keras.layers.SpatialDropout1D, _same_space),
+    (keras.layers.GaussianDropout, _same_space),
+    (keras.layers.Add, _same_space),
+    (keras.layers.Average, _same_space),
+    (keras.layers.Maximum, _same_space),
+    (keras.layers.Minimum, _same_space),
+    (keras.layers.Subtract, _same_space),
+    (keras.layers.Activation, _activation),
+    (keras.layers.Multiply, _multiply),
+    (keras.layers.Concatenate, _concatenate),
+    # A plain Dense on grown features is a head: its output width stays.
+    (keras.layers.Dense, _dense_head),
+]
+
+
+def _require_functional(model):
+    from keras.src.models.functional import Functional
+
+    if not isinstance(model, Functional):
+        raise GrowthError(
+            f"kwiden.grow needs a functional model (keras.Model(inputs, outputs)); "
+            f"'{getattr(model, 'name', model)}' is a {type(model).__name__}, whose graph "
+            "cannot be walked. Rebuild it functionally (kwiden.build_transformer_model "
+            "does) and copy its weights over."
+        )

@@ -1,0 +1,21 @@
+"""Keras 3 layers that know how to grow themselves (DESIGN §1)."""
+
+from kwiden.layers.bias_add import BiasAdd
+from kwiden.layers.expandable import Expandable
+from kwiden.layers.expandable_dense import ExpandableDense
+from kwiden.layers.expandable_embedding import ExpandableEmbedding
+from kwiden.layers.expandable_layer_normalization import ExpandableLayerNormalization
+from kwiden.layers.expandable_multi_head_attention import ExpandableMultiHeadAttention
+from kwiden.layers.feed_forward import FeedForward
+from kwiden.layers.select_token import SelectToken
+
+__all__ = [
+    "BiasAdd",
+    "Expandable",
+    "ExpandableDense",
+    "ExpandableEmbedding",
+    "ExpandableLayerNormalization",
+    "ExpandableMultiHeadAttention",
+    "FeedForward",
+    "SelectToken",
+]

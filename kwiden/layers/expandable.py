@@ -1,0 +1,50 @@
+"""What every kwiden layer tells the growth walker (DESIGN §1)."""
+
+import keras
+
+from kwiden.expansion import Space, expand
+
+
+class Expandable:
+    """Mixin for layers that know how to grow themselves by a factor `k`.
+
+    The walker (`kwiden.grow`) hands each layer the `Space` its input lives in
+    and asks for the config of the bigger layer, the space of its output, and
+    its weights in the order of the bigger layer's `weights`. A layer only says
+    which axis of which weight lives in which space
+    (`get_expanded_weight_axes`); `kwiden.expansion.expand` does the math.
+    `input_space` defaults to the residual stream (`Space.stream(k)`), so a
+    layer can also be grown on its own with `layer.expanded(k)`.
+    """
+
+    def get_expanded_config(self, k, input_space=None):
+        return self.get_config()
+
+    def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
+        return Space.stream(k)
+
+    def get_expanded_weight_axes(self, k, input_space):
+        """For each of `self.weights`, its axes as `expand` takes them."""
+        raise NotImplementedError
+
+    def get_expanded_weights(self, k, input_space=None):
+        input_space = default_space(k, input_space)
+        axes = self.get_expanded_weight_axes(k, input_space)
+        return [
+            expand(keras.ops.convert_to_numpy(weight), weight_axes)
+            for weight, weight_axes in zip(self.weights, axes, strict=True)
+        ]
+
+    def expanded(self, k, input_space=None):
+        """A new layer of the same class and the weights it should be given.
+
+        The layer is not built: call it on an input of the grown width, then
+        `set_weights` (the walker does this for whole models).
+        """
+        input_space = default_space(k, input_space)
+        layer = self.__class__.from_config(self.get_expanded_config(k, input_space))
+        return layer, self.get_expanded_weights(k, input_space)
+
+
+def default_space(k, input_space):
+    return Space.stream(k) if input_space is None else input_space

@@ -1,0 +1,42 @@
+import keras
+
+from kwiden.expansion import IN, OUT, Space, is_positively_homogeneous
+from kwiden.layers.expandable import Expandable
+
+
+@keras.saving.register_keras_serializable(package="kwiden")
+class ExpandableDense(Expandable, keras.layers.Dense):
+    """A `keras.layers.Dense` whose `units` grow with the hidden size.
+
+    Growth keeps the function exact (DESIGN §1.1): with a positively
+    homogeneous activation (linear, ReLU) the output stays at the stream scale;
+    with any other (GeLU, tanh) the output is a pure copy, since only a pure
+    copy commutes with such an activation.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = ExpandableDense(4, activation="gelu")
+    >>> y = layer(np.ones((2, 3), "float32"))
+    >>> big, weights = layer.expanded(2)
+    >>> _ = big(np.ones((2, 6), "float32"))
+    >>> big.set_weights(weights)
+    >>> big.units
+    8
+    """
+
+    def get_expanded_config(self, k, input_space=None):
+        return {**self.get_config(), "units": self.units * k}
+
+    def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
+        activation = keras.activations.serialize(self.activation)
+        if is_positively_homogeneous(activation):
+            return Space.stream(k)
+        return Space.copy(k)
+
+    def get_expanded_weight_axes(self, k, input_space):
+        out = self.get_expanded_output_space(k, input_space)
+        axes = [[(input_space, IN), (out, OUT)]]
+        if self.use_bias:
+            axes.append([(out, OUT)])
+        return axes

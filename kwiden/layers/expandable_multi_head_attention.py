@@ -1,0 +1,184 @@
+import keras
+from keras import ops
+
+from kwiden.expansion import IN, OUT, Space
+from kwiden.layers.expandable import Expandable, default_space
+
+PROJECTIONS = ("query", "key", "value")
+
+
+@keras.saving.register_keras_serializable(package="kwiden")
+class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
+    """Multi-head attention whose head size grows with the model.
+
+    `heads` and `head_size` are independent of the input width. Scores are
+    divided by `sqrt(head_size)` when `scaled=True` (BERT, GPT) and left alone
+    otherwise (T5). The call takes a padding mask `(batch, keys)` or a full
+    mask `(batch, queries, keys)` (True where attention is allowed) and
+    `use_causal_mask=True` for decoders.
+
+    Growth (DESIGN §1.5): head size ×k with heads fixed; inside each head the
+    coordinates are interleaved copies. The query and key projections output
+    `k^(-1/4)` (scaled) or `k^(-1/2)` (unscaled) so that the grown layer's own
+    `1/sqrt(k·head_size)` gives the same scores; values and output are at the
+    stream scale.
+
+    Args:
+        heads: number of attention heads.
+        head_size: width of each head's query, key and value.
+        output_dim: width of the output; defaults to the query's width.
+        scaled: divide scores by `sqrt(head_size)`.
+        use_bias: whether the four projections have biases.
+        dropout: dropout rate on the attention probabilities.
+        kernel_initializer, bias_initializer: initializers of the projections.
+
+    Example:
+
+    >>> import numpy as np
+    >>> attention = ExpandableMultiHeadAttention(heads=2, head_size=4)
+    >>> x = np.random.rand(2, 5, 8).astype("float32")
+    >>> mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    >>> attention(x, attention_mask=mask).shape
+    (2, 5, 8)
+    """
+
+    def __init__(
+        self,
+        heads,
+        head_size,
+        output_dim=None,
+        scaled=True,
+        use_bias=True,
+        dropout=0.0,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.heads = heads
+        self.head_size = head_size
+        self.output_dim = output_dim
+        self.scaled = scaled
+        self.use_bias = use_bias
+        self.dropout = dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        value_shape = value_shape or query_shape
+        key_shape = key_shape or value_shape
+        inputs = {"query": query_shape, "key": key_shape, "value": value_shape}
+        for name in PROJECTIONS:
+            kernel = self.add_weight(
+                shape=(inputs[name][-1], self.heads, self.head_size),
+                initializer=self.kernel_initializer,
+                name=f"{name}_kernel",
+            )
+            setattr(self, f"{name}_kernel", kernel)
+            bias = self._add_bias((self.heads, self.head_size), f"{name}_bias")
+            setattr(self, f"{name}_bias", bias)
+        output_dim = self.output_dim or query_shape[-1]
+        self.output_kernel = self.add_weight(
+            shape=(self.heads, self.head_size, output_dim),
+            initializer=self.kernel_initializer,
+            name="output_kernel",
+        )
+        self.output_bias = self._add_bias((output_dim,), "output_bias")
+
+    def _add_bias(self, shape, name):
+        if not self.use_bias:
+            return None
+        return self.add_weight(shape=shape, initializer=self.bias_initializer, name=name)
+
+    def _project(self, name, x):
+        kernel = getattr(self, f"{name}_kernel")
+        bias = getattr(self, f"{name}_bias")
+        y = ops.einsum("btd,dnh->btnh", x, ops.cast(kernel, self.compute_dtype))
+        return y if bias is None else y + ops.cast(bias, self.compute_dtype)
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        training=None,
+    ):
+        value = query if value is None else value
+        key = value if key is None else key
+        q = self._project("query", query)
+        k = self._project("key", key)
+        v = self._project("value", value)
+        mask = self._mask(q, k, attention_mask, use_causal_mask)
+        scale = self.head_size**-0.5 if self.scaled else 1.0
+        if training and self.dropout > 0:
+            logits = ops.einsum("btnh,bsnh->bnts", q, k) * scale
+            logits = ops.cast(logits, "float32")
+            if mask is not None:
+                logits = ops.where(mask, logits, -1e9)
+            probs = ops.cast(ops.softmax(logits, axis=-1), self.compute_dtype)
+            probs = self.dropout_layer(probs, training=training)
+            o = ops.einsum("bnts,bsnh->btnh", probs, v)
+        else:
+            o = ops.dot_product_attention(q, k, v, mask=mask, scale=scale)
+        y = ops.einsum("btnh,nhd->btd", o, ops.cast(self.output_kernel, self.compute_dtype))
+        if self.output_bias is not None:
+            y = y + ops.cast(self.output_bias, self.compute_dtype)
+        return y
+
+    @staticmethod
+    def _mask(q, k, attention_mask, use_causal_mask):
+        """A boolean mask broadcastable to (batch, heads, queries, keys)."""
+        mask = None
+        if attention_mask is not None:
+            mask = ops.cast(attention_mask, "bool")
+            if len(mask.shape) == 2:  # (batch, keys): padding
+                mask = mask[:, None, None, :]
+            else:  # (batch, queries, keys)
+                mask = mask[:, None, :, :]
+        if use_causal_mask:
+            causal = ops.tril(ops.ones((ops.shape(q)[1], ops.shape(k)[1]), "bool"))
+            causal = causal[None, None]
+            mask = causal if mask is None else ops.logical_and(mask, causal)
+        return mask
+
+    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
+        return (*query_shape[:-1], self.output_dim or query_shape[-1])
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "heads": self.heads,
+            "head_size": self.head_size,
+            "output_dim": self.output_dim,
+            "scaled": self.scaled,
+            "use_bias": self.use_bias,
+            "dropout": self.dropout,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+        }
+
+    def get_expanded_config(self, k, input_space=None):
+        output_dim = None if self.output_dim is None else self.output_dim * k
+        return {**self.get_config(), "head_size": self.head_size * k, "output_dim": output_dim}
+
+    def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
+        if self.output_dim is None:
+            return Space.stream(default_space(k, input_space).factor)
+        return Space.stream(k)
+
+    def get_expanded_weight_axes(self, k, input_space):
+        scores = Space(k, k**-0.25 if self.scaled else k**-0.5)
+        spaces = {"query": scores, "key": scores, "value": Space.stream(k)}
+        out = self.get_expanded_output_space(k, input_space)
+        axes = []
+        for name in PROJECTIONS:
+            axes.append([(input_space, IN), None, (spaces[name], OUT)])
+            if self.use_bias:
+                axes.append([None, (spaces[name], OUT)])
+        axes.append([None, (spaces["value"], IN), (out, OUT)])
+        if self.use_bias:
+            axes.append([(out, OUT)])
+        return axes

@@ -1,0 +1,194 @@
+"""Builders for BERT (Post-LN encoder) and GPT (Pre-LN decoder), bert4keras-style.
+
+Layer names are stable (`Transformer-0-MultiHeadSelfAttention`, …): checkpoint
+loaders map onto them and `kwiden.grow` keeps them.
+"""
+
+import keras
+from keras import ops
+
+from kwiden import layers
+from kwiden.models.config import load_config
+
+
+def _initializer(config):
+    return keras.initializers.TruncatedNormal(stddev=config["initializer_range"])
+
+
+def _norm(config, name):
+    return layers.ExpandableLayerNormalization(epsilon=config["layer_norm_eps"], name=name)
+
+
+def _dropout(config, name):
+    return keras.layers.Dropout(config["hidden_dropout_prob"], name=name)
+
+
+def _attention(config, name):
+    init = _initializer(config)
+    return layers.ExpandableMultiHeadAttention(
+        heads=config["num_attention_heads"],
+        head_size=config["attention_head_size"],
+        dropout=config["attention_probs_dropout_prob"],
+        kernel_initializer=init,
+        name=name,
+    )
+
+
+def _feed_forward(config, name):
+    return layers.FeedForward(
+        config["intermediate_size"],
+        activation=config["hidden_act"],
+        kernel_initializer=_initializer(config),
+        name=name,
+    )
+
+
+def _embedding(config, input_dim, name, mode="lookup"):
+    return layers.ExpandableEmbedding(
+        input_dim,
+        config["hidden_size"],
+        mode=mode,
+        embeddings_initializer=_initializer(config),
+        name=name,
+    )
+
+
+def _padding_mask(token_ids):
+    """True at real tokens; id 0 is padding."""
+    return ops.not_equal(token_ids, 0)
+
+
+def _post_ln_block(x, mask, config, prefix):
+    for sublayer in ("MultiHeadSelfAttention", "FeedForward"):
+        name = f"{prefix}-{sublayer}"
+        if sublayer == "MultiHeadSelfAttention":
+            y = _attention(config, name)(x, attention_mask=mask)
+        else:
+            y = _feed_forward(config, name)(x)
+        y = _dropout(config, f"{name}-Dropout")(y)
+        x = keras.layers.Add(name=f"{name}-Add")([x, y])
+        x = _norm(config, f"{name}-Norm")(x)
+    return x
+
+
+def _pre_ln_block(x, mask, config, prefix):
+    for sublayer in ("MultiHeadSelfAttention", "FeedForward"):
+        name = f"{prefix}-{sublayer}"
+        y = _norm(config, f"{name}-Norm")(x)
+        if sublayer == "MultiHeadSelfAttention":
+            y = _attention(config, name)(y, attention_mask=mask, use_causal_mask=True)
+        else:
+            y = _feed_forward(config, name)(y)
+        y = _dropout(config, f"{name}-Dropout")(y)
+        x = keras.layers.Add(name=f"{name}-Add")([x, y])
+    return x
+
+
+def build_bert(config, with_mlm=False, with_pool=False, name="bert"):
+    token_ids = keras.Input((None,), dtype="int32", name="Input-Token")
+    segment_ids = keras.Input((None,), dtype="int32", name="Input-Segment")
+    token_embedding = _embedding(config, config["vocab_size"], "Embedding-Token")
+    x = keras.layers.Add(name="Embedding-Add")(
+        [
+            token_embedding(token_ids),
+            _embedding(config, config["type_vocab_size"], "Embedding-Segment")(segment_ids),
+            _embedding(
+                config, config["max_position_embeddings"], "Embedding-Position", "position"
+            )(token_ids),
+        ]
+    )
+    x = _norm(config, "Embedding-Norm")(x)
+    x = _dropout(config, "Embedding-Dropout")(x)
+    mask = _padding_mask(token_ids)
+    for index in range(config["num_hidden_layers"]):
+        x = _post_ln_block(x, mask, config, f"Transformer-{index}")
+    outputs = [x]
+    if with_pool:
+        pooled = layers.SelectToken(0, name="Pooler")(x)
+        pooled = layers.ExpandableDense(
+            config["hidden_size"],
+            activation="tanh",
+            kernel_initializer=_initializer(config),
+            name="Pooler-Dense",
+        )(pooled)
+        outputs.append(pooled)
+    if with_mlm:
+        h = layers.ExpandableDense(
+            config["hidden_size"],
+            activation=config["hidden_act"],
+            kernel_initializer=_initializer(config),
+            name="MLM-Dense",
+        )(x)
+        h = _norm(config, "MLM-Norm")(h)
+        logits = token_embedding(h, reverse=True)
+        outputs.append(layers.BiasAdd(name="MLM-Bias")(logits))
+    return keras.Model(
+        [token_ids, segment_ids], outputs[0] if len(outputs) == 1 else outputs, name=name
+    )
+
+
+def build_gpt(config, name="gpt"):
+    token_ids = keras.Input((None,), dtype="int32", name="Input-Token")
+    token_embedding = _embedding(config, config["vocab_size"], "Embedding-Token")
+    x = keras.layers.Add(name="Embedding-Add")(
+        [
+            token_embedding(token_ids),
+            _embedding(
+                config, config["max_position_embeddings"], "Embedding-Position", "position"
+            )(token_ids),
+        ]
+    )
+    x = _dropout(config, "Embedding-Dropout")(x)
+    mask = _padding_mask(token_ids)
+    for index in range(config["num_hidden_layers"]):
+        x = _pre_ln_block(x, mask, config, f"Transformer-{index}")
+    x = _norm(config, "Output-Norm")(x)
+    logits = token_embedding(x, reverse=True)
+    return keras.Model(token_ids, logits, name=name)
+
+
+BUILDERS = {"bert": build_bert, "gpt": build_gpt}
+
+
+def build_transformer_model(
+    config=None, config_path=None, model="bert", with_mlm=False, with_pool=False, **overrides
+):
+    """Build a Transformer from a BERT-style config, as bert4keras does.
+
+    Args:
+        config: a dict with `config.json` keys (`vocab_size`, `hidden_size`,
+            `num_hidden_layers`, `num_attention_heads`, `intermediate_size`,
+            `hidden_act`, `max_position_embeddings`, `type_vocab_size`,
+            `layer_norm_eps`, `hidden_dropout_prob`,
+            `attention_probs_dropout_prob`, and `attention_head_size` where it
+            differs from hidden / heads).
+        config_path: a `config.json` to read; `config` and `overrides` win.
+        model: `"bert"` (Post-LN encoder; inputs `token_ids`, `segment_ids`;
+            output the sequence) or `"gpt"` (Pre-LN causal decoder; input
+            `token_ids`; output tied logits).
+        with_mlm: BERT only: add the masked-LM head (Dense with `hidden_act`,
+            LayerNorm, tied logits plus a bias) as the last output, as logits.
+        with_pool: BERT only: add the pooler (tanh Dense on the first token)
+            as an output.
+        **overrides: config keys, e.g. `hidden_dropout_prob=0.0`.
+
+    Returns:
+        A functional `keras.Model`. Token id 0 is padding.
+
+    Example:
+
+    >>> import kwiden
+    >>> bert = kwiden.build_transformer_model(
+    ...     dict(vocab_size=100, hidden_size=16, num_hidden_layers=2,
+    ...          num_attention_heads=2), with_mlm=True)
+    >>> [tuple(o.shape) for o in bert.outputs]
+    [(None, None, 16), (None, None, 100)]
+    """
+    if model not in BUILDERS:
+        raise ValueError(f"`model` must be one of {sorted(BUILDERS)}, got model={model!r}.")
+    config = load_config(config, config_path, **overrides)
+    if model == "bert":
+        return build_bert(config, with_mlm=with_mlm, with_pool=with_pool)
+    if with_mlm or with_pool:
+        raise ValueError(f"`with_mlm` and `with_pool` apply to model='bert', not {model!r}.")
+    return build_gpt(config)

@@ -1,0 +1,159 @@
+"""Compare a grown model with its source, output by output and layer by layer."""
+
+import collections
+import dataclasses
+
+import keras
+import numpy as np
+from keras import tree
+
+from kwiden.grow import check_factor, nodes_in_order, walk
+
+
+@dataclasses.dataclass
+class OutputComparison:
+    """One output: the big model's against the small one carried into its space.
+
+    `max_relative_error` is `max|big − carried| / max|carried|`: relative to the
+    output's scale, so zeros in it do not blow the figure up.
+    `argmax_agreement` (logits only) is the fraction of positions where both
+    models pick the same class.
+    """
+
+    name: str
+    max_absolute_error: float
+    max_relative_error: float
+    argmax_agreement: float | None = None
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    """What `kwiden.verify` found. `ok` is True when every output is within `rtol`."""
+
+    factor: int
+    rtol: float
+    outputs: list
+    first_departure: tuple | None  # (layer name, relative error) or None
+
+    @property
+    def ok(self):
+        return all(o.max_relative_error <= self.rtol for o in self.outputs)
+
+    def __str__(self):
+        lines = [f"kwiden.verify (×{self.factor}, rtol={self.rtol:g}): {'OK' if self.ok else 'NOT EXACT'}"]
+        lines.append(f"  {'output':<28}{'max abs err':>14}{'max rel err':>14}{'argmax agree':>14}")
+        for o in self.outputs:
+            agree = "" if o.argmax_agreement is None else f"{o.argmax_agreement:.2%}"
+            lines.append(
+                f"  {o.name:<28}{o.max_absolute_error:>14.3e}{o.max_relative_error:>14.3e}{agree:>14}"
+            )
+        if self.first_departure is None:
+            lines.append("  every layer within rtol")
+        else:
+            name, error = self.first_departure
+            lines.append(f"  first layer beyond rtol: '{name}' (relative error {error:.3e})")
+        return "\n".join(lines)
+
+
+def verify(small, big, inputs, rtol=1e-5, k=None):
+    """Check that `big` (grown from `small`) computes the same function.
+
+    Each output of `small` is carried into the big model's space (logits as
+    they are; hidden states copied and scaled, DESIGN §1) and compared with
+    `big`'s; then every layer's output, in graph order, to find the first
+    layer where the models part.
+
+    Args:
+        small: the source model.
+        big: the grown model (layer names as `kwiden.grow` keeps them).
+        inputs: model inputs, as `small(inputs)` takes them.
+        rtol: the relative error accepted.
+        k: the width factor; inferred from the weight shapes if None.
+
+    Returns:
+        A `VerifyReport`; `report.ok` is a bool and `str(report)` a table.
+    """
+    k = infer_factor(small, big) if k is None else check_factor(k)
+    _, spaces = walk(small, k)
+    small_tensors, big_tensors, names = _matching_tensors(small, big)
+    small_values = _evaluate(small, small_tensors, inputs)
+    big_values = _evaluate(big, big_tensors, inputs)
+    first_departure = None
+    for tensor, name, a, b in zip(small_tensors, names, small_values, big_values):
+        error = _relative_error(spaces[id(tensor)].carry(a), b)
+        if error > rtol:
+            first_departure = (name, error)
+            break
+    outputs = []
+    small_out = tree.flatten(_as_numpy(small(inputs, training=False)))
+    big_out = tree.flatten(_as_numpy(big(inputs, training=False)))
+    for tensor, a, b in zip(small.outputs, small_out, big_out):
+        carried = spaces[id(tensor)].carry(a)
+        agreement = None
+        if not spaces[id(tensor)].expanded and a.ndim > 1 and a.shape[-1] > 1:
+            agreement = float(np.mean(np.argmax(a, -1) == np.argmax(b, -1)))
+        outputs.append(
+            OutputComparison(
+                name=tensor._keras_history.operation.name,
+                max_absolute_error=float(np.max(np.abs(carried - b))),
+                max_relative_error=_relative_error(carried, b),
+                argmax_agreement=agreement,
+            )
+        )
+    return VerifyReport(k, rtol, outputs, first_departure)
+
+
+def infer_factor(small, big):
+    """The width factor, read off the weight shapes of layers with one name."""
+    ratios = collections.Counter()
+    big_layers = {layer.name: layer for layer in big.layers}
+    for layer in small.layers:
+        other = big_layers.get(layer.name)
+        if other is None:
+            continue
+        for a, b in zip(layer.weights, other.weights):
+            for n, m in zip(a.shape, b.shape):
+                if m != n and n and m % n == 0:
+                    ratios[m // n] += 1
+    return ratios.most_common(1)[0][0] if ratios else 1
+
+
+def _matching_tensors(small, big):
+    """Float outputs of the layers both models have, in the small model's order."""
+    big_outputs = collections.defaultdict(list)
+    for node in nodes_in_order(big):
+        big_outputs[node.operation.name].append(node.outputs)
+    seen = collections.Counter()
+    small_tensors, big_tensors, names = [], [], []
+    for node in nodes_in_order(small):
+        name = node.operation.name
+        calls = big_outputs.get(name, [])
+        if not isinstance(node.operation, keras.layers.Layer) or seen[name] >= len(calls):
+            continue
+        for a, b in zip(node.outputs, calls[seen[name]]):
+            if "float" in str(a.dtype):
+                small_tensors.append(a)
+                big_tensors.append(b)
+                names.append(name)
+        seen[name] += 1
+    return small_tensors, big_tensors, names
+
+
+def _evaluate(model, tensors, inputs):
+    if not tensors:
+        return []
+    probe = keras.Model(model.input, tensors)
+    return tree.flatten(_as_numpy(probe(inputs, training=False)))
+
+
+def _as_numpy(values):
+    return tree.map_structure(lambda v: np.asarray(keras.ops.convert_to_numpy(v), np.float64), values)
+
+
+def _relative_error(reference, value):
+    reference = np.asarray(reference, np.float64)
+    value = np.asarray(value, np.float64)
+    if reference.shape != value.shape:
+        return float("inf")
+    scale = np.max(np.abs(reference)) if reference.size else 0.0
+    return float(np.max(np.abs(reference - value)) / max(scale, 1e-30)) if reference.size else 0.0
