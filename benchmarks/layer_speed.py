@@ -1,0 +1,269 @@
+"""Training-step and inference time of kwiden's BERT against KerasHub's BertBackbone.
+
+Both models get the same config (vocabulary, layers, heads, hidden size, FFN
+size, dropout, maximum sequence length, segments), the same batch, the same
+loss (mean square of the sequence output against zeros, `loss="mse"`) and the
+same compiled step (`model.compile(optimizer="adam", loss="mse")` +
+`model.train_on_batch`; `predict_on_batch` for inference). KerasHub's pooler is
+left out (its model is cut at `sequence_output`), as kwiden's BERT is built
+without one. Warm-up steps are excluded; the models alternate in rounds (which
+goes first alternates too) so that noise from a shared machine hits both; the
+table reports the median step time and the ratio kwiden / KerasHub (target
+≤ 1.0).
+
+Examples:
+
+    python benchmarks/layer_speed.py                    # 4 layers, hidden 256, seq 128, batch 16
+    python benchmarks/layer_speed.py --dropout 0        # fused attention in both
+    python benchmarks/layer_speed.py --layers 12 --hidden 768 --heads 12 --ffn 3072
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+TARGET = 1.0  # kwiden ≤ 1.0 × KerasHub
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--ffn", type=int, default=1024, help="intermediate size")
+    parser.add_argument("--vocab", type=int, default=21128)
+    parser.add_argument("--max-positions", type=int, default=512)
+    parser.add_argument("--segments", type=int, default=2)
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--seq", type=int, default=128, help="sequence length")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per model")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per model per round")
+    parser.add_argument(
+        "--act",
+        choices=["default", "gelu", "gelu_approximate"],
+        default="default",
+        help="kwiden's hidden_act: 'default' is kwiden's own default ('gelu', exact "
+        "erf); 'gelu_approximate' matches KerasHub's BERT (tanh approximation)",
+    )
+    parser.add_argument(
+        "--jit-compile", choices=["auto", "true", "false"], default="auto",
+        help="passed to model.compile for both models",
+    )
+    parser.add_argument("--no-train", action="store_true", help="skip the training step")
+    parser.add_argument("--no-infer", action="store_true", help="skip inference")
+    parser.add_argument(
+        "--backend", default=None, help="KERAS_BACKEND to use (default: Keras' own setting)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def environment(keras, np):
+    lines = [
+        f"python {platform.python_version()}, numpy {np.__version__}, "
+        f"keras {keras.__version__}, backend {keras.backend.backend()}",
+    ]
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        lines.append(
+            f"tensorflow {tf.__version__}, intra-op threads "
+            f"{tf.config.threading.get_intra_op_parallelism_threads() or 'default'}"
+        )
+    elif backend == "jax":
+        import jax
+
+        lines.append(f"jax {jax.__version__}, devices {jax.devices()}")
+    elif backend == "torch":
+        import torch
+
+        lines.append(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+    import keras_hub
+
+    lines.append(f"keras_hub {keras_hub.__version__}")
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    lines.append(f"cpu cores: {os.cpu_count()} (usable: {affinity}), {platform.machine()}")
+    return "\n".join(lines)
+
+
+def table(rows, header):
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    out = []
+    for n, row in enumerate([header, *rows]):
+        cells = [
+            str(cell).ljust(widths[i]) if i == 0 else str(cell).rjust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        out.append("  ".join(cells).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def make_batch(np, args):
+    """Token ids in [1, vocab) with padding (id 0) at the end of some rows,
+    segment 0 then segment 1, and the matching padding mask."""
+    rng = np.random.default_rng(args.seed)
+    token_ids = rng.integers(1, args.vocab, size=(args.batch, args.seq), dtype="int32")
+    lengths = rng.integers(args.seq // 2, args.seq + 1, size=args.batch)
+    positions = np.arange(args.seq)[None, :]
+    padding_mask = positions < lengths[:, None]
+    token_ids = np.where(padding_mask, token_ids, 0).astype("int32")
+    segment_ids = ((positions >= (lengths[:, None] // 2)) & padding_mask).astype("int32")
+    return token_ids, segment_ids, padding_mask.astype("int32")
+
+
+def alternate(fns, warmup, rounds, steps):
+    """Time `fns` (name -> callable) in alternating rounds; step times per name."""
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            for _ in range(steps):
+                start = time.perf_counter()
+                fns[name]()
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.backend:
+        os.environ["KERAS_BACKEND"] = args.backend
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    import keras
+    import keras_hub
+    import numpy as np
+
+    import kwiden
+
+    if args.hidden % args.heads:
+        raise SystemExit("--hidden must be a multiple of --heads")
+    keras.utils.set_random_seed(args.seed)
+    jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
+
+    print("== kwiden BERT vs KerasHub BertBackbone: step time ==")
+    print(environment(keras, np))
+    print(
+        f"config: layers={args.layers} hidden={args.hidden} heads={args.heads} "
+        f"ffn={args.ffn} vocab={args.vocab} max_positions={args.max_positions} "
+        f"segments={args.segments} dropout={args.dropout}; batch={args.batch} "
+        f"seq={args.seq}; jit_compile={args.jit_compile}"
+    )
+    sys.stdout.flush()
+
+    config = dict(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=args.ffn,
+        max_position_embeddings=args.max_positions,
+        type_vocab_size=args.segments,
+        hidden_dropout_prob=args.dropout,
+        attention_probs_dropout_prob=args.dropout,
+    )
+    if args.act == "gelu_approximate":
+        from keras_hub.src.utils.keras_utils import gelu_approximate
+
+        config["hidden_act"] = gelu_approximate
+    elif args.act == "gelu":
+        config["hidden_act"] = "gelu"
+    ours = kwiden.build_transformer_model(config, model="bert")
+
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=args.vocab,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        hidden_dim=args.hidden,
+        intermediate_dim=args.ffn,
+        dropout=args.dropout,
+        max_sequence_length=args.max_positions,
+        num_segments=args.segments,
+    )
+    # The sequence output only (the pooler is not part of kwiden's BERT).
+    theirs = keras.Model(backbone.input, backbone.output["sequence_output"], name="keras_hub")
+    for name, model in (("kwiden", ours), ("keras_hub", theirs)):
+        print(f"{name}: {model.count_params() / 1e6:.2f} M params")
+
+    token_ids, segment_ids, padding_mask = make_batch(np, args)
+    x_ours = [token_ids, segment_ids]
+    x_theirs = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
+    y = np.zeros((args.batch, args.seq, args.hidden), "float32")
+    print(
+        f"batch: {args.batch}×{args.seq}, {int(padding_mask.sum())} real tokens "
+        f"({padding_mask.mean():.0%}); timing: {args.warmup} warm-up steps each, then "
+        f"{args.rounds} rounds × {args.steps} steps, alternating"
+    )
+    sys.stdout.flush()
+
+    rows = []
+    ratios = {}
+    if not args.no_train:
+        for model in (ours, theirs):
+            model.compile(optimizer="adam", loss="mse", jit_compile=jit)
+        times = alternate(
+            {
+                "kwiden": lambda: ours.train_on_batch(x_ours, y),
+                "keras_hub": lambda: theirs.train_on_batch(x_theirs, y),
+            },
+            args.warmup,
+            args.rounds,
+            args.steps,
+        )
+        ratios["train"] = _rows(rows, "train step", times)
+    if not args.no_infer:
+        times = alternate(
+            {
+                "kwiden": lambda: ours.predict_on_batch(x_ours),
+                "keras_hub": lambda: theirs.predict_on_batch(x_theirs),
+            },
+            args.warmup,
+            args.rounds,
+            args.steps,
+        )
+        ratios["infer"] = _rows(rows, "inference (predict_on_batch)", times)
+
+    header = ["step", "kwiden ms", "keras_hub ms", "kwiden/keras_hub", "target", "spread (p25-p75 ms)"]
+    print()
+    print(table(rows, header))
+    print()
+    for what, ratio in ratios.items():
+        verdict = "MET" if ratio <= TARGET else "NOT MET"
+        print(f"{what}: kwiden / keras_hub = {ratio:.2f}  (target ≤ {TARGET:.1f}: {verdict})")
+
+
+def _rows(rows, label, times):
+    med = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+
+    def spread(ts):
+        q = statistics.quantiles([t * 1e3 for t in ts], n=4)
+        return f"{q[0]:.1f}-{q[2]:.1f}"
+
+    ratio = med["kwiden"] / med["keras_hub"]
+    rows.append(
+        [
+            label,
+            f"{med['kwiden']:.1f}",
+            f"{med['keras_hub']:.1f}",
+            f"{ratio:.2f}",
+            f"≤ {TARGET:.1f}",
+            f"{spread(times['kwiden'])} / {spread(times['keras_hub'])}",
+        ]
+    )
+    return ratio
+
+
+if __name__ == "__main__":
+    main()

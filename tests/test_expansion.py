@@ -1,0 +1,57 @@
+import numpy as np
+import pytest
+
+from kwiden.expansion import IN, OUT, UNCHANGED, Space, expand
+
+RNG = np.random.default_rng(0)
+
+
+def test_space_source_interleaves_copies():
+    np.testing.assert_array_equal(Space(2).source(3), [0, 0, 1, 1, 2, 2])
+    np.testing.assert_allclose(Space.stream(3).carry([1.0, 2.0]), np.array([1, 1, 1, 2, 2, 2]) / np.sqrt(3), rtol=1e-15)
+
+
+def test_stream_is_an_isometry():
+    a = RNG.normal(size=10)
+    for k in (2, 3, 4):
+        assert np.linalg.norm(Space.stream(k).carry(a)) == pytest.approx(np.linalg.norm(a))
+
+
+@pytest.mark.parametrize(
+    "s_in, s_out, kernel_factor, bias_factor",
+    [
+        # The seed's table for k=2, with its FFN second bias corrected (DESIGN §1.1).
+        (Space.stream(2), Space.stream(2), 1 / 2, 2**-0.5),  # residual Dense
+        (Space.stream(2), Space.copy(2), 2**-0.5, 1.0),  # FFN first Dense
+        (Space.copy(2), Space.stream(2), 1 / (2 * 2**0.5), 2**-0.5),  # FFN second Dense
+    ],
+)
+def test_dense_factors_match_design_table(s_in, s_out, kernel_factor, bias_factor):
+    w, b = RNG.normal(size=(3, 4)), RNG.normal(size=4)
+    big_w = expand(w, [(s_in, IN), (s_out, OUT)])
+    big_b = expand(b, [(s_out, OUT)])
+    np.testing.assert_allclose(big_w, np.repeat(np.repeat(w, 2, 0), 2, 1) * kernel_factor)
+    np.testing.assert_allclose(big_b, np.repeat(b, 2) * bias_factor)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_expanded_dense_maps_carried_input_to_carried_output(k):
+    w, b = RNG.normal(size=(5, 6)), RNG.normal(size=6)
+    x = RNG.normal(size=(3, 5))
+    s_in, s_out = Space.stream(k), Space.copy(k)
+    y = s_in.carry(x) @ expand(w, [(s_in, IN), (s_out, OUT)]) + expand(b, [(s_out, OUT)])
+    np.testing.assert_allclose(y, s_out.carry(x @ w + b), rtol=1e-12)
+
+
+def test_unchanged_axes_are_left_alone():
+    w = RNG.normal(size=(7, 3))
+    np.testing.assert_array_equal(expand(w, [None, (UNCHANGED, OUT)]), w)
+
+
+def test_expand_keeps_dtype_and_rejects_wrong_axes():
+    w = RNG.normal(size=(2, 3)).astype("float32")
+    assert expand(w, [None, (Space.stream(2), OUT)]).dtype == np.float32
+    with pytest.raises(ValueError, match="names 1 axes but the weight has shape"):
+        expand(w, [None])
+    with pytest.raises(ValueError, match="Axis role"):
+        expand(w, [None, (Space(2), "sideways")])

@@ -1,0 +1,279 @@
+"""`kwiden.grow` on whole models: exact, new, trainable, saveable, and loud on bad input."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import EPS, bert, gpt, outputs, padded_batch, small_config
+
+import kwiden
+from kwiden.grow import GrowthError
+from kwiden.layers import ExpandableDense
+
+RTOL = 1e-5
+
+
+def assert_exact(small, big, inputs):
+    report = kwiden.verify(small, big, inputs, rtol=RTOL)
+    assert report.ok, str(report)
+    assert report.first_departure is None, str(report)
+    for output in report.outputs:
+        assert output.max_relative_error <= RTOL
+        if output.argmax_agreement is not None:
+            assert output.argmax_agreement == 1.0
+    return report
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("act", ["gelu", "relu"])
+def test_bert_with_mlm_and_pooler_is_exact(k, act):
+    small = bert(hidden_act=act, with_mlm=True, with_pool=True)
+    big = kwiden.grow(small, k)
+    report = assert_exact(small, big, padded_batch())
+    assert [o.name for o in report.outputs] == ["Transformer-1-FeedForward-Norm", "Pooler-Dense", "MLM-Bias"]
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_gpt_is_exact(k):
+    small = gpt()
+    big = kwiden.grow(small, k)
+    assert_exact(small, big, padded_batch(segments=False))
+
+
+def test_mlm_logits_equal_the_small_models_exactly():
+    small = bert(with_mlm=True)
+    big = kwiden.grow(small, 2)
+    inputs = padded_batch()
+    (_, small_logits), (_, big_logits) = outputs(small, inputs), outputs(big, inputs)
+    np.testing.assert_allclose(big_logits, small_logits, rtol=RTOL, atol=RTOL * np.abs(small_logits).max())
+
+
+def test_grown_sizes_and_config():
+    small = bert(with_mlm=True)
+    big = kwiden.grow(small, 3)
+    assert big.get_layer("Embedding-Token").output_dim == 48
+    assert big.get_layer("Embedding-Token").input_dim == 97
+    attention = big.get_layer("Transformer-0-MultiHeadSelfAttention")
+    assert (attention.heads, attention.head_size) == (2, 24)
+    assert big.get_layer("Transformer-1-FeedForward").intermediate_size == 72
+    assert big.get_layer("MLM-Dense").units == 48
+    assert big.get_layer("Embedding-Norm").epsilon == pytest.approx(EPS / 3)
+    assert big.get_layer("MLM-Norm").epsilon == pytest.approx(EPS)  # its input is a pure copy
+    assert [layer.name for layer in big.layers] == [layer.name for layer in small.layers]
+    assert big.output_shape[0] == (None, None, 48)
+
+
+def test_source_model_is_unchanged():
+    small = bert(with_mlm=True)
+    before = [w.numpy().copy() for w in small.weights]
+    config = small.get_config()
+    inputs = padded_batch()
+    expected = outputs(small, inputs)
+    kwiden.grow(small, 2)
+    for a, b in zip(before, small.weights):
+        np.testing.assert_array_equal(a, b.numpy())
+    assert small.get_config() == config
+    for a, b in zip(expected, outputs(small, inputs)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_k_1_returns_an_equal_copy():
+    small = bert(with_mlm=True)
+    copy = kwiden.grow(small, 1)
+    assert copy is not small
+    for a, b in zip(small.weights, copy.weights):
+        assert a is not b
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    inputs = padded_batch()
+    for a, b in zip(outputs(small, inputs), outputs(copy, inputs)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_grown_model_trains():
+    small = gpt()
+    big = kwiden.grow(small, 2)
+    ids = padded_batch(segments=False, lengths=(9,) * 8, seed=3)
+    x, y = ids[:, :-1], ids[:, 1:]
+    big.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = big.evaluate(x, y, verbose=0)
+    big.fit(x, y, epochs=5, batch_size=8, verbose=0)
+    assert big.evaluate(x, y, verbose=0) < before
+
+
+def test_save_and_load_round_trip(tmp_path):
+    big = kwiden.grow(bert(with_mlm=True, with_pool=True), 2)
+    path = tmp_path / "big.keras"
+    big.save(path)
+    loaded = keras.saving.load_model(path)
+    inputs = padded_batch()
+    for a, b in zip(outputs(big, inputs), outputs(loaded, inputs)):
+        np.testing.assert_array_equal(a, b)
+    assert kwiden.verify(big, kwiden.grow(loaded, 1), inputs, k=1).ok
+
+
+def test_grows_a_loaded_model_and_a_grown_model():
+    small = gpt()
+    twice = kwiden.grow(kwiden.grow(small, 2), 2)
+    assert twice.get_layer("Embedding-Token").output_dim == 64
+    assert_exact(small, twice, padded_batch(segments=False))
+
+
+def test_check_passes_for_exact_growth():
+    small = gpt()
+    big = kwiden.grow(small, 2, check=padded_batch(segments=False))
+    assert big.get_layer("Output-Norm").epsilon == pytest.approx(EPS / 2)
+
+
+def test_keeps_dtype_policy_and_trainable_flags():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    small = gpt()
+    keras.mixed_precision.set_global_policy("float32")
+    small.get_layer("Embedding-Position").trainable = False
+    big = kwiden.grow(small, 2)
+    for layer in big.layers[1:]:
+        assert layer.dtype_policy.name == "mixed_bfloat16", layer.name
+    assert not big.get_layer("Embedding-Position").trainable
+    assert big.get_layer("Embedding-Token").trainable
+    report = kwiden.verify(small, big, padded_batch(segments=False), rtol=5e-2)
+    assert report.ok, str(report)  # bfloat16 rounding, not growth error
+
+
+def test_user_head_on_top_grows_with_output_width_kept():
+    small = bert(with_pool=True)
+    sequence, pooled = small.outputs
+    probs = keras.layers.Dense(3, activation="softmax", name="Classifier")(pooled)
+    classifier = keras.Model(small.inputs, probs)
+    keras.utils.set_random_seed(0)
+    classifier.get_layer("Classifier").set_weights(
+        [np.random.normal(size=(16, 3)).astype("float32"), np.random.normal(size=3).astype("float32")]
+    )
+    big = kwiden.grow(classifier, 2)
+    assert big.output_shape == (None, 3)
+    assert_exact(classifier, big, padded_batch())
+
+
+def test_glue_layers_multiply_concatenate_activation():
+    x_in = keras.Input((None, 8))
+    a = ExpandableDense(8, name="a")(x_in)
+    b = ExpandableDense(8, activation="relu", name="b")(x_in)
+    product = keras.layers.Multiply(name="product")([a, b])
+    relu = keras.layers.Activation("relu", name="relu")(product)
+    joined = keras.layers.Concatenate(axis=1, name="join")([relu, product])  # both at scale 1/2
+    model = keras.Model(x_in, ExpandableDense(8, name="out")(joined))
+    rng = np.random.default_rng(0)
+    for w in model.weights:
+        w.assign(rng.normal(size=w.shape).astype("float32"))
+    big = kwiden.grow(model, 2)
+    x = rng.normal(size=(2, 3, 8)).astype("float32")
+    small_out = outputs(model, x)[0]
+    big_out = outputs(big, x)[0]  # model inputs keep their width
+    expected = kwiden.Space.stream(2).carry(small_out)
+    np.testing.assert_allclose(big_out, expected, rtol=RTOL, atol=RTOL * np.abs(expected).max())
+
+
+# Errors, by type and message.
+
+
+@pytest.mark.parametrize("k", [0, -2, 1.5, "2", True, None])
+def test_bad_factor(k):
+    with pytest.raises(ValueError, match=r"`k` must be a positive integer.*k="):
+        kwiden.grow(gpt(), k)
+
+
+def test_lambda_layer_is_refused():
+    small = bert()
+    x = keras.layers.Lambda(lambda t: t[:, 0], name="first-token")(small.output)
+    model = keras.Model(small.inputs, x)
+    with pytest.raises(GrowthError, match=r"'first-token' is a Lambda layer.*SelectToken.*get_expanded_weights"):
+        kwiden.grow(model, 2)
+
+
+def test_unknown_layer_on_grown_tensor_is_refused():
+    small = bert()
+    x = keras.layers.LayerNormalization(name="keras-norm")(small.output)
+    model = keras.Model(small.inputs, x)
+    with pytest.raises(
+        GrowthError, match=r"cannot grow layer 'keras-norm' \(LayerNormalization\).*implement `get_expanded_weights`"
+    ):
+        kwiden.grow(model, 2)
+
+
+def test_non_homogeneous_activation_on_stream_is_refused():
+    small = bert()
+    x = keras.layers.Activation("gelu", name="late-gelu")(small.output)
+    with pytest.raises(GrowthError, match=r"'late-gelu' applies 'gelu' to a tensor at scale 0.707107"):
+        kwiden.grow(keras.Model(small.inputs, x), 2)
+
+
+def test_adding_tensors_of_different_scales_is_refused():
+    x_in = keras.Input((None, 8))
+    a = ExpandableDense(8, activation="gelu")(x_in)  # pure copy
+    b = ExpandableDense(8)(x_in)  # stream
+    model = keras.Model(x_in, keras.layers.Add(name="mixed-add")([a, b]))
+    with pytest.raises(GrowthError, match=r"'mixed-add' \(Add\) combines tensors in different spaces"):
+        kwiden.grow(model, 2)
+
+
+def test_concatenating_features_is_refused():
+    small = bert()
+    joined = keras.layers.Concatenate(name="feature-join")([small.output, small.output])
+    with pytest.raises(GrowthError, match=r"'feature-join' joins grown tensors along their feature axis"):
+        kwiden.grow(keras.Model(small.inputs, joined), 2)
+
+
+def test_subclassed_model_is_refused():
+    class Subclassed(keras.Model):
+        def __init__(self):
+            super().__init__(name="custom")
+            self.dense = ExpandableDense(4)
+
+        def call(self, x):
+            return self.dense(x)
+
+    model = Subclassed()
+    model(np.zeros((1, 3), "float32"))
+    with pytest.raises(GrowthError, match=r"needs a functional model.*'custom' is a Subclassed"):
+        kwiden.grow(model, 2)
+
+
+def test_nested_model_is_refused():
+    inner = gpt()
+    ids = keras.Input((None,), dtype="int32")
+    outer = keras.Model(ids, inner(ids))
+    with pytest.raises(GrowthError, match=r"'gpt' is a nested model"):
+        kwiden.grow(outer, 2)
+
+
+def test_check_raises_when_the_grown_model_is_not_exact(monkeypatch):
+    from kwiden.layers import ExpandableLayerNormalization
+
+    original = ExpandableLayerNormalization.get_expanded_config
+
+    def seed_article_epsilon(self, k, input_space=None):  # the seed's error: ε kept
+        return {**original(self, k, input_space), "epsilon": self.epsilon}
+
+    monkeypatch.setattr(ExpandableLayerNormalization, "get_expanded_config", seed_article_epsilon)
+    with pytest.raises(GrowthError, match=r"not exact(.|\n)*first layer beyond rtol: 'Embedding-Norm'"):
+        kwiden.grow(bert(), 2, check=padded_batch())
+
+
+def test_shared_layer_on_differently_grown_inputs_is_refused():
+    x_in = keras.Input((None, 8))
+    shared = ExpandableDense(8, name="shared")
+    a = shared(ExpandableDense(8, activation="gelu")(x_in))  # pure copy input
+    b = shared(ExpandableDense(8)(x_in))  # stream input
+    model = keras.Model(x_in, [a, b])
+    with pytest.raises(GrowthError, match=r"'shared' is shared by calls whose inputs grow differently"):
+        kwiden.grow(model, 2)
+
+
+def test_builder_errors():
+    with pytest.raises(ValueError, match=r"`model` must be one of \['bert', 'gpt'\]"):
+        kwiden.build_transformer_model(small_config(), model="xlnet")
+    with pytest.raises(ValueError, match=r"lacks hidden_size"):
+        kwiden.build_transformer_model(dict(vocab_size=10, num_hidden_layers=1, num_attention_heads=1))
+    with pytest.raises(ValueError, match=r"hidden_size=10 is not a multiple of num_attention_heads=3"):
+        kwiden.build_transformer_model(small_config(hidden_size=10, num_attention_heads=3))
+    with pytest.raises(ValueError, match=r"`with_mlm` and `with_pool` apply to model='bert'"):
+        kwiden.build_transformer_model(small_config(), model="gpt", with_mlm=True)

@@ -1,0 +1,185 @@
+"""Each layer grows exactly on its own, and serialises."""
+
+import keras
+import numpy as np
+import pytest
+
+from kwiden import layers
+from kwiden.expansion import UNCHANGED, Space
+
+RNG = np.random.default_rng(0)
+
+
+def hidden(d=8, batch=2, length=5):
+    return RNG.normal(size=(batch, length, d)).astype("float32")
+
+
+def randomize(layer):
+    for weight in layer.weights:
+        weight.assign(RNG.normal(0, 0.5, weight.shape).astype("float32"))
+
+
+def assert_grows_exactly(layer, inputs, k, input_space=None, call_kwargs=None):
+    """Grow `layer` alone: on the carried input it gives the carried output."""
+    call_kwargs = call_kwargs or {}
+    input_space = Space.stream(k) if input_space is None else input_space
+    small = keras.ops.convert_to_numpy(layer(inputs, **call_kwargs))
+    big, weights = layer.expanded(k, input_space)
+    big_inputs = input_space.carry(inputs).astype(inputs.dtype) if input_space.expanded else inputs
+    big(big_inputs, **call_kwargs)
+    big.set_weights(weights)
+    out_space = layer.get_expanded_output_space(k, input_space, **call_kwargs)
+    expected = out_space.carry(small)
+    got = keras.ops.convert_to_numpy(big(big_inputs, **call_kwargs))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    return big
+
+
+def assert_round_trips(layer, inputs):
+    clone = layer.__class__.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    model = keras.Sequential([keras.Input(inputs.shape[1:], dtype=inputs.dtype), layer])
+    model.save("/tmp/kwiden_layer.keras")
+    loaded = keras.saving.load_model("/tmp/kwiden_layer.keras")
+    np.testing.assert_array_equal(loaded.predict(inputs, verbose=0), model.predict(inputs, verbose=0))
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("activation", ["gelu", "relu", "tanh", None])
+def test_dense(k, activation):
+    layer = layers.ExpandableDense(6, activation=activation)
+    layer.build((None, 8))
+    randomize(layer)
+    big = assert_grows_exactly(layer, hidden(), k)
+    assert big.units == 6 * k
+
+
+def test_dense_output_space_follows_activation():
+    assert layers.ExpandableDense(4, activation="relu").get_expanded_output_space(2) == Space.stream(2)
+    assert layers.ExpandableDense(4, activation="gelu").get_expanded_output_space(2) == Space.copy(2)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("rms, center", [(False, True), (True, False)])
+@pytest.mark.parametrize("input_space", ["stream", "copy"])
+def test_layer_normalization(k, rms, center, input_space):
+    layer = layers.ExpandableLayerNormalization(epsilon=1e-3, rms=rms, center=center)
+    layer.build((None, None, 8))
+    randomize(layer)
+    space = Space.stream(k) if input_space == "stream" else Space.copy(k)
+    big = assert_grows_exactly(layer, hidden(), k, space)
+    assert big.epsilon == pytest.approx(1e-3 * space.scale**2)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("mode", ["lookup", "position"])
+def test_embedding(k, mode):
+    layer = layers.ExpandableEmbedding(20, 8, mode=mode)
+    ids = RNG.integers(0, 20, (2, 6)).astype("int32")
+    layer(ids)
+    randomize(layer)
+    big = assert_grows_exactly(layer, ids, k, UNCHANGED)
+    assert big.output_dim == 8 * k
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_embedding_reverse_gives_tied_logits_exactly(k):
+    layer = layers.ExpandableEmbedding(20, 8)
+    layer.build()
+    randomize(layer)
+    assert_grows_exactly(layer, hidden(), k, call_kwargs={"reverse": True})
+
+
+def test_embedding_reverse_needs_stream_input():
+    layer = layers.ExpandableEmbedding(20, 8, name="tied")
+    with pytest.raises(ValueError, match="'tied'.*residual stream"):
+        layer.get_expanded_output_space(2, Space.copy(2), reverse=True)
+
+
+def test_embedding_rejects_unknown_mode():
+    with pytest.raises(ValueError, match="`mode` must be one of"):
+        layers.ExpandableEmbedding(5, 4, mode="rotary")
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("scaled", [True, False])
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention(k, scaled, causal):
+    layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=3, scaled=scaled)
+    x = hidden()
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    call_kwargs = {"attention_mask": mask, "use_causal_mask": causal}
+    layer(x, **call_kwargs)
+    randomize(layer)
+    big = assert_grows_exactly(layer, x, k, call_kwargs=call_kwargs)
+    assert (big.heads, big.head_size) == (2, 3 * k)
+
+
+def test_attention_padding_mask_hides_padded_keys():
+    layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=4)
+    x = hidden(length=4)
+    mask = np.array([[1, 1, 0, 0]] * 2, bool)
+    y = keras.ops.convert_to_numpy(layer(x, attention_mask=mask))
+    x_changed = x.copy()
+    x_changed[:, 2:] = 100.0  # what padded keys hold must not matter
+    y_changed = keras.ops.convert_to_numpy(layer(x_changed, attention_mask=mask))
+    np.testing.assert_allclose(y[:, :2], y_changed[:, :2], rtol=1e-5)
+
+
+def test_attention_dropout_only_in_training():
+    layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=4, dropout=0.5)
+    x = hidden()
+    inference = keras.ops.convert_to_numpy(layer(x))
+    np.testing.assert_array_equal(inference, keras.ops.convert_to_numpy(layer(x, training=False)))
+    assert not np.allclose(keras.ops.convert_to_numpy(layer(x, training=True)), inference)
+
+
+def test_attention_manual_path_equals_fused_path():
+    layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=4, dropout=1e-9)
+    x = hidden()
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    fused = keras.ops.convert_to_numpy(layer(x, attention_mask=mask, use_causal_mask=True))
+    manual = keras.ops.convert_to_numpy(layer(x, attention_mask=mask, use_causal_mask=True, training=True))
+    np.testing.assert_allclose(manual, fused, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("glu", [False, True])
+@pytest.mark.parametrize("activation", ["gelu", "relu", "silu"])
+def test_feed_forward(k, glu, activation):
+    layer = layers.FeedForward(12, activation=activation, glu=glu)
+    layer.build((None, None, 8))
+    randomize(layer)
+    big = assert_grows_exactly(layer, hidden(), k)
+    assert big.intermediate_size == 12 * k
+
+
+@pytest.mark.parametrize("space", [Space.stream(2), UNCHANGED])
+def test_bias_add(space):
+    layer = layers.BiasAdd()
+    layer.build((None, 8))
+    randomize(layer)
+    assert_grows_exactly(layer, hidden(), 2, space)
+
+
+def test_select_token():
+    x = hidden()
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(layers.SelectToken(1)(x)), x[:, 1])
+    assert_grows_exactly(layers.SelectToken(0), x, 3)
+
+
+@pytest.mark.parametrize(
+    "layer, inputs",
+    [
+        (layers.ExpandableDense(4, activation="gelu"), hidden()),
+        (layers.ExpandableLayerNormalization(epsilon=1e-3, rms=True, center=False), hidden()),
+        (layers.ExpandableEmbedding(20, 4, mode="position"), np.ones((2, 5), "int32")),
+        (layers.ExpandableMultiHeadAttention(2, 3, scaled=False, use_bias=False, dropout=0.1), hidden()),
+        (layers.FeedForward(12, activation="silu", glu=True, use_bias=False), hidden()),
+        (layers.BiasAdd(), hidden()),
+        (layers.SelectToken(2), hidden()),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_config_and_save_round_trip(layer, inputs):
+    assert_round_trips(layer, inputs)
