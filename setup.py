@@ -11,7 +11,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["kwiden", "kwiden.*"]),
-    package_data={"kwiden": ["data/*"]},
+    package_data={"kwiden": ["data/*.gz", "data/*.md"]},
     install_requires=["keras>=3.8", "tensorflow>=2.18", "numpy", "tqdm"],
     extras_require={
         "test": ["pytest>=8", "jax[cpu]"],

@@ -41,11 +41,11 @@ class VerifyReport:
 
     def __str__(self):
         lines = [f"kwiden.verify (×{self.factor}, rtol={self.rtol:g}): {'OK' if self.ok else 'NOT EXACT'}"]
-        lines.append(f"  {'output':<28}{'max abs err':>14}{'max rel err':>14}{'argmax agree':>14}")
+        lines.append(f"  {'output':<34}{'max abs err':>14}{'max rel err':>14}{'argmax agree':>14}")
         for o in self.outputs:
             agree = "" if o.argmax_agreement is None else f"{o.argmax_agreement:.2%}"
             lines.append(
-                f"  {o.name:<28}{o.max_absolute_error:>14.3e}{o.max_relative_error:>14.3e}{agree:>14}"
+                f"  {o.name:<34}{o.max_absolute_error:>14.3e}{o.max_relative_error:>14.3e}{agree:>14}"
             )
         if self.first_departure is None:
             lines.append("  every layer within rtol")
@@ -157,3 +157,29 @@ def _relative_error(reference, value):
         return float("inf")
     scale = np.max(np.abs(reference)) if reference.size else 0.0
     return float(np.max(np.abs(reference - value)) / max(scale, 1e-30)) if reference.size else 0.0
+
+
+def sample_inputs(model, batch_size=2, length=16, seed=0):
+    """Random valid inputs for `model`: ids below the smallest table each input
+    feeds, at most as long as its position table; random normals for floats."""
+    from kwiden.layers import ExpandableEmbedding
+
+    rng = np.random.default_rng(seed)
+    bounds = collections.defaultdict(list)
+    for node in nodes_in_order(model):
+        op = node.operation
+        if isinstance(op, (ExpandableEmbedding, keras.layers.Embedding)) and node.input_tensors:
+            bounds[id(node.input_tensors[0])].append(op)
+    for tables in bounds.values():
+        for op in tables:
+            if getattr(op, "mode", "lookup") == "position":
+                length = min(length, op.input_dim)
+    samples = []
+    for x in model.inputs:
+        shape = [batch_size, *(length if d is None else d for d in x.shape[1:])]
+        if "int" in str(x.dtype):
+            lookups = [op.input_dim for op in bounds[id(x)] if getattr(op, "mode", "lookup") == "lookup"]
+            samples.append(rng.integers(1 if lookups else 0, min(lookups, default=2), shape).astype(x.dtype))
+        else:
+            samples.append(rng.normal(size=shape).astype(x.dtype))
+    return samples[0] if len(samples) == 1 else samples

@@ -1,0 +1,70 @@
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+from conftest import bert, outputs, padded_batch
+
+import kwiden
+from kwiden import corpus
+from kwiden.cli import main
+
+
+def test_grow_command_writes_an_exact_model(tmp_path, capsys):
+    small = bert(with_mlm=True)
+    src, dst = tmp_path / "small.keras", tmp_path / "big.keras"
+    small.save(src)
+    assert main(["grow", str(src), str(dst), "--factor", "2", "--check"]) == 0
+    printed = capsys.readouterr().out
+    assert f"parameters: {small.count_params():,} -> " in printed
+    assert "kwiden.verify (×2, rtol=1e-05): OK" in printed and f"saved {dst}" in printed
+    big = keras.saving.load_model(dst)
+    assert big.get_layer("Embedding-Token").output_dim == 32
+    assert kwiden.verify(small, big, padded_batch()).ok
+
+
+def test_grow_command_reports_what_it_cannot_grow(tmp_path, capsys):
+    small = bert()
+    head = keras.layers.LayerNormalization(name="keras-norm")(small.output)
+    src = tmp_path / "small.keras"
+    keras.Model(small.inputs, head).save(src)
+    assert main(["grow", str(src), str(tmp_path / "big.keras"), "--factor", "2"]) == 1
+    assert "cannot grow layer 'keras-norm'" in capsys.readouterr().err
+    assert not (tmp_path / "big.keras").exists()
+
+
+def test_grow_command_rejects_a_bad_factor(tmp_path, capsys):
+    src = tmp_path / "small.keras"
+    bert().save(src)
+    assert main(["grow", str(src), str(tmp_path / "big.keras"), "--factor", "0"]) == 1
+    assert "`k` must be a positive integer" in capsys.readouterr().err
+
+
+def test_demo_command_prints_its_table(capsys):
+    assert main(["demo", "--steps", "8", "--grow-steps", "4"]) == 0
+    printed = capsys.readouterr().out
+    for stage in ("small, 8 steps", "grown ×2, no training", "grown, +4 steps"):
+        assert stage in printed
+    assert "Loss right after growth minus loss before: +0.00e+00" in printed
+
+
+def test_console_script_is_installed():
+    beside_python = Path(sys.executable).with_name("kwiden")
+    script = str(beside_python) if beside_python.exists() else shutil.which("kwiden")
+    if script is None:
+        pytest.fail("the `kwiden` console script is not installed: `pip install -e .[test]`")
+    result = subprocess.run([script, "--help"], capture_output=True, text=True, check=True)
+    assert "grow" in result.stdout and "demo" in result.stdout
+
+
+def test_corpus_round_trips_bytes():
+    text = corpus.load_text()
+    assert len(text) > 200_000 and "Python" in text
+    ids = corpus.encode(text[:1000])
+    assert ids.min() >= 1 and ids.max() < corpus.VOCAB_SIZE
+    assert corpus.decode(ids) == text[:1000]
+    x, y = corpus.windows(ids, 16, 4, np.random.default_rng(0))
+    np.testing.assert_array_equal(x[:, 1:], y[:, :-1])
