@@ -14,9 +14,9 @@ setup(
     package_data={"kwiden": ["data/*.gz", "data/*.md"]},
     install_requires=["keras>=3.8", "tensorflow>=2.18", "numpy", "tqdm"],
     extras_require={
-        "test": ["pytest>=8", "jax[cpu]"],
+        "test": ["pytest>=8", "jax[cpu]", "nbclient", "nbformat", "ipykernel"],
         "hub": ["keras-hub>=0.20"],
-        "notebooks": ["nbclient", "nbformat", "ipykernel"],
+        "notebooks": ["jupyter", "matplotlib"],
     },
     entry_points={"console_scripts": ["kwiden=kwiden.cli:main"]},
     license="Apache-2.0",
