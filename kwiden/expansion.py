@@ -48,9 +48,6 @@ class Space:
         a = np.asarray(a, dtype=np.float64)
         return self.scale * np.take(a, self.source(a.shape[axis]), axis=axis)
 
-    def is_homogeneous_scale(self):
-        return self.scale == 1.0
-
     def __str__(self):
         if not self.expanded:
             return "unchanged"
