@@ -15,7 +15,7 @@ class BiasAdd(Expandable, keras.layers.Layer):
     Example:
 
     >>> import numpy as np
-    >>> BiasAdd()(np.zeros((2, 3), "float32")).shape
+    >>> tuple(BiasAdd()(np.zeros((2, 3), "float32")).shape)
     (2, 3)
     """
 

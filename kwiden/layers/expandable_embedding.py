@@ -32,7 +32,7 @@ class ExpandableEmbedding(Expandable, keras.layers.Layer):
     >>> import numpy as np
     >>> embedding = ExpandableEmbedding(100, 8)
     >>> h = embedding(np.array([[5, 7, 0]]))
-    >>> embedding(h, reverse=True).shape
+    >>> tuple(embedding(h, reverse=True).shape)
     (1, 3, 100)
     """
 

@@ -28,7 +28,7 @@ class ExpandableLayerNormalization(Expandable, keras.layers.Layer):
 
     >>> import numpy as np
     >>> norm = ExpandableLayerNormalization(epsilon=1e-3)
-    >>> norm(np.random.rand(2, 5, 8).astype("float32")).shape
+    >>> tuple(norm(np.random.rand(2, 5, 8).astype("float32")).shape)
     (2, 5, 8)
     """
 

@@ -38,7 +38,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
     >>> attention = ExpandableMultiHeadAttention(heads=2, head_size=4)
     >>> x = np.random.rand(2, 5, 8).astype("float32")
     >>> mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
-    >>> attention(x, attention_mask=mask).shape
+    >>> tuple(attention(x, attention_mask=mask).shape)
     (2, 5, 8)
     """
 

@@ -27,7 +27,7 @@ class FeedForward(Expandable, keras.layers.Layer):
 
     >>> import numpy as np
     >>> ffn = FeedForward(intermediate_size=16, activation="gelu")
-    >>> ffn(np.random.rand(2, 5, 8).astype("float32")).shape
+    >>> tuple(ffn(np.random.rand(2, 5, 8).astype("float32")).shape)
     (2, 5, 8)
     """
 

@@ -10,7 +10,7 @@ class SelectToken(Expandable, keras.layers.Layer):
     Example:
 
     >>> import numpy as np
-    >>> SelectToken(0)(np.zeros((2, 5, 8), "float32")).shape
+    >>> tuple(SelectToken(0)(np.zeros((2, 5, 8), "float32")).shape)
     (2, 8)
     """
 
