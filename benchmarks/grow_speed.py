@@ -1,6 +1,8 @@
 """How fast is `kwiden.grow`? Grow a BERT-base-size model ×k and compare.
 
-Three timings, each the median of `--repeats` runs after one warm-up:
+Three timings, each the median of `--repeats` runs after one warm-up; the
+phases run in rotating order within each round so that noise from a shared
+machine hits all of them:
 
 * grow      `kwiden.grow(small, k)`: walk the graph, build the big model,
             compute and assign the grown weights.
@@ -9,18 +11,25 @@ Three timings, each the median of `--repeats` runs after one warm-up:
             get the big model at all, with weights from elsewhere.
 * floor     numpy only: allocate and fill arrays of every big weight's shape
             (`np.empty` + `fill`), the physical cost of writing the bytes.
-            A second floor, `np.repeat` of the small weights along the grown
-            axes, is shown for reference (a copy-based growth with no scaling).
+            A second line, `np.repeat` of the small weights along the grown
+            axes, is shown for reference (copying growth without any scaling).
 
-Peak memory is the peak resident set size (RSS) during the phase above the
-RSS at its start: `/proc/self/status` VmHWM after resetting it through
-`/proc/self/clear_refs` (Linux); where that is not possible it falls back to
-the growth of `resource.getrusage(...).ru_maxrss`, which only sees a new
-process-wide high.
+Memory, two columns:
+
+* peak RSS Δ  the peak resident set size during a timed run above the RSS at
+              its start: `/proc/self/status` VmHWM after resetting it through
+              `/proc/self/clear_refs` (Linux); elsewhere the growth of
+              `resource.getrusage(...).ru_maxrss` (only sees a new
+              process-wide high). Sees the framework's variables; misses
+              memory the allocator reuses from an earlier run.
+* numpy peak  `tracemalloc` peak of Python/numpy allocations in one extra,
+              untimed run (numpy reports its buffers to tracemalloc;
+              TensorFlow/JAX buffers are not traced). For grow this is the
+              transient cost of computing the grown weights.
 
 Examples:
 
-    python benchmarks/grow_speed.py            # BERT-base ×2 (~2 GB of weights)
+    python benchmarks/grow_speed.py            # BERT-base ×2 (1.4 GiB of big weights)
     python benchmarks/grow_speed.py --small    # a quick run
     python benchmarks/grow_speed.py --layers 6 --repeats 5 --profile
 """
@@ -55,6 +64,9 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--backend", default=None, help="KERAS_BACKEND to use (default: Keras' own setting)"
+    )
+    parser.add_argument(
+        "--no-tracemalloc", action="store_true", help="skip the untimed tracemalloc runs"
     )
     parser.add_argument(
         "--profile", action="store_true", help="also cProfile one grow and print the top calls"
@@ -112,34 +124,57 @@ class PeakMemory:
 # Timing.
 
 
-def timed(fn, repeats, cleanup=None):
-    """Run `fn` once to warm up, then `repeats` times; median time and max peak."""
-    result = fn()
-    if cleanup:
+def alternate(phases, repeats):
+    """Time each phase once to warm up, then `repeats` rounds in rotating order.
+
+    `phases` maps a name to `(fn, cleanup)`; `fn()` returns what `cleanup`
+    releases. Returns name -> (sorted-by-round times, max peak RSS Δ, method).
+    """
+    names = list(phases)
+    for name in names:
+        fn, cleanup = phases[name]
+        result = fn()
         cleanup(result)
-    del result
-    times, peaks, method = [], [], None
-    for _ in range(repeats):
-        gc.collect()
-        with PeakMemory() as memory:
-            start = time.perf_counter()
-            result = fn()
-            elapsed = time.perf_counter() - start
-        times.append(elapsed)
-        peaks.append(memory.peak)
-        method = memory.method
-        if cleanup:
-            cleanup(result)
         del result
-    return statistics.median(times), times, max(peaks), method
+    times = {name: [] for name in names}
+    peaks = {name: 0 for name in names}
+    method = None
+    for r in range(repeats):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            fn, cleanup = phases[name]
+            gc.collect()
+            with PeakMemory() as memory:
+                start = time.perf_counter()
+                result = fn()
+                elapsed = time.perf_counter() - start
+            times[name].append(elapsed)
+            peaks[name] = max(peaks[name], memory.peak)
+            method = memory.method
+            cleanup(result)
+            del result
+    return times, peaks, method
+
+
+def numpy_peak(fn, cleanup):
+    """Peak of numpy/Python allocations during `fn()` (tracemalloc), in bytes."""
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        result = fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    cleanup(result)
+    return peak
 
 
 def release_model(model):
     import keras
 
-    del model
     keras.backend.clear_session()
-    gc.collect()
 
 
 def environment(keras, np):
@@ -249,21 +284,14 @@ def main(argv=None):
     )
     sys.stdout.flush()
 
-    # 1. grow
     def run_grow():
         return kwiden.grow(small, k)
 
-    grow_t, grow_all, grow_mem, method = timed(run_grow, args.repeats, release_model)
-
-    # 2. baseline: build from config + set_weights of prepared arrays
     def run_baseline():
         model = kwiden.build_transformer_model(big_config, model="bert")
         model.set_weights(prepared)
         return model
 
-    base_t, base_all, base_mem, _ = timed(run_baseline, args.repeats, release_model)
-
-    # 3a. floor: allocate + fill every big weight
     def run_fill():
         arrays = []
         for shape in big_shapes:
@@ -272,9 +300,6 @@ def main(argv=None):
             arrays.append(a)
         return arrays
 
-    fill_t, fill_all, fill_mem, _ = timed(run_fill, args.repeats)
-
-    # 3b. reference: repeat the small weights along the grown axes
     def run_repeat():
         arrays = []
         for a, shape in zip(small_weights, big_shapes, strict=True):
@@ -284,34 +309,62 @@ def main(argv=None):
             arrays.append(a)
         return arrays
 
-    rep_t, rep_all, rep_mem, _ = timed(run_repeat, args.repeats)
+    def drop(result):
+        pass
 
-    def fmt_times(ts):
-        return " ".join(f"{t:.2f}" for t in ts)
+    phases = {
+        "grow": (run_grow, release_model),
+        "baseline": (run_baseline, release_model),
+        "fill": (run_fill, drop),
+        "repeat": (run_repeat, drop),
+    }
+    times, peaks, method = alternate(phases, args.repeats)
+    median = {name: statistics.median(ts) for name, ts in times.items()}
+    traced = {}
+    if not args.no_tracemalloc:
+        for name, (fn, cleanup) in phases.items():
+            traced[name] = numpy_peak(fn, cleanup)
 
-    header = ["phase", "median s", "runs s", "× baseline", "× floor", f"peak mem ({method})"]
-    rows = [
-        ["grow", f"{grow_t:.3f}", fmt_times(grow_all), f"{grow_t / base_t:.2f}",
-         f"{grow_t / fill_t:.1f}", gib(grow_mem)],
-        ["baseline: build + set_weights", f"{base_t:.3f}", fmt_times(base_all), "1.00",
-         f"{base_t / fill_t:.1f}", gib(base_mem)],
-        ["floor: np.empty + fill", f"{fill_t:.3f}", fmt_times(fill_all),
-         f"{fill_t / base_t:.2f}", "1.0", gib(fill_mem)],
-        ["ref: np.repeat of small", f"{rep_t:.3f}", fmt_times(rep_all),
-         f"{rep_t / base_t:.2f}", f"{rep_t / fill_t:.1f}", gib(rep_mem)],
-    ]
+    labels = {
+        "grow": "grow",
+        "baseline": "baseline: build + set_weights",
+        "fill": "floor: np.empty + fill",
+        "repeat": "ref: np.repeat of small",
+    }
+    header = ["phase", "median s", "runs s", "× baseline", "× floor", "peak RSS Δ", "numpy peak"]
+    rows = []
+    for name, label in labels.items():
+        rows.append(
+            [
+                label,
+                f"{median[name]:.3f}",
+                " ".join(f"{t:.2f}" for t in times[name]),
+                f"{median[name] / median['baseline']:.2f}",
+                f"{median[name] / median['fill']:.1f}",
+                gib(peaks[name]),
+                gib(traced[name]) if name in traced else "-",
+            ]
+        )
+    ratio_base = median["grow"] / median["baseline"]
+    ratio_floor = median["grow"] / median["fill"]
     print()
     print(table(rows, header))
     print()
-    verdict = "MET" if grow_t / base_t <= TARGET else "NOT MET"
+    verdict = "MET" if ratio_base <= TARGET else "NOT MET"
     print(
-        f"grow / baseline = {grow_t / base_t:.2f}  (target ≤ {TARGET:.1f}: {verdict});  "
-        f"grow / floor = {grow_t / fill_t:.1f};  big weights = {gib(big_bytes)}"
+        f"grow / baseline = {ratio_base:.2f}  (target ≤ {TARGET:.1f}: {verdict});  "
+        f"grow / floor = {ratio_floor:.1f};  big weights = {gib(big_bytes)}"
     )
     print(
-        "peak mem: peak RSS during the phase above the RSS at its start, max over runs "
-        "(includes the framework's variables; the floor rows are pure numpy)."
+        f"peak RSS Δ: peak resident memory during the phase above that at its start "
+        f"({method}), max over the timed runs; it includes the framework's variables but "
+        "misses memory the allocator reuses from earlier runs."
     )
+    if traced:
+        print(
+            "numpy peak: tracemalloc peak of Python/numpy allocations in one extra, "
+            "untimed run (TensorFlow/JAX buffers are not traced)."
+        )
     sys.stdout.flush()
 
     if args.profile:

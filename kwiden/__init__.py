@@ -1,6 +1,6 @@
 """kwiden: grow a trained Keras 3 Transformer into a wider one that computes the same function."""
 
-from kwiden import layers, models
+from kwiden import layers, models, optimizers
 from kwiden.expansion import Space
 from kwiden.grow import grow
 from kwiden.models import build_transformer_model
@@ -8,4 +8,4 @@ from kwiden.verify import verify
 
 __version__ = "0.1.0"
 
-__all__ = ["Space", "build_transformer_model", "grow", "layers", "models", "verify"]
+__all__ = ["Space", "build_transformer_model", "grow", "layers", "models", "optimizers", "verify"]

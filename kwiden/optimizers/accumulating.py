@@ -1,0 +1,156 @@
+"""The base of kwiden's optimizers: gradient accumulation folded into momentum.
+
+DESIGN §2. With `accum_steps = k`, micro-step `t` (counted from 1) adds `g_t / k`
+to the first moment, which decays by β only on the first micro-step of each
+cycle, and the parameters move on every k-th micro-step. After k micro-steps
+the moment holds `β·m + mean(g)`: the optimizer sees the mean gradient of the
+k micro-batches, and keeps no buffer beyond its own slots.
+"""
+
+import re
+
+import keras
+from keras import ops
+
+
+def scalar_dtype():
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return "float64" if jax.config.jax_enable_x64 else "float32"
+    return "float64"
+
+
+class AccumulatingOptimizer(keras.optimizers.Optimizer):
+    """Shared machinery: the accumulation cycle, learning-rate schedules counted
+    in updates, parameter-wise learning-rate multipliers and decoupled weight
+    decay with exclusion patterns.
+
+    Args:
+        learning_rate: a float, a `keras.optimizers.schedules.LearningRateSchedule`
+            (called with the number of parameter updates done so far, not
+            micro-steps), or a callable.
+        accum_steps: micro-batches per parameter update (an integer ≥ 1).
+        weight_decay: decoupled weight decay, `θ ← θ − lr·wd·θ` on each update
+            (before the gradient step, as Keras does), or None.
+        exclude_from_weight_decay: regular expressions searched in each
+            variable's path (`"Transformer-0-FeedForward/output_bias"`); a
+            variable that matches any is not decayed. bert4keras users write
+            `["Norm", "bias"]`.
+        lr_multipliers: `{pattern: multiplier}`; a variable's learning rate is
+            multiplied by the multiplier of the first pattern found in its path
+            (as bert4keras' `extend_with_parameter_wise_lr`). Saved in the config.
+        **kwargs: `name`, `clipnorm`, `clipvalue`, `global_clipnorm`,
+            `loss_scale_factor`, `use_ema`, … as for any Keras optimizer.
+            Clipping applies to each micro-batch's gradient.
+    """
+
+    def __init__(
+        self,
+        learning_rate,
+        accum_steps=1,
+        weight_decay=None,
+        exclude_from_weight_decay=None,
+        lr_multipliers=None,
+        **kwargs,
+    ):
+        if kwargs.get("gradient_accumulation_steps"):
+            raise ValueError(
+                f"{type(self).__name__} accumulates inside its momentum: use "
+                "`accum_steps`, not `gradient_accumulation_steps` (which would keep "
+                "an extra buffer per weight)."
+            )
+        kwargs.pop("gradient_accumulation_steps", None)
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        if isinstance(accum_steps, bool) or not isinstance(accum_steps, int) or accum_steps < 1:
+            raise ValueError(
+                f"`accum_steps` must be an integer >= 1 (1: no accumulation), got "
+                f"accum_steps={accum_steps!r}."
+            )
+        if isinstance(learning_rate, (int, float)) and learning_rate < 0:
+            raise ValueError(f"`learning_rate` must be >= 0, got learning_rate={learning_rate!r}.")
+        if weight_decay is not None and weight_decay < 0:
+            raise ValueError(f"`weight_decay` must be >= 0 or None, got weight_decay={weight_decay!r}.")
+        for pattern, multiplier in (lr_multipliers or {}).items():
+            if not isinstance(multiplier, (int, float)) or multiplier < 0:
+                raise ValueError(
+                    f"`lr_multipliers` values must be numbers >= 0; got {multiplier!r} "
+                    f"for pattern {pattern!r}."
+                )
+        self.accum_steps = accum_steps
+        self.decoupled_weight_decay = weight_decay
+        self.exclude_patterns = list(exclude_from_weight_decay or [])
+        self.lr_multipliers = {str(k): float(v) for k, v in (lr_multipliers or {}).items()}
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self._multipliers = [self._multiplier_of(v) for v in variables]
+        self._decays = [
+            self.decoupled_weight_decay is not None
+            and not any(re.search(p, v.path) for p in self.exclude_patterns)
+            for v in variables
+        ]
+
+    def _multiplier_of(self, variable):
+        for pattern, multiplier in self.lr_multipliers.items():
+            if re.search(pattern, variable.path):
+                return multiplier
+        return 1.0
+
+    @property
+    def updates_done(self):
+        """Parameter updates completed so far (micro-steps // accum_steps)."""
+        return self.iterations // self.accum_steps
+
+    def _get_current_learning_rate(self):
+        schedule = self._learning_rate
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            return schedule(self.updates_done)
+        return super()._get_current_learning_rate()
+
+    # The cycle, as 0/1 factors: arithmetic rather than branches, so that one
+    # update_step serves TensorFlow graphs, tf.distribute, JAX and PyTorch.
+
+    def cycle_start(self, dtype):
+        """1 on the first micro-step of a cycle (moments decay), else 0."""
+        return ops.cast(ops.equal(self.iterations % self.accum_steps, 0), dtype)
+
+    def cycle_end(self, dtype):
+        """1 on the last micro-step of a cycle (parameters move), else 0."""
+        return ops.cast(ops.equal((self.iterations + 1) % self.accum_steps, 0), dtype)
+
+    def update_number(self):
+        """The number of the update this cycle completes (1 for the first), in
+        float64 where the backend allows: bias corrections and RAdam's ρ_t
+        subtract nearly equal numbers early in training."""
+        return ops.cast(self.updates_done + 1, scalar_dtype())
+
+    def accumulate(self, moment, value, decay, dtype):
+        """`moment ← decay·moment + value/k` on a cycle's first micro-step, else
+        `moment ← moment + value/k`."""
+        keep = 1.0 - self.cycle_start(dtype) * (1.0 - decay)
+        self.assign(moment, moment * keep + value / self.accum_steps)
+
+    def learning_rate_of(self, variable, learning_rate):
+        index = self._get_variable_index(variable)
+        return ops.cast(learning_rate, variable.dtype) * self._multipliers[index]
+
+    def move(self, variable, step, learning_rate):
+        """On a cycle's last micro-step: decay the weight, then `θ ← θ − lr·step`."""
+        lr = self.learning_rate_of(variable, learning_rate) * self.cycle_end(variable.dtype)
+        if self._decays[self._get_variable_index(variable)]:
+            self.assign_sub(variable, variable * (lr * self.decoupled_weight_decay))
+        self.assign_sub(variable, lr * step)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("gradient_accumulation_steps", None)
+        config.update(
+            accum_steps=self.accum_steps,
+            weight_decay=self.decoupled_weight_decay,
+            exclude_from_weight_decay=self.exclude_patterns,
+            lr_multipliers=self.lr_multipliers,
+        )
+        return config

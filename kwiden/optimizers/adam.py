@@ -1,0 +1,112 @@
+import keras
+from keras import ops
+
+from kwiden.optimizers.accumulating import AccumulatingOptimizer
+
+
+@keras.saving.register_keras_serializable(package="kwiden")
+class Adam(AccumulatingOptimizer):
+    """Adam, accumulating `accum_steps` micro-batches in its moments.
+
+    First moment: exactly Adam's on the cycle's mean gradient,
+    `m ← β₁·m + (1 − β₁)·mean(g)`. Second moment: the same with `g²`, i.e.
+    `v ← β₂·v + (1 − β₂)·mean(g²)`: the mean of squares, not the square of the
+    mean (it is larger by the micro-batches' gradient variance; that is the
+    approximation that spares the buffer). Bias corrections count updates.
+    With `accum_steps=1` this is `keras.optimizers.Adam` step for step:
+    `θ ← θ − lr·√(1 − β₂ᵗ)/(1 − β₁ᵗ) · m/(√v + ε)`.
+
+    Args:
+        learning_rate: float, schedule (counted in updates) or callable.
+        beta_1, beta_2, epsilon: as in `keras.optimizers.Adam`.
+        accum_steps, weight_decay, exclude_from_weight_decay, lr_multipliers,
+        **kwargs: see `AccumulatingOptimizer`.
+
+    Example:
+
+    >>> import keras, kwiden
+    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    >>> model.compile(kwiden.optimizers.Adam(1e-3, accum_steps=8), "mse")
+    """
+
+    def __init__(
+        self,
+        learning_rate=0.001,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-7,
+        accum_steps=1,
+        name="adam",
+        **kwargs,
+    ):
+        super().__init__(learning_rate, accum_steps=accum_steps, name=name, **kwargs)
+        for arg, value in (("beta_1", beta_1), ("beta_2", beta_2)):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"`{arg}` must be in [0, 1), got {arg}={value!r}.")
+        self.beta_1 = float(beta_1)
+        self.beta_2 = float(beta_2)
+        self.epsilon = float(epsilon)
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self.momentums, self.velocities = self.add_optimizer_variables(
+            variables, ["momentum", "velocity"]
+        )
+
+    def moments(self, gradient, variable):
+        """Accumulate both moments; return them and the update number t."""
+        gradient = ops.cast(gradient, variable.dtype)
+        index = self._get_variable_index(variable)
+        m, v = self.momentums[index], self.velocities[index]
+        self.accumulate(m, (1.0 - self.beta_1) * gradient, self.beta_1, variable.dtype)
+        self.accumulate(v, (1.0 - self.beta_2) * ops.square(gradient), self.beta_2, variable.dtype)
+        return m, v, self.update_number()
+
+    def update_step(self, gradient, variable, learning_rate):
+        m, v, t = self.moments(gradient, variable)
+        beta_1, beta_2 = (ops.convert_to_tensor(beta, t.dtype) for beta in (self.beta_1, self.beta_2))
+        correction = ops.sqrt(1.0 - ops.power(beta_2, t)) / (1.0 - ops.power(beta_1, t))
+        correction = ops.cast(correction, variable.dtype)
+        self.move(variable, correction * m / (ops.sqrt(v) + self.epsilon), learning_rate)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "beta_1": self.beta_1,
+            "beta_2": self.beta_2,
+            "epsilon": self.epsilon,
+        }
+
+
+@keras.saving.register_keras_serializable(package="kwiden")
+class AdamW(Adam):
+    """Adam with decoupled weight decay (`keras.optimizers.AdamW`'s rule),
+    accumulating `accum_steps` micro-batches; LayerNorm parameters and biases
+    are not decayed by default.
+
+    Args:
+        weight_decay: the decay rate (Keras' default, 0.004).
+        exclude_from_weight_decay: patterns searched in variable paths;
+            default `("gamma", "beta", "bias")`.
+        Others as `Adam`.
+    """
+
+    def __init__(
+        self,
+        learning_rate=0.001,
+        weight_decay=0.004,
+        exclude_from_weight_decay=("gamma", "beta", "bias"),
+        name="adamw",
+        **kwargs,
+    ):
+        if weight_decay is None:
+            raise ValueError("AdamW needs a `weight_decay` (a float >= 0); use Adam for none.")
+        super().__init__(
+            learning_rate,
+            weight_decay=weight_decay,
+            exclude_from_weight_decay=exclude_from_weight_decay,
+            name=name,
+            **kwargs,
+        )

@@ -1,0 +1,85 @@
+"""Learning-rate schedules. kwiden's optimizers call them with the number of
+parameter updates done (micro-steps // accum_steps), so a schedule written in
+updates means the same thing whatever the accumulation."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="kwiden")
+class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup from 0 to `peak` over `warmup_steps`, then linear or cosine
+    decay to `end` at `total_steps`, constant after.
+
+    >>> schedule = WarmupDecay(1e-3, warmup_steps=10, total_steps=110)
+    >>> [round(float(schedule(s)), 6) for s in (0, 5, 10, 60, 110, 200)]
+    [0.0, 0.0005, 0.001, 0.0005, 0.0, 0.0]
+    """
+
+    def __init__(self, peak, warmup_steps, total_steps, decay="linear", end=0.0):
+        if decay not in ("linear", "cosine"):
+            raise ValueError(f"`decay` must be 'linear' or 'cosine', got decay={decay!r}.")
+        if not 0 <= warmup_steps <= total_steps:
+            raise ValueError(
+                f"Need 0 <= warmup_steps <= total_steps, got warmup_steps={warmup_steps}, "
+                f"total_steps={total_steps}."
+            )
+        self.peak = float(peak)
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.decay = decay
+        self.end = float(end)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        warmup = self.peak * step / max(self.warmup_steps, 1)
+        progress = ops.clip(
+            (step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0
+        )
+        if self.decay == "cosine":
+            fraction = 0.5 * (1.0 + ops.cos(progress * 3.141592653589793))
+        else:
+            fraction = 1.0 - progress
+        decayed = self.end + (self.peak - self.end) * fraction
+        return ops.where(step < self.warmup_steps, warmup, decayed)
+
+    def get_config(self):
+        return dict(
+            peak=self.peak,
+            warmup_steps=self.warmup_steps,
+            total_steps=self.total_steps,
+            decay=self.decay,
+            end=self.end,
+        )
+
+
+@keras.saving.register_keras_serializable(package="kwiden")
+class PiecewiseLinear(keras.optimizers.schedules.LearningRateSchedule):
+    """bert4keras' `piecewise_linear`: `learning_rate` times a multiplier that
+    moves linearly between `{step: multiplier}` points, from 0 at step 0 unless
+    step 0 is given, and stays at the last one after it.
+
+    >>> schedule = PiecewiseLinear(1e-3, {1000: 1.0, 2000: 0.1})
+    >>> [round(float(schedule(s)), 6) for s in (0, 500, 1000, 1500, 2000, 5000)]
+    [0.0, 0.0005, 0.001, 0.00055, 0.0001, 0.0001]
+    """
+
+    def __init__(self, learning_rate, schedule):
+        points = sorted((int(step), float(value)) for step, value in dict(schedule).items())
+        if not points or points[0][0] < 0:
+            raise ValueError(f"`schedule` needs steps >= 0, got schedule={schedule!r}.")
+        if points[0][0] != 0:
+            points.insert(0, (0, 0.0))
+        self.learning_rate = float(learning_rate)
+        self.points = points
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        value = ops.convert_to_tensor(self.points[-1][1], "float32")
+        for (s0, v0), (s1, v1) in reversed(list(zip(self.points, self.points[1:]))):
+            between = v0 + (v1 - v0) * (step - s0) / (s1 - s0)
+            value = ops.where(step < s1, between, value)
+        return self.learning_rate * value
+
+    def get_config(self):
+        return {"learning_rate": self.learning_rate, "schedule": {str(s): v for s, v in self.points}}
