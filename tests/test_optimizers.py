@@ -306,3 +306,21 @@ def test_mirrored_strategy_on_two_cpu_devices_equals_one_device():
     result = subprocess.run([sys.executable, "-c", DISTRIBUTED], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "max difference" in result.stdout
+
+
+@pytest.mark.parametrize("ours, theirs", [
+    (lambda: optimizers.Adam(0.01), lambda: keras.optimizers.Adam(0.01)),
+    (lambda: optimizers.SGDM(0.1), lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+], ids=["Adam", "SGDM"])
+def test_sparse_embedding_gradients_match_keras(ours, theirs):
+    ids = RNG.integers(0, 50, (16, 5)).astype("int32")
+    y = RNG.normal(size=(16, 5, 4)).astype("float32")
+
+    def trained(optimizer):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(50, 4)])
+        model.compile(optimizer, "mse")
+        model.fit(ids, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+        return [w.numpy() for w in model.weights]
+
+    assert_weights_equal(trained(ours()), trained(theirs()))

@@ -115,10 +115,14 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
 
     def cycle_start(self, dtype):
         """1 on the first micro-step of a cycle (moments decay), else 0."""
+        if self.accum_steps == 1:
+            return 1.0
         return ops.cast(ops.equal(self.iterations % self.accum_steps, 0), dtype)
 
     def cycle_end(self, dtype):
         """1 on the last micro-step of a cycle (parameters move), else 0."""
+        if self.accum_steps == 1:
+            return 1.0
         return ops.cast(ops.equal((self.iterations + 1) % self.accum_steps, 0), dtype)
 
     def update_number(self):
@@ -127,11 +131,12 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         subtract nearly equal numbers early in training."""
         return ops.cast(self.updates_done + 1, scalar_dtype())
 
-    def accumulate(self, moment, value, decay, dtype):
-        """`moment ← decay·moment + value/k` on a cycle's first micro-step, else
-        `moment ← moment + value/k`."""
+    def accumulate(self, moment, value, weight, decay, dtype):
+        """`moment ← decay·moment + (weight/k)·value` on a cycle's first
+        micro-step, else `moment ← moment + (weight/k)·value`."""
         keep = 1.0 - self.cycle_start(dtype) * (1.0 - decay)
-        self.assign(moment, moment * keep + value / self.accum_steps)
+        # ops.* rather than operators: `value` may be sparse (tf.IndexedSlices).
+        self.assign(moment, ops.add(ops.multiply(moment, keep), ops.multiply(value, weight / self.accum_steps)))
 
     def learning_rate_of(self, variable, learning_rate):
         index = self._get_variable_index(variable)

@@ -60,8 +60,8 @@ class Adam(AccumulatingOptimizer):
         gradient = ops.cast(gradient, variable.dtype)
         index = self._get_variable_index(variable)
         m, v = self.momentums[index], self.velocities[index]
-        self.accumulate(m, (1.0 - self.beta_1) * gradient, self.beta_1, variable.dtype)
-        self.accumulate(v, (1.0 - self.beta_2) * ops.square(gradient), self.beta_2, variable.dtype)
+        self.accumulate(m, gradient, 1.0 - self.beta_1, self.beta_1, variable.dtype)
+        self.accumulate(v, ops.square(gradient), 1.0 - self.beta_2, self.beta_2, variable.dtype)
         return m, v, self.update_number()
 
     def update_step(self, gradient, variable, learning_rate):

@@ -52,8 +52,8 @@ class SGDM(AccumulatingOptimizer):
     def update_step(self, gradient, variable, learning_rate):
         gradient = ops.cast(gradient, variable.dtype)
         m = self.momentums[self._get_variable_index(variable)]
-        self.accumulate(m, gradient, self.momentum, variable.dtype)
-        step = gradient + self.momentum * m if self.nesterov else m
+        self.accumulate(m, gradient, 1.0, self.momentum, variable.dtype)
+        step = ops.add(gradient, ops.multiply(m, self.momentum)) if self.nesterov else m
         self.move(variable, step, learning_rate)
 
     def get_config(self):
