@@ -11,6 +11,9 @@ import pytest
 from kwiden import optimizers
 from kwiden.optimizers.accumulating import scalar_dtype
 
+# The whole module is part of the backend smoke suite (JAX in CI).
+pytestmark = pytest.mark.backends
+
 RNG = np.random.default_rng(0)
 SHAPES = [(3, 4), (4,)]
 
@@ -41,7 +44,6 @@ def assert_weights_equal(a, b, atol=1e-6):
         np.testing.assert_allclose(x, y, rtol=0, atol=atol)
 
 
-@pytest.mark.backends
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_sgdm_without_accumulation_is_keras_sgd(nesterov):
     grads = gradients(10)
@@ -50,7 +52,6 @@ def test_sgdm_without_accumulation_is_keras_sgd(nesterov):
     assert_weights_equal(ours, theirs)
 
 
-@pytest.mark.backends
 def test_adam_without_accumulation_is_keras_adam():
     grads = gradients(10)
     assert_weights_equal(run(optimizers.Adam(0.01), grads), run(keras.optimizers.Adam(0.01), grads))
@@ -63,7 +64,6 @@ def test_adamw_without_accumulation_is_keras_adamw():
     assert_weights_equal(ours, theirs)
 
 
-@pytest.mark.backends
 def test_sgdm_accumulation_equals_sgd_on_each_cycles_mean_gradient():
     grads = gradients(12)  # 3 cycles of 4 micro-batches
     ours = run(optimizers.SGDM(0.05, momentum=0.9, accum_steps=4), grads)
@@ -87,7 +87,6 @@ def test_sgdm_accumulation_in_fit_equals_one_big_batch():
     assert_weights_equal(ours, theirs)
 
 
-@pytest.mark.backends
 def test_adam_accumulation_first_moment_exact_second_moment_mean_of_squares():
     k, b1, b2, eps, lr = 3, 0.9, 0.99, 1e-7, 0.01
     grads = gradients(9)
@@ -133,7 +132,6 @@ def radam_reference(weights, grads, lr, b1, b2, eps, threshold):
     return weights, fallback_steps
 
 
-@pytest.mark.backends
 def test_radam_equals_the_papers_algorithm_including_fallback_steps():
     grads = gradients(12)
     ours = run(optimizers.RAdam(0.01), grads)
