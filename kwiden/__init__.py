@@ -2,10 +2,20 @@
 
 from kwiden import layers, models, optimizers
 from kwiden.expansion import Space
-from kwiden.grow import grow
+from kwiden.grow import GrowthError, grow, growth_scales
 from kwiden.models import build_transformer_model
 from kwiden.verify import verify
 
 __version__ = "0.1.0"
 
-__all__ = ["Space", "build_transformer_model", "grow", "layers", "models", "optimizers", "verify"]
+__all__ = [
+    "GrowthError",
+    "Space",
+    "build_transformer_model",
+    "grow",
+    "growth_scales",
+    "layers",
+    "models",
+    "optimizers",
+    "verify",
+]

@@ -60,46 +60,95 @@ IN = "in"
 OUT = "out"
 
 
-def spread_weights(n, factor):
-    """α for each new row of an input axis: they sum to 1 over each row's copies."""
-    return np.full(n * factor, 1.0 / factor)
+def spread_weights(shape, axis, factor, spread=0.0, rng=None):
+    """α over an expanded input axis: weights that sum to 1 over each row's copies.
+
+    `spread=0` gives the plain `1/factor`. Otherwise `α = (1 + spread·u)/factor`
+    with `u` drawn per element, uniform in [-1, 1] and centred over each group
+    of copies (DESIGN §1.7): every output still receives exactly the small
+    model's input, but each copy of an input neuron reaches the outputs through
+    different weights, so the copies receive different gradients from the first
+    step on, under SGD and under Adam alike.
+    """
+    if spread == 0.0 or factor == 1:
+        broadcast = [1] * len(shape)
+        broadcast[axis] = shape[axis]
+        return np.full(broadcast, 1.0 / factor)
+    if rng is None:
+        raise ValueError("`spread` needs a random generator `rng`.")
+    u = rng.uniform(-1.0, 1.0, shape)
+    grouped = np.moveaxis(u, axis, -1)
+    grouped = grouped.reshape(*grouped.shape[:-1], -1, factor)
+    grouped = grouped - grouped.mean(axis=-1, keepdims=True)
+    u = np.moveaxis(grouped.reshape(*grouped.shape[:-2], -1), -1, axis)
+    return (1.0 + spread * u) / factor
 
 
-def expand(weight, axes):
+def _check_axes(weight, axes):
+    if len(axes) != weight.ndim:
+        raise ValueError(f"`axes` names {len(axes)} axes but the weight has shape {weight.shape}.")
+    for spec in axes:
+        if spec is not None and spec[1] not in (IN, OUT):
+            raise ValueError(f"Axis role must be {IN!r} or {OUT!r}, got {spec[1]!r}.")
+
+
+def expand(weight, axes, spread=0.0, rng=None):
     """Expand one weight tensor.
 
     `axes` gives, for each axis of `weight`, `None` (left alone) or a pair
     `(space, role)`. An `OUT` axis is a space the weight writes into: it is
     copied and its scale multiplies the weight. An `IN` axis is a space the
     weight reads from: each row is spread over its copies with weights summing
-    to 1 (DESIGN §1.1) and its scale divides the weight. So a Dense kernel
-    `(in, out)` becomes `(s_out / s_in) · S_in W P_outᵀ` and a bias `s_out · P b`.
+    to 1 (DESIGN §1.1; unequal when `spread > 0`, §1.7) and its scale divides
+    the weight. So a Dense kernel `(in, out)` becomes
+    `(s_out / s_in) · S_in W P_outᵀ` and a bias `s_out · P b`.
     Computed in float64 and returned in the weight's dtype.
     """
     weight = np.asarray(weight)
-    if len(axes) != weight.ndim:
-        raise ValueError(
-            f"`axes` names {len(axes)} axes but the weight has shape "
-            f"{weight.shape}."
-        )
+    _check_axes(weight, axes)
     result = weight.astype(np.float64)
     factor = 1.0
     for axis, spec in enumerate(axes):
         if spec is None:
             continue
         space, role = spec
-        n = result.shape[axis]
-        result = np.take(result, space.source(n), axis=axis)
+        result = np.take(result, space.source(result.shape[axis]), axis=axis)
         if role == IN:
-            shape = [1] * result.ndim
-            shape[axis] = -1
-            result = result * spread_weights(n, space.factor).reshape(shape)
+            result = result * spread_weights(result.shape, axis, space.factor, spread, rng)
             factor /= space.scale
-        elif role == OUT:
-            factor *= space.scale
         else:
-            raise ValueError(f"Axis role must be {IN!r} or {OUT!r}, got {role!r}.")
+            factor *= space.scale
     return (result * factor).astype(weight.dtype)
+
+
+def growth_scale(axes):
+    """`c`: the grown tensor is its source copied and multiplied by `c` (with
+    equal splits). DESIGN §1.11b: Adam's learning rate for it times `c` keeps
+    the first steps after growth on the small model's trajectory."""
+    c = 1.0
+    for spec in axes:
+        if spec is not None:
+            space, role = spec
+            c *= space.scale if role == OUT else 1.0 / (space.scale * space.factor)
+    return c
+
+
+def expand_gradient_like(value, axes, power=1):
+    """An optimizer slot grown with its weight (DESIGN §1.11).
+
+    With equal splits the grown weight's gradient is the source's copied and
+    multiplied by `1/(c·K)`, `K` the number of copies per source element: first
+    moments (`power=1`) grow like that, second moments (`power=2`) like its square.
+    """
+    value = np.asarray(value)
+    _check_axes(value, axes)
+    copies = 1
+    result = value.astype(np.float64)
+    for axis, spec in enumerate(axes):
+        if spec is not None:
+            result = np.take(result, spec[0].source(result.shape[axis]), axis=axis)
+            copies *= spec[0].factor
+    return (result * (1.0 / (growth_scale(axes) * copies)) ** power).astype(value.dtype)
 
 
 def is_positively_homogeneous(activation_name):

@@ -9,13 +9,12 @@ ids, masks, logits).
 """
 
 import dataclasses
-from typing import Callable
 
 import keras
 import numpy as np
 from keras import tree
 
-from kwiden.expansion import IN, UNCHANGED, Space, expand, is_positively_homogeneous
+from kwiden.expansion import IN, UNCHANGED, Space, expand, growth_scale, is_positively_homogeneous
 from kwiden.layers.expandable import Expandable
 
 
@@ -26,11 +25,18 @@ class GrowthError(ValueError):
 @dataclasses.dataclass
 class Plan:
     """How one call of one layer grows: its outputs' spaces, the grown layer's
-    config, and (lazily) the grown layer's weights."""
+    config, and for each of the layer's weights its axes as `expand` takes them."""
 
     outputs: list
     config: dict
-    weights: Callable[[], list]
+    weights: list  # the small layer's variables
+    axes: list
+
+    def grown_weights(self, spread=0.0, rng=None):
+        return [
+            expand(keras.ops.convert_to_numpy(w), a, spread, rng)
+            for w, a in zip(self.weights, self.axes, strict=True)
+        ]
 
 
 def check_factor(k):
@@ -39,12 +45,12 @@ def check_factor(k):
     return int(k)
 
 
-def grow(model, k, check=None, rtol=1e-5):
+def grow(model, k, check=None, rtol=1e-5, spread=0.0, seed=None, optimizer=None):
     """Return a new functional model `k` times wider computing the same function.
 
     Hidden size, FFN size, head size and embedding widths are multiplied by
-    `k`; the number of layers and heads, the vocabulary and the inputs stay.
-    The source model is not modified; `k=1` returns an equal copy.
+    `k`; the number of layers and heads, the vocabulary and the model inputs
+    stay. The source model is not modified; `k=1` returns an equal copy.
 
     Args:
         model: a functional `keras.Model` built from kwiden layers and Keras
@@ -55,10 +61,22 @@ def grow(model, k, check=None, rtol=1e-5):
             with `model` on them (`kwiden.verify`) and a `GrowthError` carrying
             the report is raised if it departs by more than `rtol`.
         rtol: the relative error `check` accepts (float32 rounding: 1e-5).
+        spread: exact symmetry breaking (DESIGN §1.7): every linear map spreads
+            each input over its copies with unequal weights `(1 + spread·u)/k`,
+            so the copies of a neuron train apart from the first step while the
+            grown model still computes the same function. 0 gives plain copies;
+            values of order 1 are where to start.
+        seed: seed of the random splits (`spread > 0`).
+        optimizer: the small model's optimizer. If given, `grow` returns
+            `(big, big_optimizer)`: an optimizer of the same class whose slots
+            (momenta, second moments) were grown with the weights (DESIGN
+            §1.11) and, for kwiden's optimizers, whose parameter-wise learning
+            rates carry each tensor's growth scale (§1.11b), so that training
+            goes on where the small model left off.
 
     Returns:
-        The grown `keras.Model`, with the same layer names, dtype policies and
-        trainable flags.
+        The grown `keras.Model` (same layer names, dtype policies and trainable
+        flags), or `(model, optimizer)` when `optimizer` is given.
 
     Example:
 
@@ -71,16 +89,18 @@ def grow(model, k, check=None, rtol=1e-5):
     16
     """
     k = check_factor(k)
+    if spread < 0:
+        raise ValueError(f"`spread` must be >= 0 (0: plain copies), got spread={spread!r}.")
     _require_functional(model)
     tensors = {}
-    grown = {}  # id(small layer) -> (grown layer, weights thunk)
+    grown = {}  # id(small layer) -> (grown layer, plan)
     for x in model.inputs:
         tensors[id(x)] = keras.Input(batch_shape=x.shape, dtype=x.dtype, name=x.name)
     steps, _ = walk(model, k)
     for node, plan in steps:
         op = node.operation
         if id(op) not in grown:
-            grown[id(op)] = (op.__class__.from_config(plan.config), plan.weights)
+            grown[id(op)] = (op.__class__.from_config(plan.config), plan)
         args, kwargs = node.arguments.fill_in(tensors)
         outputs = grown[id(op)][0](*args, **kwargs)
         for x, y in zip(node.outputs, tree.flatten(outputs)):
@@ -90,16 +110,36 @@ def grow(model, k, check=None, rtol=1e-5):
         tree.map_structure(lambda x: tensors[id(x)], model.output),
         name=model.name,
     )
-    for layer, weights in grown.values():
-        if getattr(layer, "weights", None):
-            layer.set_weights(weights())
+    rng = np.random.default_rng(seed)
+    for layer, plan in grown.values():
+        if plan.weights:
+            layer.set_weights(plan.grown_weights(spread, rng))
     if check is not None:
         from kwiden.verify import verify
 
         report = verify(model, big, check, rtol=rtol, k=k)
         if not report.ok:
             raise GrowthError(f"The grown model is not exact:\n{report}")
-    return big
+    if optimizer is None:
+        return big
+    from kwiden.optimizer_growth import grow_optimizer
+
+    return big, grow_optimizer(optimizer, model, big, weight_axes(model, k))
+
+
+def weight_axes(model, k):
+    """`{variable path: axes}`: how each weight of `model` grows by `k`."""
+    axes = {}
+    for _, plan in walk(model, k)[0]:
+        for weight, weight_axes in zip(plan.weights, plan.axes):
+            axes[weight.path] = weight_axes
+    return axes
+
+
+def growth_scales(model, k):
+    """`{variable path: c}`: each grown tensor is its source copied and
+    multiplied by `c` (equal splits; DESIGN §1.11b)."""
+    return {path: growth_scale(axes) for path, axes in weight_axes(model, k).items()}
 
 
 def walk(model, k):
@@ -109,15 +149,17 @@ def walk(model, k):
     maps `id(tensor)` of every tensor of `model` to its `Space` once grown.
     """
     spaces = {id(x): UNCHANGED for x in model.inputs}
-    first_call = {}  # id(layer) -> (input spaces, weights) of its first call
+    first_axes = {}  # id(layer) -> the weight axes of its first call
     steps = []
     for node in nodes_in_order(model):
         op = node.operation
         in_spaces = [spaces[id(x)] for x in node.input_tensors]
         plan = plan_node(op, k, node, in_spaces)
-        if id(op) in first_call and first_call[id(op)][0] != in_spaces:
-            _check_shared(op, first_call[id(op)][1], plan.weights)
-        first_call.setdefault(id(op), (in_spaces, plan.weights))
+        if first_axes.setdefault(id(op), plan.axes) != plan.axes:
+            raise GrowthError(
+                f"Layer '{op.name}' is shared by calls whose inputs grow differently, and "
+                "one set of grown weights cannot serve them all. Use separate layers."
+            )
         for x, space in zip(node.outputs, plan.outputs):
             spaces[id(x)] = space
         steps.append((node, plan))
@@ -154,13 +196,11 @@ def plan_node(op, k, node, in_spaces):
             if not any(isinstance(x, keras.KerasTensor) for x in tree.flatten(value))
         }
         out = op.get_expanded_output_space(k, space, **static)
-        return Plan(
-            [out] * outputs,
-            op.get_expanded_config(k, space),
-            lambda: op.get_expanded_weights(k, space),
-        )
+        config = op.get_expanded_config(k, space)
+        return Plan([out] * outputs, config, op.weights, op.get_expanded_weight_axes(k, space))
     if not any(space.expanded for space in in_spaces):
-        return Plan([UNCHANGED] * outputs, op.get_config(), lambda: _weights_of(op))
+        weights = getattr(op, "weights", [])
+        return Plan([UNCHANGED] * outputs, op.get_config(), weights, [[None] * len(w.shape) for w in weights])
     for layer_class, rule in GLUE_RULES:
         if isinstance(op, layer_class):
             return rule(op, k, in_spaces, outputs)
@@ -171,10 +211,6 @@ def plan_node(op, k, node, in_spaces):
         "subclass kwiden.layers.Expandable and implement `get_expanded_weights` "
         "(and `get_expanded_config`, `get_expanded_output_space`)."
     )
-
-
-def _weights_of(op):
-    return [keras.ops.convert_to_numpy(w) for w in getattr(op, "weights", [])]
 
 
 def _common_space(op, in_spaces):
@@ -189,14 +225,6 @@ def _common_space(op, in_spaces):
     return expanded.pop() if expanded else UNCHANGED
 
 
-def _check_shared(op, first_weights, weights):
-    if not all(np.array_equal(a, b) for a, b in zip(first_weights(), weights())):
-        raise GrowthError(
-            f"Layer '{op.name}' is shared by calls whose inputs grow differently, and "
-            "one set of grown weights cannot serve them all. Use separate layers."
-        )
-
-
 # Rules for Keras' own layers that see grown tensors.
 
 
@@ -208,7 +236,7 @@ def _same_space(op, k, in_spaces, outputs):
             "of the small model's. Combine tensors that come out of the same kind of "
             "layer (e.g. two residual-stream tensors)."
         )
-    return Plan([in_spaces[0]] * outputs, op.get_config(), lambda: [])
+    return Plan([in_spaces[0]] * outputs, op.get_config(), [], [])
 
 
 def _activation(op, k, in_spaces, outputs):
@@ -221,7 +249,7 @@ def _activation(op, k, in_spaces, outputs):
             "Give the activation to the preceding ExpandableDense (activation=...) so "
             "that growth can keep its output a pure copy."
         )
-    return Plan([space] * outputs, op.get_config(), lambda: [])
+    return Plan([space] * outputs, op.get_config(), [], [])
 
 
 def _multiply(op, k, in_spaces, outputs):
@@ -233,7 +261,7 @@ def _multiply(op, k, in_spaces, outputs):
             "copied the same way."
         )
     scale = float(np.prod([space.scale for space in expanded]))
-    return Plan([Space(expanded[0].factor, scale)] * outputs, op.get_config(), lambda: [])
+    return Plan([Space(expanded[0].factor, scale)] * outputs, op.get_config(), [], [])
 
 
 def _concatenate(op, k, in_spaces, outputs):
@@ -248,13 +276,8 @@ def _concatenate(op, k, in_spaces, outputs):
 
 def _dense_head(op, k, in_spaces, outputs):
     (space,) = in_spaces
-
-    def weights():
-        kernel = keras.ops.convert_to_numpy(op.kernel)
-        grown = [expand(kernel, [(space, IN), None])]
-        return grown + _weights_of(op)[1:]
-
-    return Plan([UNCHANGED] * outputs, op.get_config(), weights)
+    axes = [[(space, IN), None]] + [[None]] * op.use_bias
+    return Plan([UNCHANGED] * outputs, op.get_config(), op.weights, axes)
 
 
 GLUE_RULES = [

@@ -1,6 +1,7 @@
 """What every kwiden layer tells the growth walker (DESIGN §1)."""
 
 import keras
+import numpy as np
 
 from kwiden.expansion import Space, expand
 
@@ -27,11 +28,13 @@ class Expandable:
         """For each of `self.weights`, its axes as `expand` takes them."""
         raise NotImplementedError
 
-    def get_expanded_weights(self, k, input_space=None):
+    def get_expanded_weights(self, k, input_space=None, spread=0.0, seed=None):
+        """The grown weights; `spread > 0` splits inputs unequally (DESIGN §1.7)."""
         input_space = default_space(k, input_space)
         axes = self.get_expanded_weight_axes(k, input_space)
+        rng = np.random.default_rng(seed)
         return [
-            expand(keras.ops.convert_to_numpy(weight), weight_axes)
+            expand(keras.ops.convert_to_numpy(weight), weight_axes, spread, rng)
             for weight, weight_axes in zip(self.weights, axes, strict=True)
         ]
 
