@@ -60,7 +60,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "--small",
         action="store_true",
-        help="quick run: 2 layers, hidden 128, 2 heads, FFN 512, vocab 1000, 3 repeats",
+        help="quick run: 2 layers, hidden 128, 2 heads, FFN 512, vocab 1000, 128 positions",
     )
     parser.add_argument(
         "--backend", default=None, help="KERAS_BACKEND to use (default: Keras' own setting)"

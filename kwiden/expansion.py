@@ -106,19 +106,22 @@ def expand(weight, axes, spread=0.0, rng=None):
     """
     weight = np.asarray(weight)
     _check_axes(weight, axes)
+    if spread == 0.0:
+        # Equal splits: scale the small tensor, then copy (k² times less work).
+        result = weight.astype(np.float64) * growth_scale(axes)
+        result = result.astype(weight.dtype)
+        for axis, spec in enumerate(axes):
+            if spec is not None and spec[0].factor != 1:
+                result = np.repeat(result, spec[0].factor, axis=axis)
+        return result
     result = weight.astype(np.float64)
-    factor = 1.0
     for axis, spec in enumerate(axes):
-        if spec is None:
-            continue
-        space, role = spec
-        result = np.take(result, space.source(result.shape[axis]), axis=axis)
-        if role == IN:
-            result = result * spread_weights(result.shape, axis, space.factor, spread, rng)
-            factor /= space.scale
-        else:
-            factor *= space.scale
-    return (result * factor).astype(weight.dtype)
+        if spec is not None:
+            space, role = spec
+            result = np.take(result, space.source(result.shape[axis]), axis=axis)
+            if role == IN:
+                result = result * (space.factor * spread_weights(result.shape, axis, space.factor, spread, rng))
+    return (result * growth_scale(axes)).astype(weight.dtype)
 
 
 def growth_scale(axes):

@@ -100,7 +100,7 @@ def grow(model, k, check=None, rtol=1e-5, spread=0.0, seed=None, optimizer=None)
     for node, plan in steps:
         op = node.operation
         if id(op) not in grown:
-            grown[id(op)] = (op.__class__.from_config(plan.config), plan)
+            grown[id(op)] = (_without_initializers(op.__class__, plan.config), plan)
         args, kwargs = node.arguments.fill_in(tensors)
         outputs = grown[id(op)][0](*args, **kwargs)
         for x, y in zip(node.outputs, tree.flatten(outputs)):
@@ -125,6 +125,18 @@ def grow(model, k, check=None, rtol=1e-5, spread=0.0, seed=None, optimizer=None)
     from kwiden.optimizer_growth import grow_optimizer
 
     return big, grow_optimizer(optimizer, model, big, weight_axes(model, k))
+
+
+def _without_initializers(layer_class, config):
+    """The layer of `config`, built with zeros instead of its initializers,
+    which keeps their config. Growth overwrites every weight; random
+    initialisers would take most of its time."""
+    initializers = {key: value for key, value in config.items() if key.endswith("_initializer") and value}
+    layer = layer_class.from_config({**config, **{key: "zeros" for key in initializers}})
+    for key, value in initializers.items():
+        if hasattr(layer, key):
+            setattr(layer, key, keras.initializers.get(value))
+    return layer
 
 
 def weight_axes(model, k):

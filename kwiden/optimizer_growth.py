@@ -17,7 +17,10 @@ def learning_rate_scale(axes, optimizer):
     """The learning-rate multiplier that keeps a grown tensor's first steps on
     the small model's trajectory. Adam-like steps are normalised, so the step
     must shrink with the tensor: `c`. SGD's step is `lr·g̃` with
-    `g̃ = g/(c·K)`, so it needs `c²·K` (K: copies per source element)."""
+    `g̃ = g/(c·K)`, so it needs `c²·K` (K: copies per source element). RAdam
+    gets Adam's `c`: its first updates (while ρ_t is small) are momentum steps,
+    for which `c` is not the right factor, so growth during them does not
+    follow the small trajectory as closely."""
     c = growth_scale(axes)
     if isinstance(optimizer, SGDM):
         copies = int(np.prod([spec[0].factor for spec in axes if spec is not None]))

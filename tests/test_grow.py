@@ -277,3 +277,15 @@ def test_builder_errors():
         kwiden.build_transformer_model(small_config(hidden_size=10, num_attention_heads=3))
     with pytest.raises(ValueError, match=r"`with_mlm` and `with_pool` apply to model='bert'"):
         kwiden.build_transformer_model(small_config(), model="gpt", with_mlm=True)
+
+
+def test_grown_layers_keep_their_initializers():
+    small = bert(with_mlm=True)
+    big = kwiden.grow(small, 2)
+    for name in ("Transformer-0-MultiHeadSelfAttention", "Transformer-0-FeedForward", "Embedding-Token"):
+        assert big.get_layer(name).get_config() == {
+            **small.get_layer(name).get_config(),
+            **{key: value for key, value in big.get_layer(name).get_config().items() if not key.endswith("initializer")},
+        }
+    init = big.get_layer("Transformer-0-FeedForward").kernel_initializer
+    assert isinstance(init, keras.initializers.TruncatedNormal) and init.stddev == pytest.approx(0.02)

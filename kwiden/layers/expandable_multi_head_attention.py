@@ -92,9 +92,13 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         return self.add_weight(shape=shape, initializer=self.bias_initializer, name=name)
 
     def _project(self, name, x):
-        kernel = getattr(self, f"{name}_kernel")
+        # reshape + 2-D matmul: on TensorFlow, einsum "btd,dnh->btnh" becomes a
+        # broadcasting batched matmul, about 3x slower on CPU.
+        kernel = ops.cast(getattr(self, f"{name}_kernel"), self.compute_dtype)
+        dim = kernel.shape[0]
+        y = ops.matmul(ops.reshape(x, (-1, dim)), ops.reshape(kernel, (dim, self.heads * self.head_size)))
+        y = ops.reshape(y, (ops.shape(x)[0], ops.shape(x)[1], self.heads, self.head_size))
         bias = getattr(self, f"{name}_bias")
-        y = ops.einsum("btd,dnh->btnh", x, ops.cast(kernel, self.compute_dtype))
         return y if bias is None else y + ops.cast(bias, self.compute_dtype)
 
     def call(
@@ -123,7 +127,10 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
             o = ops.einsum("bnts,bsnh->btnh", probs, v)
         else:
             o = ops.dot_product_attention(q, k, v, mask=mask, scale=scale)
-        y = ops.einsum("btnh,nhd->btd", o, ops.cast(self.output_kernel, self.compute_dtype))
+        kernel = ops.cast(self.output_kernel, self.compute_dtype)
+        width = self.heads * self.head_size
+        y = ops.matmul(ops.reshape(o, (-1, width)), ops.reshape(kernel, (width, kernel.shape[-1])))
+        y = ops.reshape(y, (ops.shape(o)[0], ops.shape(o)[1], kernel.shape[-1]))
         if self.output_bias is not None:
             y = y + ops.cast(self.output_bias, self.compute_dtype)
         return y

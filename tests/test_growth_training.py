@@ -1,0 +1,147 @@
+"""Growth that training can continue from: exact symmetry breaking, growth
+scales as learning-rate multipliers, and grown optimizer state."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import bert, gpt, outputs, padded_batch
+
+import kwiden
+from kwiden import optimizers
+from kwiden.expansion import Space
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def lm_batch(seed=3):
+    ids = padded_batch(segments=False, lengths=(9,) * 8, seed=seed)
+    return ids[:, :-1], ids[:, 1:]
+
+
+def copy_gap(hidden, k):
+    """How far apart the k copies of each hidden unit are."""
+    groups = hidden.reshape(*hidden.shape[:-1], -1, k)
+    return float(np.max(np.abs(groups - groups[..., :1])))
+
+
+def hidden_states(model, x):
+    probe = keras.Model(model.input, model.get_layer("Output-Norm").output)
+    return keras.ops.convert_to_numpy(probe(x))
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_spread_is_exact_right_after_growth(k):
+    small = gpt()
+    big = kwiden.grow(small, k, spread=1.0, seed=0)
+    report = kwiden.verify(small, big, padded_batch(segments=False))
+    assert report.ok, str(report)
+    plain = kwiden.grow(small, k)
+    differs = [
+        not np.allclose(a.numpy(), b.numpy()) for a, b in zip(big.weights, plain.weights) if a.path.endswith("kernel")
+    ]
+    assert all(differs)  # every kernel reads its inputs through unequal splits
+
+
+def test_spread_breaks_the_symmetry_after_one_step():
+    small = gpt()
+    x, y = lm_batch()
+    gaps = {}
+    for spread in (0.0, 1.0):
+        big = kwiden.grow(small, 2, spread=spread, seed=0)
+        assert copy_gap(hidden_states(big, x), 2) < 1e-5  # copies equal at growth
+        big.compile(optimizers.Adam(1e-2), LOSS, run_eagerly=True)
+        big.train_on_batch(x, y)
+        gaps[spread] = copy_gap(hidden_states(big, x), 2)
+    assert gaps[0.0] < 1e-5  # plain copies train as one: the big model is the small one
+    assert gaps[1.0] > 1e-2
+
+
+def test_spread_is_reproducible_and_rejects_negative_values():
+    small = gpt()
+    a = kwiden.grow(small, 2, spread=0.5, seed=7)
+    b = kwiden.grow(small, 2, spread=0.5, seed=7)
+    for x, y in zip(a.weights, b.weights):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+    with pytest.raises(ValueError, match=r"`spread` must be >= 0"):
+        kwiden.grow(small, 2, spread=-1.0)
+
+
+def test_growth_scales_are_the_design_factors():
+    k = 2
+    scales = kwiden.growth_scales(bert(), k)
+    assert scales["Embedding-Token/embeddings"] == pytest.approx(k**-0.5)
+    assert scales["Transformer-0-MultiHeadSelfAttention/query_kernel"] == pytest.approx(k**-0.75)
+    assert scales["Transformer-0-MultiHeadSelfAttention/output_kernel"] == pytest.approx(1 / k)
+    assert scales["Transformer-0-FeedForward/inner_kernel"] == pytest.approx(k**-0.5)
+    assert scales["Transformer-0-FeedForward/inner_bias"] == pytest.approx(1.0)
+    assert scales["Transformer-0-FeedForward/output_kernel"] == pytest.approx(k**-1.5)
+    assert scales["Transformer-0-FeedForward-Norm/gamma"] == pytest.approx(k**-0.5)
+
+
+def train_small(make_optimizer, steps=3):
+    small = gpt()
+    small.compile(make_optimizer(), LOSS, run_eagerly=True)
+    for seed in range(steps):
+        small.train_on_batch(*lm_batch(seed))
+    return small
+
+
+def step_error(small, big, x, y):
+    """After one identical step on both, how far the big model is from the small one."""
+    small.train_on_batch(x, y)
+    big.train_on_batch(x, y)
+    expected = outputs(small, x)[0]
+    return float(np.max(np.abs(outputs(big, x)[0] - expected)) / np.max(np.abs(expected)))
+
+
+@pytest.mark.parametrize(
+    "make_optimizer, steps",
+    [
+        (lambda: optimizers.Adam(3e-3), 3),
+        (lambda: optimizers.SGDM(0.05), 3),
+        # past RAdam's first 5 updates, which are momentum (SGD-like) steps
+        (lambda: optimizers.RAdam(3e-3), 6),
+    ],
+    ids=["Adam", "SGDM", "RAdam"],
+)
+def test_grown_optimizer_continues_the_small_models_trajectory(make_optimizer, steps):
+    x, y = lm_batch(seed=11)
+    errors = {}
+    for mode in ("grown", "fresh"):
+        small = train_small(make_optimizer, steps)
+        big, grown_optimizer = kwiden.grow(small, 2, optimizer=small.optimizer)
+        assert type(grown_optimizer) is type(small.optimizer)
+        assert int(grown_optimizer.iterations) == int(small.optimizer.iterations) == steps
+        big.compile(grown_optimizer if mode == "grown" else make_optimizer(), LOSS, run_eagerly=True)
+        errors[mode] = step_error(small, big, x, y)
+    assert errors["grown"] < 1e-4, errors
+    assert errors["fresh"] > 100 * errors["grown"], errors
+
+
+def test_grown_slots_are_copied_and_scaled():
+    small = train_small(lambda: optimizers.Adam(3e-3))
+    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
+    path = "Transformer-0-FeedForward/output_kernel"  # (inner, hidden): c = 2^-1.5, K = 4
+    index = {v.path: i for i, v in enumerate(small.optimizer._trainable_variables)}[path]
+    big_index = {v.path: i for i, v in enumerate(grown._trainable_variables)}[path]
+    m = small.optimizer.momentums[index].numpy()
+    v = small.optimizer.velocities[index].numpy()
+    gradient_scale = 1 / (2**-1.5 * 4)
+    np.testing.assert_allclose(grown.momentums[big_index].numpy()[::2, ::2], m * gradient_scale, rtol=1e-6)
+    np.testing.assert_allclose(grown.momentums[big_index].numpy()[1::2, 1::2], m * gradient_scale, rtol=1e-6)
+    np.testing.assert_allclose(grown.velocities[big_index].numpy()[::2, 1::2], v * gradient_scale**2, rtol=1e-6)
+    assert grown._multiplier_of(grown._trainable_variables[big_index]) == pytest.approx(2**-1.5)
+
+
+def test_keras_optimizer_state_grows_too():
+    small = train_small(lambda: keras.optimizers.Adam(3e-3))
+    big, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
+    assert isinstance(grown, keras.optimizers.Adam) and int(grown.iterations) == 3
+    assert any(np.any(v.numpy() != 0) for v in grown._momentums)
+
+
+def test_loss_scale_optimizer_is_refused_with_advice():
+    small = gpt()
+    wrapped = keras.optimizers.LossScaleOptimizer(optimizers.Adam())
+    with pytest.raises(ValueError, match=r"Pass the inner optimizer"):
+        kwiden.grow(small, 2, optimizer=wrapped)
