@@ -56,6 +56,46 @@ class Space:
 
 UNCHANGED = Space()
 
+
+def check_factor(k, name="k"):
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"`{name}` must be a positive integer (2 doubles the width), got {name}={k!r}.")
+    return int(k)
+
+
+HEAD_MODES = ("size", "count")
+
+
+@dataclasses.dataclass(frozen=True)
+class Growth:
+    """What one growth does to each kind of width.
+
+    `k` multiplies the hidden size (residual stream, embeddings, norms). `ffn`
+    multiplies the feed-forward width (default `k`). `heads="size"` multiplies
+    each attention head's size by `k` (DESIGN §1.5); `heads="count"` multiplies
+    the number of heads instead (§1.6). Layers accept a `Growth` wherever they
+    accept an integer `k`.
+    """
+
+    k: int
+    ffn: int | None = None
+    heads: str = "size"
+
+    def __post_init__(self):
+        object.__setattr__(self, "k", check_factor(self.k))
+        if self.ffn is not None:
+            object.__setattr__(self, "ffn", check_factor(self.ffn, "ffn_factor"))
+        if self.heads not in HEAD_MODES:
+            raise ValueError(f"`heads` must be one of {HEAD_MODES}, got heads={self.heads!r}.")
+
+    @property
+    def ffn_factor(self):
+        return self.k if self.ffn is None else self.ffn
+
+    @classmethod
+    def of(cls, growth):
+        return growth if isinstance(growth, cls) else cls(growth)
+
 IN = "in"
 OUT = "out"
 

@@ -14,7 +14,15 @@ import keras
 import numpy as np
 from keras import tree
 
-from kwiden.expansion import IN, UNCHANGED, Space, expand, growth_scale, is_positively_homogeneous
+from kwiden.expansion import (
+    IN,
+    UNCHANGED,
+    Growth,
+    Space,
+    expand,
+    growth_scale,
+    is_positively_homogeneous,
+)
 from kwiden.layers.expandable import Expandable
 
 
@@ -39,13 +47,17 @@ class Plan:
         ]
 
 
-def check_factor(k):
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"`k` must be a positive integer (2 doubles the width), got k={k!r}.")
-    return int(k)
-
-
-def grow(model, k, check=None, rtol=1e-5, spread=0.0, seed=None, optimizer=None):
+def grow(
+    model,
+    k,
+    check=None,
+    rtol=1e-5,
+    ffn_factor=None,
+    heads="size",
+    spread=0.0,
+    seed=None,
+    optimizer=None,
+):
     """Return a new functional model `k` times wider computing the same function.
 
     Hidden size, FFN size, head size and embedding widths are multiplied by
@@ -61,6 +73,9 @@ def grow(model, k, check=None, rtol=1e-5, spread=0.0, seed=None, optimizer=None)
             with `model` on them (`kwiden.verify`) and a `GrowthError` carrying
             the report is raised if it departs by more than `rtol`.
         rtol: the relative error `check` accepts (float32 rounding: 1e-5).
+        ffn_factor: the feed-forward width's own factor (default `k`).
+        heads: `"size"` grows each attention head's size by `k` (DESIGN §1.5);
+            `"count"` grows the number of heads instead (§1.6).
         spread: exact symmetry breaking (DESIGN §1.7): every linear map spreads
             each input over its copies with unequal weights `(1 + spread·u)/k`,
             so the copies of a neuron train apart from the first step while the
@@ -88,7 +103,7 @@ def grow(model, k, check=None, rtol=1e-5, spread=0.0, seed=None, optimizer=None)
     >>> big.get_layer("Embedding-Token").output_dim
     16
     """
-    k = check_factor(k)
+    growth = Growth(k, ffn_factor, heads)
     if spread < 0:
         raise ValueError(f"`spread` must be >= 0 (0: plain copies), got spread={spread!r}.")
     _require_functional(model)
@@ -96,7 +111,7 @@ def grow(model, k, check=None, rtol=1e-5, spread=0.0, seed=None, optimizer=None)
     grown = {}  # id(small layer) -> (grown layer, plan)
     for x in model.inputs:
         tensors[id(x)] = keras.Input(batch_shape=x.shape, dtype=x.dtype, name=x.name)
-    steps, _ = walk(model, k)
+    steps, _ = walk(model, growth)
     for node, plan in steps:
         op = node.operation
         if id(op) not in grown:
@@ -117,14 +132,14 @@ def grow(model, k, check=None, rtol=1e-5, spread=0.0, seed=None, optimizer=None)
     if check is not None:
         from kwiden.verify import verify
 
-        report = verify(model, big, check, rtol=rtol, k=k)
+        report = verify(model, big, check, rtol=rtol, k=growth.k)
         if not report.ok:
             raise GrowthError(f"The grown model is not exact:\n{report}")
     if optimizer is None:
         return big
     from kwiden.optimizer_growth import grow_optimizer
 
-    return big, grow_optimizer(optimizer, model, big, weight_axes(model, k))
+    return big, grow_optimizer(optimizer, model, big, weight_axes(model, growth))
 
 
 def _without_initializers(layer_class, config):
@@ -140,7 +155,8 @@ def _without_initializers(layer_class, config):
 
 
 def weight_axes(model, k):
-    """`{variable path: axes}`: how each weight of `model` grows by `k`."""
+    """`{variable path: axes}`: how each weight of `model` grows by `k` (an
+    integer or a `Growth`)."""
     axes = {}
     for _, plan in walk(model, k)[0]:
         for weight, weight_axes in zip(plan.weights, plan.axes):
@@ -148,10 +164,11 @@ def weight_axes(model, k):
     return axes
 
 
-def growth_scales(model, k):
+def growth_scales(model, k, ffn_factor=None, heads="size"):
     """`{variable path: c}`: each grown tensor is its source copied and
     multiplied by `c` (equal splits; DESIGN §1.11b)."""
-    return {path: growth_scale(axes) for path, axes in weight_axes(model, k).items()}
+    growth = Growth(k, ffn_factor, heads)
+    return {path: growth_scale(axes) for path, axes in weight_axes(model, growth).items()}
 
 
 def walk(model, k):

@@ -7,7 +7,8 @@ import keras
 import numpy as np
 from keras import tree
 
-from kwiden.grow import check_factor, nodes_in_order, walk
+from kwiden.expansion import check_factor
+from kwiden.grow import nodes_in_order, walk
 
 
 @dataclasses.dataclass
@@ -104,17 +105,15 @@ def verify(small, big, inputs, rtol=1e-5, k=None):
 
 
 def infer_factor(small, big):
-    """The width factor, read off the weight shapes of layers with one name."""
+    """The hidden-size factor, read off the shapes of same-named vector weights
+    (LayerNorm γ and β, biases: most of them live in the hidden space)."""
     ratios = collections.Counter()
     big_layers = {layer.name: layer for layer in big.layers}
     for layer in small.layers:
         other = big_layers.get(layer.name)
-        if other is None:
-            continue
-        for a, b in zip(layer.weights, other.weights):
-            for n, m in zip(a.shape, b.shape):
-                if m != n and n and m % n == 0:
-                    ratios[m // n] += 1
+        for a, b in zip(layer.weights, other.weights if other is not None else []):
+            if len(a.shape) == 1 == len(b.shape) and a.shape[0] and b.shape[0] % a.shape[0] == 0:
+                ratios[b.shape[0] // a.shape[0]] += 1
     return ratios.most_common(1)[0][0] if ratios else 1
 
 

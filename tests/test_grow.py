@@ -289,3 +289,31 @@ def test_grown_layers_keep_their_initializers():
         }
     init = big.get_layer("Transformer-0-FeedForward").kernel_initializer
     assert isinstance(init, keras.initializers.TruncatedNormal) and init.stddev == pytest.approx(0.02)
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("k, ffn_factor", [(2, 3), (3, 1), (1, 2)])
+def test_separate_ffn_factor_is_exact(k, ffn_factor):
+    small = bert(with_mlm=True)
+    big = kwiden.grow(small, k, ffn_factor=ffn_factor)
+    assert big.get_layer("Transformer-0-FeedForward").intermediate_size == 24 * ffn_factor
+    assert big.get_layer("Embedding-Token").output_dim == 16 * k
+    assert_exact(small, big, padded_batch())
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("family", ["bert", "gpt"])
+def test_head_count_growth_is_exact(k, family):
+    small = bert(with_mlm=True) if family == "bert" else gpt()
+    big = kwiden.grow(small, k, heads="count")
+    attention = big.get_layer("Transformer-1-MultiHeadSelfAttention")
+    assert (attention.heads, attention.head_size) == (2 * k, 8)
+    assert_exact(small, big, padded_batch(segments=family == "bert"))
+
+
+def test_bad_growth_options():
+    with pytest.raises(ValueError, match=r"`heads` must be one of \('size', 'count'\), got heads='both'"):
+        kwiden.grow(gpt(), 2, heads="both")
+    with pytest.raises(ValueError, match=r"`ffn_factor` must be a positive integer.*ffn_factor=0"):
+        kwiden.grow(gpt(), 2, ffn_factor=0)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from kwiden import layers
-from kwiden.expansion import UNCHANGED, Space
+from kwiden.expansion import UNCHANGED, Growth, Space
 
 RNG = np.random.default_rng(0)
 
@@ -22,7 +22,7 @@ def randomize(layer):
 def assert_grows_exactly(layer, inputs, k, input_space=None, call_kwargs=None):
     """Grow `layer` alone: on the carried input it gives the carried output."""
     call_kwargs = call_kwargs or {}
-    input_space = Space.stream(k) if input_space is None else input_space
+    input_space = Space.stream(Growth.of(k).k) if input_space is None else input_space
     small = keras.ops.convert_to_numpy(layer(inputs, **call_kwargs))
     big, weights = layer.expanded(k, input_space)
     big_inputs = input_space.carry(inputs).astype(inputs.dtype) if input_space.expanded else inputs
@@ -183,3 +183,26 @@ def test_select_token():
 )
 def test_config_and_save_round_trip(layer, inputs):
     assert_round_trips(layer, inputs)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("scaled", [True, False])
+def test_attention_head_count_growth(k, scaled):
+
+    layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=3, scaled=scaled)
+    x = hidden()
+    call_kwargs = {"attention_mask": np.array([[1, 1, 1, 0, 0], [1] * 5], bool), "use_causal_mask": True}
+    layer(x, **call_kwargs)
+    randomize(layer)
+    big = assert_grows_exactly(layer, x, Growth(k, heads="count"), Space.stream(k), call_kwargs)
+    assert (big.heads, big.head_size) == (2 * k, 3)
+
+
+@pytest.mark.parametrize("ffn_factor", [1, 3])
+def test_feed_forward_own_factor(ffn_factor):
+
+    layer = layers.FeedForward(12, activation="gelu", glu=True)
+    layer.build((None, None, 8))
+    randomize(layer)
+    big = assert_grows_exactly(layer, hidden(), Growth(2, ffn=ffn_factor))
+    assert big.intermediate_size == 12 * ffn_factor

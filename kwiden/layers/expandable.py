@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from kwiden.expansion import Space, expand
+from kwiden.expansion import Growth, Space, expand
 
 
 class Expandable:
@@ -14,15 +14,16 @@ class Expandable:
     its weights in the order of the bigger layer's `weights`. A layer only says
     which axis of which weight lives in which space
     (`get_expanded_weight_axes`); `kwiden.expansion.expand` does the math.
-    `input_space` defaults to the residual stream (`Space.stream(k)`), so a
-    layer can also be grown on its own with `layer.expanded(k)`.
+    `k` is the width factor, or a `kwiden.expansion.Growth` with separate
+    factors. `input_space` defaults to the residual stream (`Space.stream(k)`),
+    so a layer can also be grown on its own with `layer.expanded(k)`.
     """
 
     def get_expanded_config(self, k, input_space=None):
         return self.get_config()
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
-        return Space.stream(k)
+        return Space.stream(Growth.of(k).k)
 
     def get_expanded_weight_axes(self, k, input_space):
         """For each of `self.weights`, its axes as `expand` takes them."""
@@ -50,4 +51,4 @@ class Expandable:
 
 
 def default_space(k, input_space):
-    return Space.stream(k) if input_space is None else input_space
+    return Space.stream(Growth.of(k).k) if input_space is None else input_space

@@ -1,6 +1,6 @@
 import keras
 
-from kwiden.expansion import IN, OUT, Space, is_positively_homogeneous
+from kwiden.expansion import IN, OUT, Growth, Space, is_positively_homogeneous
 from kwiden.layers.expandable import Expandable
 
 
@@ -26,9 +26,10 @@ class ExpandableDense(Expandable, keras.layers.Dense):
     """
 
     def get_expanded_config(self, k, input_space=None):
-        return {**self.get_config(), "units": self.units * k}
+        return {**self.get_config(), "units": self.units * Growth.of(k).k}
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
+        k = Growth.of(k).k
         activation = keras.activations.serialize(self.activation)
         if is_positively_homogeneous(activation):
             return Space.stream(k)

@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import OUT, Space
+from kwiden.expansion import OUT, Growth, Space
 from kwiden.layers.expandable import Expandable
 
 MODES = ("lookup", "position")
@@ -88,9 +88,10 @@ class ExpandableEmbedding(Expandable, keras.layers.Layer):
         }
 
     def get_expanded_config(self, k, input_space=None):
-        return {**self.get_config(), "output_dim": self.output_dim * k}
+        return {**self.get_config(), "output_dim": self.output_dim * Growth.of(k).k}
 
     def get_expanded_output_space(self, k, input_space=None, reverse=False, **call_kwargs):
+        k = Growth.of(k).k
         if not reverse:
             return Space.stream(k)
         if input_space != Space.stream(k):
@@ -104,4 +105,4 @@ class ExpandableEmbedding(Expandable, keras.layers.Layer):
         return Space()
 
     def get_expanded_weight_axes(self, k, input_space):
-        return [[None, (Space.stream(k), OUT)]]
+        return [[None, (Space.stream(Growth.of(k).k), OUT)]]

@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import IN, OUT, Space
+from kwiden.expansion import IN, OUT, Growth, Space
 from kwiden.layers.expandable import Expandable, default_space
 
 PROJECTIONS = ("query", "key", "value")
@@ -21,7 +21,8 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
     coordinates are interleaved copies. The query and key projections output
     `k^(-1/4)` (scaled) or `k^(-1/2)` (unscaled) so that the grown layer's own
     `1/sqrt(k·head_size)` gives the same scores; values and output are at the
-    stream scale.
+    stream scale. With `Growth(k, heads="count")` the number of heads grows
+    instead and whole heads are copied (§1.6).
 
     Args:
         heads: number of attention heads.
@@ -168,24 +169,43 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         }
 
     def get_expanded_config(self, k, input_space=None):
-        output_dim = None if self.output_dim is None else self.output_dim * k
-        return {**self.get_config(), "head_size": self.head_size * k, "output_dim": output_dim}
+        growth = Growth.of(k)
+        output_dim = None if self.output_dim is None else self.output_dim * growth.k
+        if growth.heads == "count":
+            return {**self.get_config(), "heads": self.heads * growth.k, "output_dim": output_dim}
+        return {**self.get_config(), "head_size": self.head_size * growth.k, "output_dim": output_dim}
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
         if self.output_dim is None:
             return Space.stream(default_space(k, input_space).factor)
-        return Space.stream(k)
+        return Space.stream(Growth.of(k).k)
 
     def get_expanded_weight_axes(self, k, input_space):
-        scores = Space(k, k**-0.25 if self.scaled else k**-0.5)
-        spaces = {"query": scores, "key": scores, "value": Space.stream(k)}
-        out = self.get_expanded_output_space(k, input_space)
+        growth = Growth.of(k)
+        k = growth.k
+        out = self.get_expanded_output_space(growth, input_space)
+        if growth.heads == "count":
+            # Whole heads copied, each an exact copy (scale 1 inside the head,
+            # so 1/√head_size and the scores stay); the output projection
+            # spreads each head over its copies (DESIGN §1.6).
+            heads = Space.copy(k)
+            projection = {name: [(input_space, IN), (heads, OUT), None] for name in PROJECTIONS}
+            bias = {name: [(heads, OUT), None] for name in PROJECTIONS}
+            output = [(heads, IN), None, (out, OUT)]
+        else:
+            # Head size ×k: interleaved copies inside each head; q and k at
+            # k^(-1/4) (scaled) or k^(-1/2) (unscaled) so that q·k/√(k·d) = q·k/√d.
+            scores = Space(k, k**-0.25 if self.scaled else k**-0.5)
+            spaces = {"query": scores, "key": scores, "value": Space.stream(k)}
+            projection = {name: [(input_space, IN), None, (spaces[name], OUT)] for name in PROJECTIONS}
+            bias = {name: [None, (spaces[name], OUT)] for name in PROJECTIONS}
+            output = [None, (spaces["value"], IN), (out, OUT)]
         axes = []
         for name in PROJECTIONS:
-            axes.append([(input_space, IN), None, (spaces[name], OUT)])
+            axes.append(projection[name])
             if self.use_bias:
-                axes.append([None, (spaces[name], OUT)])
-        axes.append([None, (spaces["value"], IN), (out, OUT)])
+                axes.append(bias[name])
+        axes.append(output)
         if self.use_bias:
             axes.append([(out, OUT)])
         return axes

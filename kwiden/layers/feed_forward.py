@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import IN, OUT, Space
+from kwiden.expansion import IN, OUT, Growth, Space
 from kwiden.layers.expandable import Expandable, default_space
 
 
@@ -14,7 +14,8 @@ class FeedForward(Expandable, keras.layers.Layer):
     has the input's width.
 
     Growth (DESIGN §1.4): the inner projections output pure copies, so any
-    activation commutes with the copy; the output returns to the stream.
+    activation commutes with the copy; the output returns to the stream. The
+    inner width grows by its own factor (`Growth.ffn`), `k` by default.
 
     Args:
         intermediate_size: width of the inner layer.
@@ -98,13 +99,13 @@ class FeedForward(Expandable, keras.layers.Layer):
         }
 
     def get_expanded_config(self, k, input_space=None):
-        return {**self.get_config(), "intermediate_size": self.intermediate_size * k}
+        return {**self.get_config(), "intermediate_size": self.intermediate_size * Growth.of(k).ffn_factor}
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
         return Space.stream(default_space(k, input_space).factor)
 
     def get_expanded_weight_axes(self, k, input_space):
-        inner = Space.copy(k)
+        inner = Space.copy(Growth.of(k).ffn_factor)
         out = self.get_expanded_output_space(k, input_space)
         axes = []
         for _ in self.inner_names:
