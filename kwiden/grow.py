@@ -57,6 +57,7 @@ def grow(
     spread=0.0,
     seed=None,
     optimizer=None,
+    scale_learning_rates=True,
 ):
     """Return a new functional model `k` times wider computing the same function.
 
@@ -88,6 +89,8 @@ def grow(
             §1.11) and, for kwiden's optimizers, whose parameter-wise learning
             rates carry each tensor's growth scale (§1.11b), so that training
             goes on where the small model left off.
+        scale_learning_rates: with `optimizer`, set those parameter-wise
+            learning rates (kwiden optimizers only). False keeps one rate.
 
     Returns:
         The grown `keras.Model` (same layer names, dtype policies and trainable
@@ -139,7 +142,8 @@ def grow(
         return big
     from kwiden.optimizer_growth import grow_optimizer
 
-    return big, grow_optimizer(optimizer, model, big, weight_axes(model, growth))
+    axes = weight_axes(model, growth)
+    return big, grow_optimizer(optimizer, model, big, axes, scale_learning_rates)
 
 
 def _without_initializers(layer_class, config):

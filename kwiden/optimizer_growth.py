@@ -28,7 +28,7 @@ def learning_rate_scale(axes, optimizer):
     return c
 
 
-def grow_optimizer(optimizer, small, big, axes_by_path):
+def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=True):
     """An optimizer of `optimizer`'s class for `big`, its slots grown from
     `optimizer`'s (built on `small`), its iteration count kept. For kwiden's
     optimizers, each variable's learning-rate multiplier is multiplied by its
@@ -42,7 +42,7 @@ def grow_optimizer(optimizer, small, big, axes_by_path):
     if not optimizer.built:
         optimizer.build(small_variables)
     config = optimizer.get_config()
-    if isinstance(optimizer, AccumulatingOptimizer):
+    if scale_learning_rates and isinstance(optimizer, AccumulatingOptimizer):
         multipliers = {}
         for variable in small_variables:
             scale = learning_rate_scale(axes_by_path[variable.path], optimizer)
