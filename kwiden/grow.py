@@ -130,6 +130,7 @@ def grow(
     )
     rng = np.random.default_rng(seed)
     for layer, plan in grown.values():
+        _restore_initializers(layer, plan.config)
         if plan.weights:
             layer.set_weights(plan.grown_weights(spread, rng))
     if check is not None:
@@ -147,15 +148,19 @@ def grow(
 
 
 def _without_initializers(layer_class, config):
-    """The layer of `config`, built with zeros instead of its initializers,
-    which keeps their config. Growth overwrites every weight; random
-    initialisers would take most of its time."""
-    initializers = {key: value for key, value in config.items() if key.endswith("_initializer") and value}
-    layer = layer_class.from_config({**config, **{key: "zeros" for key in initializers}})
-    for key, value in initializers.items():
-        if hasattr(layer, key):
+    """The layer of `config` with zeros for initializers: growth overwrites
+    every weight, and random initialisers would take most of its time. Call
+    `_restore_initializers` once the layer is built."""
+    return layer_class.from_config(
+        {key: "zeros" if key.endswith("_initializer") and value else value for key, value in config.items()}
+    )
+
+
+def _restore_initializers(layer, config):
+    """Put back the initializers of `config`, so the grown layer's config keeps them."""
+    for key, value in config.items():
+        if key.endswith("_initializer") and value and hasattr(layer, key):
             setattr(layer, key, keras.initializers.get(value))
-    return layer
 
 
 def weight_axes(model, k):
