@@ -1,4 +1,9 @@
-"""`kwiden demo`: train a small GPT on shipped text, grow it ×2, train on."""
+"""`kwiden demo`: train a small GPT on shipped text, grow it ×2, train on.
+
+The growth breaks the copies' symmetry exactly (`spread=1.0`) and carries the
+optimizer over (grown Adam state, per-tensor learning rates), so training goes
+on from where the small model stood.
+"""
 
 import time
 
@@ -6,14 +11,10 @@ import keras
 import numpy as np
 
 import kwiden
-from kwiden import corpus
+from kwiden import corpus, optimizers
 
 
-def _compile(model, learning_rate):
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def run(steps=300, grow_steps=150, factor=2, batch_size=32, length=64, hidden_size=64, seed=0, verbose=1):
@@ -36,7 +37,7 @@ def run(steps=300, grow_steps=150, factor=2, batch_size=32, length=64, hidden_si
         attention_probs_dropout_prob=0.0,
     )
     small = kwiden.build_transformer_model(config, model="gpt")
-    _compile(small, 2e-3)
+    small.compile(optimizers.Adam(2e-3), LOSS)
     print(f"Training the small model (hidden {hidden_size}) for {steps} steps of {batch_size}×{length} bytes")
     start = time.perf_counter()
     x, y = corpus.windows(train, length, steps * batch_size, rng)
@@ -46,9 +47,11 @@ def run(steps=300, grow_steps=150, factor=2, batch_size=32, length=64, hidden_si
 
     print(f"Growing ×{factor}")
     start = time.perf_counter()
-    big = kwiden.grow(small, factor, check=x_valid[:8])
+    big, optimizer = kwiden.grow(
+        small, factor, check=x_valid[:8], spread=1.0, seed=seed, optimizer=small.optimizer
+    )
     grow_time = time.perf_counter() - start
-    _compile(big, 1e-3)
+    big.compile(optimizer, LOSS)
     grown_loss = big.evaluate(x_valid, y_valid, batch_size=64, verbose=0)
 
     print(f"Training the grown model (hidden {hidden_size * factor}) for {grow_steps} steps")
