@@ -102,9 +102,9 @@ def main():
               "eff. rank (of 128)", "seconds")
     print(f"\nGrown x2 to hidden 128 and trained {args.big_steps} more steps (grown AdamW state; "
           f"per-tensor learning-rate multipliers unless stated); loss before growth {small_loss:.4f}")
-    print(f"{header[0]:<38}" + "".join(f"{h:>18}" for h in header[1:]))
+    print(f"{header[0]:<38}" + "".join(f"{h:>20}" for h in header[1:]))
     for name, at, mid, end, rank, seconds in rows:
-        print(f"{name:<38}{at:>18.4f}{mid:>18.4f}{end:>18.4f}{rank:>18.1f}{seconds:>18.0f}")
+        print(f"{name:<38}{at:>20.4f}{mid:>20.4f}{end:>20.4f}{rank:>20.1f}{seconds:>20.0f}")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """kwiden: grow a trained Keras 3 Transformer into a wider one that computes the same function."""
 
 from kwiden import layers, models, optimizers
-from kwiden.expansion import Space
-from kwiden.grow import GrowthError, grow, growth_scales
+from kwiden.expansion import Growth, GrowthError, Space
+from kwiden.grow import grow, growth_scales
 from kwiden.models import build_transformer_model
 from kwiden.verify import verify
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Growth",
     "GrowthError",
     "Space",
     "build_transformer_model",

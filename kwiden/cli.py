@@ -8,24 +8,28 @@ def _grow(args):
     import keras
 
     import kwiden
+    from kwiden.grow import default_rtol
     from kwiden.verify import sample_inputs
 
     small = keras.saving.load_model(args.src)
-    check = sample_inputs(small, seed=args.seed) if args.check else None
     try:
-        big = kwiden.grow(small, args.factor)
+        big = kwiden.grow(
+            small, args.factor, ffn_factor=args.ffn_factor, heads=args.heads, spread=args.spread, seed=args.seed
+        )
     except ValueError as error:
         print(f"kwiden grow: {error}", file=sys.stderr)
         return 1
     print(f"parameters: {small.count_params():,} -> {big.count_params():,} (×{args.factor} width)")
-    status = 0
-    if check is not None:
-        report = kwiden.verify(small, big, check, rtol=args.rtol, k=args.factor)
+    if args.check:
+        rtol = default_rtol(small) if args.rtol is None else args.rtol
+        report = kwiden.verify(small, big, sample_inputs(small, seed=args.seed), rtol=rtol, k=args.factor)
         print(report)
-        status = 0 if report.ok else 1
+        if not report.ok:
+            print(f"kwiden grow: not saved: the grown model is not exact within rtol={rtol:g}", file=sys.stderr)
+            return 1
     big.save(args.dst)
     print(f"saved {args.dst}")
-    return status
+    return 0
 
 
 def _demo(args):
@@ -42,8 +46,11 @@ def parser():
     grow.add_argument("src", help="the .keras model to grow")
     grow.add_argument("dst", help="where to save the grown .keras model")
     grow.add_argument("--factor", type=int, required=True, help="width factor k (2 doubles)")
+    grow.add_argument("--ffn-factor", type=int, default=None, help="the FFN width's own factor (default: --factor)")
+    grow.add_argument("--heads", choices=["size", "count"], default="size", help="grow head size or head count")
+    grow.add_argument("--spread", type=float, default=0.0, help="exact symmetry breaking (0: plain copies)")
     grow.add_argument("--check", action="store_true", help="verify on random inputs and print the report")
-    grow.add_argument("--rtol", type=float, default=1e-5, help="relative error --check accepts")
+    grow.add_argument("--rtol", type=float, default=None, help="relative error --check accepts (default: 1e-5 in float32)")
     grow.add_argument("--seed", type=int, default=0)
     grow.set_defaults(run=_grow)
     demo = commands.add_parser("demo", help="train a small GPT on shipped text, grow it ×2, train on")

@@ -36,9 +36,6 @@ class Space:
     def expanded(self):
         return self.factor != 1 or self.scale != 1.0
 
-    def size(self, n):
-        return n * self.factor
-
     def source(self, n):
         """For each new index, the old index it reads."""
         return np.repeat(np.arange(n), self.factor)
@@ -104,8 +101,9 @@ def spread_weights(shape, axis, factor, spread=0.0, rng=None):
     """α over an expanded input axis: weights that sum to 1 over each row's copies.
 
     `spread=0` gives the plain `1/factor`. Otherwise `α = (1 + spread·u)/factor`
-    with `u` drawn per element, uniform in [-1, 1] and centred over each group
-    of copies (DESIGN §1.7): every output still receives exactly the small
+    with `u` drawn per element, uniform in [-1, 1], then centred over each group
+    of copies (so triangular for k=2, and α < 0 happens for spread ≥ 1/2, which
+    stays exact; DESIGN §1.7): every output still receives exactly the small
     model's input, but each copy of an input neuron reaches the outputs through
     different weights, so the copies receive different gradients from the first
     step on, under SGD and under Adam alike.
@@ -176,6 +174,11 @@ def growth_scale(axes):
     return c
 
 
+def copy_count(axes):
+    """K: how many copies of each source element the grown tensor holds."""
+    return int(np.prod([spec[0].factor for spec in axes if spec is not None]))
+
+
 def expand_gradient_like(value, axes, power=1):
     """An optimizer slot grown with its weight (DESIGN §1.11).
 
@@ -185,15 +188,38 @@ def expand_gradient_like(value, axes, power=1):
     """
     value = np.asarray(value)
     _check_axes(value, axes)
-    copies = 1
-    result = value.astype(np.float64)
+    result = value.astype(np.float64) * (1.0 / (growth_scale(axes) * copy_count(axes))) ** power
+    result = result.astype(value.dtype)
     for axis, spec in enumerate(axes):
-        if spec is not None:
-            result = np.take(result, spec[0].source(result.shape[axis]), axis=axis)
-            copies *= spec[0].factor
-    return (result * (1.0 / (growth_scale(axes) * copies)) ** power).astype(value.dtype)
+        if spec is not None and spec[0].factor != 1:
+            result = np.repeat(result, spec[0].factor, axis=axis)
+    return result
+
+
+class GrowthError(ValueError):
+    """A model that kwiden cannot grow exactly, or a grown model that is not exact."""
+
+
+POSITIVELY_HOMOGENEOUS = (None, "linear", "relu", "leaky_relu")
+ELEMENTWISE = POSITIVELY_HOMOGENEOUS + (
+    "celu", "elu", "exponential", "gelu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh",
+    "log_sigmoid", "mish", "relu6", "selu", "sigmoid", "silu", "soft_shrink", "softplus",
+    "softsign", "sparse_plus", "squareplus", "swish", "tanh", "tanh_shrink",
+)  # fmt: skip
 
 
 def is_positively_homogeneous(activation_name):
     """Whether `A(s·x) = s·A(x)` for s > 0, so a scaled copy commutes with A."""
-    return activation_name in (None, "linear", "relu", "leaky_relu")
+    return activation_name in POSITIVELY_HOMOGENEOUS
+
+
+def check_elementwise(activation_name, where):
+    """Only elementwise activations commute with copies (`A(P h) = P A(h)`);
+    softmax and other functions of the whole vector do not."""
+    if activation_name not in ELEMENTWISE:
+        raise GrowthError(
+            f"{where} uses the activation {activation_name!r}, which is not elementwise "
+            "(or not known to be): copying its input would change its output. Put it "
+            "after a layer whose output width stays (a plain keras Dense head), or use "
+            f"one of {', '.join(a for a in ELEMENTWISE if a)}."
+        )

@@ -18,16 +18,13 @@ from kwiden.expansion import (
     IN,
     UNCHANGED,
     Growth,
+    GrowthError,
     Space,
-    expand,
+    check_elementwise,
     growth_scale,
     is_positively_homogeneous,
 )
-from kwiden.layers.expandable import Expandable
-
-
-class GrowthError(ValueError):
-    """A model that kwiden cannot grow exactly, or a grown model that is not exact."""
+from kwiden.layers.expandable import Expandable, expand_weights
 
 
 @dataclasses.dataclass
@@ -41,17 +38,14 @@ class Plan:
     axes: list
 
     def grown_weights(self, spread=0.0, rng=None):
-        return [
-            expand(keras.ops.convert_to_numpy(w), a, spread, rng)
-            for w, a in zip(self.weights, self.axes, strict=True)
-        ]
+        return expand_weights(self.weights, self.axes, spread, rng)
 
 
 def grow(
     model,
     k,
     check=None,
-    rtol=1e-5,
+    rtol=None,
     ffn_factor=None,
     heads="size",
     spread=0.0,
@@ -61,9 +55,9 @@ def grow(
 ):
     """Return a new functional model `k` times wider computing the same function.
 
-    Hidden size, FFN size, head size and embedding widths are multiplied by
-    `k`; the number of layers and heads, the vocabulary and the model inputs
-    stay. The source model is not modified; `k=1` returns an equal copy.
+    Hidden size, FFN size, head size (or, with `heads="count"`, the number of
+    heads) and embedding widths are multiplied by `k`; the number of layers,
+    the vocabulary and the model inputs stay. The source model is not modified; `k=1` returns an equal copy.
 
     Args:
         model: a functional `keras.Model` built from kwiden layers and Keras
@@ -73,7 +67,9 @@ def grow(
         check: optional model inputs; if given, the grown model is compared
             with `model` on them (`kwiden.verify`) and a `GrowthError` carrying
             the report is raised if it departs by more than `rtol`.
-        rtol: the relative error `check` accepts (float32 rounding: 1e-5).
+        rtol: the relative error `check` accepts; by default float32
+            rounding, 1e-5, or 1e-2 / 5e-2 for models computing in float16 /
+            bfloat16 (the small and the big model round differently).
         ffn_factor: the feed-forward width's own factor (default `k`).
         heads: `"size"` grows each attention head's size by `k` (DESIGN §1.5);
             `"count"` grows the number of heads instead (§1.6).
@@ -118,7 +114,7 @@ def grow(
     for node, plan in steps:
         op = node.operation
         if id(op) not in grown:
-            grown[id(op)] = (_without_initializers(op.__class__, plan.config), plan)
+            grown[id(op)] = (_new_layer(op, plan.config), plan)
         args, kwargs = node.arguments.fill_in(tensors)
         outputs = grown[id(op)][0](*args, **kwargs)
         for x, y in zip(node.outputs, tree.flatten(outputs)):
@@ -136,7 +132,7 @@ def grow(
     if check is not None:
         from kwiden.verify import verify
 
-        report = verify(model, big, check, rtol=rtol, k=growth.k)
+        report = verify(model, big, check, rtol=default_rtol(model) if rtol is None else rtol, k=growth.k)
         if not report.ok:
             raise GrowthError(f"The grown model is not exact:\n{report}")
     if optimizer is None:
@@ -147,19 +143,37 @@ def grow(
     return big, grow_optimizer(optimizer, model, big, axes, scale_learning_rates)
 
 
-def _without_initializers(layer_class, config):
-    """The layer of `config` with zeros for initializers: growth overwrites
-    every weight, and random initialisers would take most of its time. Call
-    `_restore_initializers` once the layer is built."""
-    return layer_class.from_config(
+# Layers whose `*_initializer` config keys are the attributes they build from.
+QUICK_BUILD = (Expandable, keras.layers.Dense, keras.layers.Embedding)
+
+
+ROUNDING = {"float16": 1e-2, "bfloat16": 5e-2}
+
+
+def default_rtol(model):
+    """1e-5 for float32 models; what their rounding allows for half precision."""
+    dtypes = {getattr(layer, "compute_dtype", "float32") for layer in model.layers}
+    return max([ROUNDING.get(d, 1e-5) for d in dtypes], default=1e-5)
+
+
+def _new_layer(op, config):
+    """The grown layer of `config`. For kwiden's layers and Keras' Dense and
+    Embedding, built with zeros for initializers: growth overwrites every
+    weight, and random initialisers would take most of its time
+    (`_restore_initializers` puts them back once the layer is built)."""
+    if not isinstance(op, QUICK_BUILD):
+        return op.__class__.from_config(config)
+    return op.__class__.from_config(
         {key: "zeros" if key.endswith("_initializer") and value else value for key, value in config.items()}
     )
 
 
 def _restore_initializers(layer, config):
     """Put back the initializers of `config`, so the grown layer's config keeps them."""
+    if not isinstance(layer, QUICK_BUILD):
+        return
     for key, value in config.items():
-        if key.endswith("_initializer") and value and hasattr(layer, key):
+        if key.endswith("_initializer") and value:
             setattr(layer, key, keras.initializers.get(value))
 
 
@@ -241,7 +255,7 @@ def plan_node(op, k, node, in_spaces):
         return Plan([UNCHANGED] * outputs, op.get_config(), weights, [[None] * len(w.shape) for w in weights])
     for layer_class, rule in GLUE_RULES:
         if isinstance(op, layer_class):
-            return rule(op, k, in_spaces, outputs)
+            return rule(op, node, in_spaces)
     raise GrowthError(
         f"kwiden cannot grow layer '{op.name}' ({type(op).__name__}): it receives "
         f"grown tensors ({', '.join(map(str, in_spaces))}) and kwiden does not know "
@@ -266,7 +280,7 @@ def _common_space(op, in_spaces):
 # Rules for Keras' own layers that see grown tensors.
 
 
-def _same_space(op, k, in_spaces, outputs):
+def _same_space(op, node, in_spaces):
     if len(set(in_spaces)) > 1:
         raise GrowthError(
             f"Layer '{op.name}' ({type(op).__name__}) combines tensors in different "
@@ -274,12 +288,13 @@ def _same_space(op, k, in_spaces, outputs):
             "of the small model's. Combine tensors that come out of the same kind of "
             "layer (e.g. two residual-stream tensors)."
         )
-    return Plan([in_spaces[0]] * outputs, op.get_config(), [], [])
+    return Plan([in_spaces[0]] * len(node.outputs), op.get_config(), [], [])
 
 
-def _activation(op, k, in_spaces, outputs):
+def _activation(op, node, in_spaces):
     (space,) = in_spaces
     name = keras.activations.serialize(op.activation)
+    check_elementwise(name, f"Activation layer '{op.name}'")
     if space.scale != 1.0 and not is_positively_homogeneous(name):
         raise GrowthError(
             f"Activation layer '{op.name}' applies '{name}' to a tensor at scale "
@@ -287,10 +302,10 @@ def _activation(op, k, in_spaces, outputs):
             "Give the activation to the preceding ExpandableDense (activation=...) so "
             "that growth can keep its output a pure copy."
         )
-    return Plan([space] * outputs, op.get_config(), [], [])
+    return Plan([space] * len(node.outputs), op.get_config(), [], [])
 
 
-def _multiply(op, k, in_spaces, outputs):
+def _multiply(op, node, in_spaces):
     expanded = [space for space in in_spaces if space.expanded]
     if len({space.factor for space in expanded}) > 1 or len(expanded) < len(in_spaces):
         raise GrowthError(
@@ -299,23 +314,23 @@ def _multiply(op, k, in_spaces, outputs):
             "copied the same way."
         )
     scale = float(np.prod([space.scale for space in expanded]))
-    return Plan([Space(expanded[0].factor, scale)] * outputs, op.get_config(), [], [])
+    return Plan([Space(expanded[0].factor, scale)] * len(node.outputs), op.get_config(), [], [])
 
 
-def _concatenate(op, k, in_spaces, outputs):
-    if op.axis in (-1, len(op.input[0].shape) - 1):
+def _concatenate(op, node, in_spaces):
+    if op.axis in (-1, len(node.input_tensors[0].shape) - 1):
         raise GrowthError(
             f"Concatenate layer '{op.name}' joins grown tensors along their feature axis; "
             "the joined features would not be interleaved copies. Concatenate along "
             "another axis, or keep the concatenated features out of the growth."
         )
-    return _same_space(op, k, in_spaces, outputs)
+    return _same_space(op, node, in_spaces)
 
 
-def _dense_head(op, k, in_spaces, outputs):
+def _dense_head(op, node, in_spaces):
     (space,) = in_spaces
     axes = [[(space, IN), None]] + [[None]] * op.use_bias
-    return Plan([UNCHANGED] * outputs, op.get_config(), op.weights, axes)
+    return Plan([UNCHANGED] * len(node.outputs), op.get_config(), op.weights, axes)
 
 
 GLUE_RULES = [

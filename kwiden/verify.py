@@ -177,8 +177,10 @@ def sample_inputs(model, batch_size=2, length=16, seed=0):
     for x in model.inputs:
         shape = [batch_size, *(length if d is None else d for d in x.shape[1:])]
         if "int" in str(x.dtype):
-            lookups = [op.input_dim for op in bounds[id(x)] if getattr(op, "mode", "lookup") == "lookup"]
-            samples.append(rng.integers(1 if lookups else 0, min(lookups, default=2), shape).astype(x.dtype))
+            sizes = [op.input_dim for op in bounds[id(x)] if getattr(op, "mode", "lookup") == "lookup"]
+            # Token ids avoid 0 (padding); segment ids and other small tables use every row.
+            low = 1 if sizes and min(sizes) > 2 else 0
+            samples.append(rng.integers(low, max(min(sizes, default=2), low + 1), shape).astype(x.dtype))
         else:
             samples.append(rng.normal(size=shape).astype(x.dtype))
     return samples[0] if len(samples) == 1 else samples

@@ -6,7 +6,7 @@ import pytest
 from conftest import EPS, bert, gpt, outputs, padded_batch, small_config
 
 import kwiden
-from kwiden.grow import GrowthError
+from kwiden import GrowthError
 from kwiden.layers import ExpandableDense
 
 RTOL = 1e-5

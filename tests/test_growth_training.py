@@ -98,11 +98,14 @@ def step_error(small, big, x, y):
     "make_optimizer, steps",
     [
         (lambda: optimizers.Adam(3e-3), 3),
+        (lambda: optimizers.Adam(3e-3, epsilon=1e-3), 3),  # ε must shrink with the grown v
+        (lambda: optimizers.AdamW(3e-3, weight_decay=0.5), 3),  # decay at the base rate
         (lambda: optimizers.SGDM(0.05), 3),
-        # past RAdam's first 5 updates, which are momentum (SGD-like) steps
-        (lambda: optimizers.RAdam(3e-3), 6),
+        (lambda: optimizers.SGDM(0.05, weight_decay=0.5), 3),
+        (lambda: optimizers.RAdam(3e-3), 3),  # in its momentum (SGD-like) steps
+        (lambda: optimizers.RAdam(3e-3), 6),  # rectified Adam steps
     ],
-    ids=["Adam", "SGDM", "RAdam"],
+    ids=["Adam", "Adam-eps", "AdamW", "SGDM", "SGDM-decay", "RAdam-early", "RAdam"],
 )
 def test_grown_optimizer_continues_the_small_models_trajectory(make_optimizer, steps):
     x, y = lm_batch(seed=11)
@@ -130,14 +133,39 @@ def test_grown_slots_are_copied_and_scaled():
     np.testing.assert_allclose(grown.momentums[big_index].numpy()[::2, ::2], m * gradient_scale, rtol=1e-6)
     np.testing.assert_allclose(grown.momentums[big_index].numpy()[1::2, 1::2], m * gradient_scale, rtol=1e-6)
     np.testing.assert_allclose(grown.velocities[big_index].numpy()[::2, 1::2], v * gradient_scale**2, rtol=1e-6)
-    assert grown._multiplier_of(grown._trainable_variables[big_index]) == pytest.approx(2**-1.5)
+    variable = grown._trainable_variables[big_index]
+    assert grown.growth_of(variable) == (pytest.approx(2**-1.5), 4)
+    assert grown.step_scale(variable) == pytest.approx(2**-1.5)
+    assert grown.epsilon_of(variable) == pytest.approx(1e-7 / (2**-1.5 * 4))
+    assert grown._multiplier_of(variable) == 1.0  # the user's own multipliers stay
 
 
-def test_keras_optimizer_state_grows_too():
-    small = train_small(lambda: keras.optimizers.Adam(3e-3))
-    big, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
-    assert isinstance(grown, keras.optimizers.Adam) and int(grown.iterations) == 3
-    assert any(np.any(v.numpy() != 0) for v in grown._momentums)
+@pytest.mark.parametrize(
+    "make, slots",
+    [
+        (lambda: keras.optimizers.Adam(3e-3), {"_momentums": 1, "_velocities": 2}),
+        (lambda: keras.optimizers.SGD(0.05, momentum=0.9), {"momentums": 1}),
+    ],
+    ids=["Adam", "SGD"],
+)
+def test_keras_optimizer_state_grows_too(make, slots):
+    small = train_small(make)
+    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
+    assert type(grown) is type(small.optimizer) and int(grown.iterations) == 3
+    path = "Transformer-0-MultiHeadSelfAttention/query_kernel"  # c = 2^-0.75, K = 4
+    small_index = {v.path: i for i, v in enumerate(small.optimizer._trainable_variables)}[path]
+    big_index = {v.path: i for i, v in enumerate(grown._trainable_variables)}[path]
+    for name, power in slots.items():
+        source = getattr(small.optimizer, name)[small_index].numpy()
+        target = getattr(grown, name)[big_index].numpy()
+        expected = np.repeat(np.repeat(source, 2, 0), 2, 2) * (1 / (2**-0.75 * 4)) ** power
+        np.testing.assert_allclose(target, expected, rtol=1e-6)
+
+
+def test_unknown_optimizer_state_is_refused():
+    small = train_small(lambda: keras.optimizers.Adagrad(0.01), steps=1)
+    with pytest.raises(ValueError, match=r"cannot grow the state of Adagrad"):
+        kwiden.grow(small, 2, optimizer=small.optimizer)
 
 
 def test_loss_scale_optimizer_is_refused_with_advice():

@@ -33,11 +33,7 @@ class Expandable:
         """The grown weights; `spread > 0` splits inputs unequally (DESIGN §1.7)."""
         input_space = default_space(k, input_space)
         axes = self.get_expanded_weight_axes(k, input_space)
-        rng = np.random.default_rng(seed)
-        return [
-            expand(keras.ops.convert_to_numpy(weight), weight_axes, spread, rng)
-            for weight, weight_axes in zip(self.weights, axes, strict=True)
-        ]
+        return expand_weights(self.weights, axes, spread, np.random.default_rng(seed))
 
     def expanded(self, k, input_space=None):
         """A new layer of the same class and the weights it should be given.
@@ -52,3 +48,13 @@ class Expandable:
 
 def default_space(k, input_space):
     return Space.stream(Growth.of(k).k) if input_space is None else input_space
+
+
+def expand_weights(variables, axes, spread=0.0, rng=None):
+    """`expand` each variable by its axes."""
+    if len(variables) != len(axes):
+        raise ValueError(
+            f"{len(variables)} weights but axes for {len(axes)}: a layer's "
+            "`get_expanded_weight_axes` must describe each of its weights, in order."
+        )
+    return [expand(keras.ops.convert_to_numpy(w), a, spread, rng) for w, a in zip(variables, axes)]

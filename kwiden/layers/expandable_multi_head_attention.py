@@ -119,8 +119,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         mask = self._mask(q, k, attention_mask, use_causal_mask)
         scale = self.head_size**-0.5 if self.scaled else 1.0
         if training and self.dropout > 0:
-            logits = ops.einsum("btnh,bsnh->bnts", q, k) * scale
-            logits = ops.cast(logits, "float32")
+            logits = ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * scale
             if mask is not None:
                 logits = ops.where(mask, logits, -1e9)
             probs = ops.cast(ops.softmax(logits, axis=-1), self.compute_dtype)

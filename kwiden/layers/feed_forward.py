@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import IN, OUT, Growth, Space
+from kwiden.expansion import IN, OUT, Growth, Space, check_elementwise
 from kwiden.layers.expandable import Expandable, default_space
 
 
@@ -105,6 +105,7 @@ class FeedForward(Expandable, keras.layers.Layer):
         return Space.stream(default_space(k, input_space).factor)
 
     def get_expanded_weight_axes(self, k, input_space):
+        check_elementwise(keras.activations.serialize(self.activation), f"FeedForward '{self.name}'")
         inner = Space.copy(Growth.of(k).ffn_factor)
         out = self.get_expanded_output_space(k, input_space)
         axes = []

@@ -40,6 +40,11 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         lr_multipliers: `{pattern: multiplier}`; a variable's learning rate is
             multiplied by the multiplier of the first pattern found in its path
             (as bert4keras' `extend_with_parameter_wise_lr`). Saved in the config.
+        growth_scales: `{variable path: (c, copies)}`, set by `kwiden.grow`
+            (DESIGN §1.11b): the variable was grown by copying each source
+            element `copies` times and scaling by `c`. Each optimizer turns this
+            into the step size (and, for Adam, the ε) that keep the grown model
+            on the small model's trajectory; weight decay is not affected.
         **kwargs: `name`, `clipnorm`, `clipvalue`, `global_clipnorm`,
             `loss_scale_factor`, `use_ema`, … as for any Keras optimizer.
             Clipping applies to each micro-batch's gradient.
@@ -52,6 +57,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         weight_decay=None,
         exclude_from_weight_decay=None,
         lr_multipliers=None,
+        growth_scales=None,
         **kwargs,
     ):
         if kwargs.get("gradient_accumulation_steps"):
@@ -78,20 +84,32 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
                     f"for pattern {pattern!r}."
                 )
         self.accum_steps = accum_steps
-        self.decoupled_weight_decay = weight_decay
+        # Keras' attribute; kwiden applies the decay itself, once per update.
+        self.weight_decay = weight_decay
         self.exclude_patterns = list(exclude_from_weight_decay or [])
         self.lr_multipliers = {str(k): float(v) for k, v in (lr_multipliers or {}).items()}
+        self.growth_scales = {str(k): (float(c), int(n)) for k, (c, n) in (growth_scales or {}).items()}
 
     def build(self, variables):
         if self.built:
             return
         super().build(variables)
         self._multipliers = [self._multiplier_of(v) for v in variables]
+        self._growth = [self.growth_scales.get(v.path, (1.0, 1)) for v in variables]
         self._decays = [
-            self.decoupled_weight_decay is not None
+            self.weight_decay is not None
             and not any(re.search(p, v.path) for p in self.exclude_patterns)
             for v in variables
         ]
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """Keras' API: exclude these variables, or variables whose path contains
+        one of these names, from weight decay. Call before the first step."""
+        self.exclude_patterns += [f"^{re.escape(v.path)}$" for v in var_list or []]
+        self.exclude_patterns += [re.escape(name) for name in var_names or []]
+
+    def _apply_weight_decay(self, variables):
+        """Keras would decay on every micro-step; `move` decays once per update."""
 
     def _multiplier_of(self, variable):
         for pattern, multiplier in self.lr_multipliers.items():
@@ -138,24 +156,32 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         # ops.* rather than operators: `value` may be sparse (tf.IndexedSlices).
         self.assign(moment, ops.add(ops.multiply(moment, keep), ops.multiply(value, weight / self.accum_steps)))
 
-    def learning_rate_of(self, variable, learning_rate):
-        index = self._get_variable_index(variable)
-        return ops.cast(learning_rate, variable.dtype) * self._multipliers[index]
+    def growth_of(self, variable):
+        """`(c, copies)` of a grown variable, `(1, 1)` for others."""
+        return self._growth[self._get_variable_index(variable)]
+
+    def step_scale(self, variable):
+        """The step multiplier that follows the small model's trajectory after
+        growth: Adam-like steps are normalised, so the step shrinks with the
+        tensor, `c` (SGDM overrides this)."""
+        return self.growth_of(variable)[0]
 
     def move(self, variable, step, learning_rate):
         """On a cycle's last micro-step: decay the weight, then `θ ← θ − lr·step`."""
-        lr = self.learning_rate_of(variable, learning_rate) * self.cycle_end(variable.dtype)
-        if self._decays[self._get_variable_index(variable)]:
-            self.assign_sub(variable, variable * (lr * self.decoupled_weight_decay))
-        self.assign_sub(variable, lr * step)
+        index = self._get_variable_index(variable)
+        lr = ops.cast(learning_rate, variable.dtype) * self._multipliers[index] * self.cycle_end(variable.dtype)
+        if self._decays[index]:
+            self.assign_sub(variable, variable * (lr * self.weight_decay))
+        self.assign_sub(variable, (lr * self.step_scale(variable)) * step)
 
     def get_config(self):
         config = super().get_config()
         config.pop("gradient_accumulation_steps", None)
         config.update(
             accum_steps=self.accum_steps,
-            weight_decay=self.decoupled_weight_decay,
+            weight_decay=self.weight_decay,
             exclude_from_weight_decay=self.exclude_patterns,
             lr_multipliers=self.lr_multipliers,
+            growth_scales={k: list(v) for k, v in self.growth_scales.items()},
         )
         return config

@@ -69,7 +69,13 @@ class Adam(AccumulatingOptimizer):
         beta_1, beta_2 = (ops.convert_to_tensor(beta, t.dtype) for beta in (self.beta_1, self.beta_2))
         correction = ops.sqrt(1.0 - ops.power(beta_2, t)) / (1.0 - ops.power(beta_1, t))
         correction = ops.cast(correction, variable.dtype)
-        self.move(variable, correction * m / (ops.sqrt(v) + self.epsilon), learning_rate)
+        self.move(variable, correction * m / (ops.sqrt(v) + self.epsilon_of(variable)), learning_rate)
+
+    def epsilon_of(self, variable):
+        """ε, divided by c·K for a grown variable: its second moment was divided
+        by (c·K)², so this keeps `m/(√v + ε)` exactly the small model's."""
+        c, copies = self.growth_of(variable)
+        return self.epsilon / (c * copies)
 
     def get_config(self):
         return {

@@ -49,9 +49,15 @@ class RAdam(Adam):
         dtype = variable.dtype
         m_hat = m / ops.cast(1.0 - ops.power(ops.convert_to_tensor(self.beta_1, t.dtype), t), dtype)
         v_hat = v / ops.cast(1.0 - beta_2_t, dtype)
-        adaptive = ops.cast(rectification, dtype) * m_hat / (ops.sqrt(v_hat) + self.epsilon)
-        step = ops.where(rho_t > self.rectify_threshold, adaptive, m_hat)
+        adaptive = ops.cast(rectification, dtype) * m_hat / (ops.sqrt(v_hat) + self.epsilon_of(variable))
+        # After growth the adaptive step shrinks with the tensor (c) and the
+        # momentum step like SGD's (c²·K); see `step_scale`.
+        c, copies = self.growth_of(variable)
+        step = ops.where(rho_t > self.rectify_threshold, adaptive * c, m_hat * (c * c * copies))
         self.move(variable, step, learning_rate)
+
+    def step_scale(self, variable):
+        return 1.0  # applied per branch in update_step
 
     def get_config(self):
         return {**super().get_config(), "rectify_threshold": self.rectify_threshold}

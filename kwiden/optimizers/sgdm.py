@@ -56,5 +56,11 @@ class SGDM(AccumulatingOptimizer):
         step = ops.add(gradient, ops.multiply(m, self.momentum)) if self.nesterov else m
         self.move(variable, step, learning_rate)
 
+    def step_scale(self, variable):
+        # The grown gradient is g/(c·K) and SGD's step is lr·g: c²·K brings it
+        # back to c times the small model's step.
+        c, copies = self.growth_of(variable)
+        return c * c * copies
+
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
