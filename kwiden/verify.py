@@ -105,16 +105,25 @@ def verify(small, big, inputs, rtol=1e-5, k=None):
 
 
 def infer_factor(small, big):
-    """The hidden-size factor, read off the shapes of same-named vector weights
-    (LayerNorm γ and β, biases: most of them live in the hidden space)."""
-    ratios = collections.Counter()
+    """The hidden-size factor: among the width ratios of same-named weights
+    (vector weights first: most live in the hidden space), the first that
+    accounts for the width of every output of `big`."""
+    vector_ratios, other_ratios = collections.Counter(), collections.Counter()
     big_layers = {layer.name: layer for layer in big.layers}
     for layer in small.layers:
         other = big_layers.get(layer.name)
         for a, b in zip(layer.weights, other.weights if other is not None else []):
-            if len(a.shape) == 1 == len(b.shape) and a.shape[0] and b.shape[0] % a.shape[0] == 0:
-                ratios[b.shape[0] // a.shape[0]] += 1
-    return ratios.most_common(1)[0][0] if ratios else 1
+            counter = vector_ratios if len(a.shape) == 1 else other_ratios
+            for n, m in zip(a.shape, b.shape):
+                if n and m % n == 0:
+                    counter[m // n] += 1
+    candidates = [r for r, _ in vector_ratios.most_common()] + [r for r, _ in other_ratios.most_common()]
+    for k in dict.fromkeys(candidates + [1]):
+        _, spaces = walk(small, k)
+        widths = [(spaces[id(x)].factor * x.shape[-1], y.shape[-1]) for x, y in zip(small.outputs, big.outputs)]
+        if all(a == b for a, b in widths):
+            return k
+    return 1
 
 
 def _matching_tensors(small, big):

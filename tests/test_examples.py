@@ -6,6 +6,5 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 
 def test_grow_classifier_example_keeps_accuracy_through_growth():
     main = runpy.run_path(str(EXAMPLES / "grow_classifier.py"))["main"]
-    small_accuracy, grown_accuracy, big_accuracy = main(["--steps", "6", "--grow-steps", "3", "--batch", "8"])
+    small_accuracy, grown_accuracy, _ = main(["--steps", "6", "--grow-steps", "3", "--batch", "8"])
     assert grown_accuracy == small_accuracy  # same function, same predictions
-    assert 0.0 <= big_accuracy <= 1.0

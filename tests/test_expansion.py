@@ -55,3 +55,21 @@ def test_expand_keeps_dtype_and_rejects_wrong_axes():
         expand(w, [None])
     with pytest.raises(ValueError, match="Axis role"):
         expand(w, [None, (Space(2), "sideways")])
+
+
+def test_spread_keeps_sums_and_needs_a_generator():
+    from kwiden.expansion import spread_weights
+
+    alpha = spread_weights((6, 4), 0, 3, spread=2.0, rng=np.random.default_rng(0))
+    np.testing.assert_allclose(alpha.reshape(2, 3, 4).sum(1), np.ones((2, 4)))
+    assert np.ptp(alpha) > 0.1
+    with pytest.raises(ValueError, match="`spread` needs a random generator"):
+        spread_weights((6, 4), 0, 3, spread=1.0)
+
+
+@pytest.mark.parametrize("spread", [0.0, 1.0])
+def test_expand_with_spread_is_exact(spread):
+    w, x = RNG.normal(size=(5, 6)), RNG.normal(size=(3, 5))
+    s_in, s_out = Space.stream(3), Space.stream(3)
+    big = expand(w, [(s_in, IN), (s_out, OUT)], spread, np.random.default_rng(1))
+    np.testing.assert_allclose(s_in.carry(x) @ big, s_out.carry(x @ w), rtol=1e-12)

@@ -317,3 +317,55 @@ def test_bad_growth_options():
         kwiden.grow(gpt(), 2, heads="both")
     with pytest.raises(ValueError, match=r"`ffn_factor` must be a positive integer.*ffn_factor=0"):
         kwiden.grow(gpt(), 2, ffn_factor=0)
+
+
+@pytest.mark.parametrize("where", ["dense", "activation"])
+def test_non_elementwise_activation_is_refused(where):
+    x_in = keras.Input((None, 8))
+    if where == "dense":
+        y = ExpandableDense(6, activation="softmax", name="soft")(x_in)
+        match = r"ExpandableDense 'soft' uses the activation 'softmax', which is not elementwise"
+    else:
+        y = ExpandableDense(6, activation="gelu")(x_in)  # a pure copy: scale 1
+        y = keras.layers.Activation("softmax", name="soft")(y)
+        match = r"Activation layer 'soft' uses the activation 'softmax', which is not elementwise"
+    with pytest.raises(GrowthError, match=match):
+        kwiden.grow(keras.Model(x_in, y), 2)
+
+
+def test_multiplying_grown_and_ungrown_tensors_is_refused():
+    x_in = keras.Input((None, 8))
+    gate = keras.Input((None, 8), name="gate")
+    y = keras.layers.Multiply(name="mixed-product")([ExpandableDense(8)(x_in), gate])
+    with pytest.raises(GrowthError, match=r"Multiply layer 'mixed-product' multiplies grown and ungrown"):
+        kwiden.grow(keras.Model([x_in, gate], y), 2)
+
+
+def test_layer_with_inputs_in_two_spaces_is_refused():
+    x_in = keras.Input((None, 8))
+    stream = ExpandableDense(8)(x_in)
+    copy = ExpandableDense(8, activation="gelu")(x_in)
+    attention = kwiden.layers.ExpandableMultiHeadAttention(2, 4, name="cross")(stream, copy)
+    with pytest.raises(GrowthError, match=r"'cross' \(ExpandableMultiHeadAttention\) receives tensors in different spaces"):
+        kwiden.grow(keras.Model(x_in, attention), 2)
+
+
+def test_ungrown_keras_layers_are_copied_verbatim():
+    ids = keras.Input((None,), dtype="int32")
+    summary = keras.layers.LSTM(4, name="lstm")(keras.layers.Embedding(20, 3, name="keras-embedding")(ids))
+    tokens = kwiden.layers.ExpandableEmbedding(20, 8, name="tokens")(ids)
+    model = keras.Model(ids, [tokens, summary])
+    big = kwiden.grow(model, 2)
+    for name in ("lstm", "keras-embedding"):
+        assert big.get_layer(name).get_config() == model.get_layer(name).get_config()
+    x = np.array([[1, 2, 3], [4, 5, 0]])
+    assert kwiden.verify(model, big, x).ok
+
+
+def test_bfloat16_check_uses_a_tolerance_for_its_rounding():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    small = gpt()
+    keras.mixed_precision.set_global_policy("float32")
+    kwiden.grow(small, 2, check=padded_batch(segments=False))  # default rtol: bfloat16 rounding
+    with pytest.raises(GrowthError, match="not exact"):
+        kwiden.grow(small, 2, check=padded_batch(segments=False), rtol=1e-5)

@@ -35,12 +35,12 @@ def assert_grows_exactly(layer, inputs, k, input_space=None, call_kwargs=None):
     return big
 
 
-def assert_round_trips(layer, inputs):
+def assert_round_trips(layer, inputs, path):
     clone = layer.__class__.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
     model = keras.Sequential([keras.Input(inputs.shape[1:], dtype=inputs.dtype), layer])
-    model.save("/tmp/kwiden_layer.keras")
-    loaded = keras.saving.load_model("/tmp/kwiden_layer.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
     np.testing.assert_array_equal(loaded.predict(inputs, verbose=0), model.predict(inputs, verbose=0))
 
 
@@ -181,8 +181,8 @@ def test_select_token():
     ],
     ids=lambda v: type(v).__name__,
 )
-def test_config_and_save_round_trip(layer, inputs):
-    assert_round_trips(layer, inputs)
+def test_config_and_save_round_trip(layer, inputs, tmp_path):
+    assert_round_trips(layer, inputs, tmp_path / "layer.keras")
 
 
 @pytest.mark.parametrize("k", [2, 3])

@@ -47,7 +47,10 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
             on the small model's trajectory; weight decay is not affected.
         **kwargs: `name`, `clipnorm`, `clipvalue`, `global_clipnorm`,
             `loss_scale_factor`, `use_ema`, … as for any Keras optimizer.
-            Clipping applies to each micro-batch's gradient.
+            Clipping applies to each micro-batch's gradient, and the EMA is
+            updated on every micro-step (as with Keras' own accumulation).
+            Micro-steps of an unfinished cycle at the end of training are
+            not applied.
     """
 
     def __init__(
