@@ -24,6 +24,7 @@ from kwiden.expansion import (
     growth_scale,
     is_positively_homogeneous,
 )
+from kwiden.depth import block_of, copies_per_block, find_blocks, new_indices, renamed, zero_output_weights
 from kwiden.layers.expandable import Expandable, expand_weights
 
 
@@ -52,6 +53,9 @@ def grow(
     seed=None,
     optimizer=None,
     scale_learning_rates=True,
+    depth=None,
+    num_layers=None,
+    allow_approximate=False,
 ):
     """Return a new functional model `k` times wider computing the same function.
 
@@ -87,6 +91,14 @@ def grow(
             goes on where the small model left off.
         scale_learning_rates: with `optimizer`, set those parameter-wise
             learning rates (kwiden optimizers only). False keeps one rate.
+        depth, num_layers: depth growth (DESIGN §1.10): `depth=2` doubles the
+            number of Transformer blocks, `num_layers=N` makes it N. Each new
+            block is a copy of the block before it whose residual branches end
+            in zeros: exact for Pre-LN blocks (GPT); for Post-LN blocks (BERT)
+            only approximate, allowed with `allow_approximate=True` (`check`
+            then measures by how much). Blocks are found by their names,
+            `Transformer-{i}-…`, and renumbered.
+        allow_approximate: accept a growth that is not exact (Post-LN depth).
 
     Returns:
         The grown `keras.Model` (same layer names, dtype policies and trainable
@@ -106,29 +118,61 @@ def grow(
     if spread < 0:
         raise ValueError(f"`spread` must be >= 0 (0: plain copies), got spread={spread!r}.")
     _require_functional(model)
+    steps, spaces = walk(model, growth)
+    deepening = depth is not None or num_layers is not None
+    if deepening:
+        if optimizer is not None:
+            raise ValueError("kwiden.grow cannot grow an optimizer's state together with depth yet.")
+        blocks = find_blocks(model, steps, spaces)
+        indices = new_indices(copies_per_block(len(blocks), depth, num_layers))
+        approximate = [b.index for b in blocks if not b.exact]
+        if approximate and not allow_approximate:
+            raise GrowthError(
+                f"Transformer blocks {approximate} are not Pre-LN: a LayerNorm sits on their "
+                "residual stream, so no new block can be an exact identity (DESIGN §1.10). Pass "
+                "allow_approximate=True to stack copies anyway, and `check=` inputs to measure "
+                "the deviation."
+            )
+        last_step = {id(b.steps[-1][0]): b for b in blocks}
     tensors = {}
-    grown = {}  # id(small layer) -> (grown layer, plan)
     for x in model.inputs:
         tensors[id(x)] = keras.Input(batch_shape=x.shape, dtype=x.dtype, name=x.name)
-    steps, _ = walk(model, growth)
+    layers = {}  # id(small layer) -> grown layer
+    weighted = []  # (grown layer, plan, whether its residual output starts at zero)
     for node, plan in steps:
         op = node.operation
-        if id(op) not in grown:
-            grown[id(op)] = (_new_layer(op, plan.config), plan)
-        args, kwargs = node.arguments.fill_in(tensors)
-        outputs = grown[id(op)][0](*args, **kwargs)
-        for x, y in zip(node.outputs, tree.flatten(outputs)):
-            tensors[id(x)] = y
+        if id(op) not in layers:
+            config = plan.config
+            if deepening and block_of(op.name) is not None:
+                config = {**config, "name": renamed(op.name, indices[block_of(op.name)][0])}
+            layers[id(op)] = _new_layer(op, config)
+            weighted.append((layers[id(op)], plan, False))
+        _call(layers[id(op)], node, tensors)
+        if deepening and id(node) in last_step:
+            block = last_step[id(node)]
+            stream = tensors[id(block.stream_out)]
+            for index in indices[block.index][1:]:
+                local, copies = {**tensors, id(block.stream_in): stream}, {}
+                for block_node, block_plan in block.steps:
+                    source = block_node.operation
+                    if id(source) not in copies:
+                        config = {**block_plan.config, "name": renamed(source.name, index)}
+                        copies[id(source)] = _new_layer(source, config)
+                        weighted.append((copies[id(source)], block_plan, id(source) in block.zeroed))
+                    _call(copies[id(source)], block_node, local)
+                stream = local[id(block.stream_out)]
+            tensors[id(block.stream_out)] = stream
     big = keras.Model(
         tree.map_structure(lambda x: tensors[id(x)], model.input),
         tree.map_structure(lambda x: tensors[id(x)], model.output),
         name=model.name,
     )
     rng = np.random.default_rng(seed)
-    for layer, plan in grown.values():
+    for layer, plan, zeroed in weighted:
         _restore_initializers(layer, plan.config)
         if plan.weights:
-            layer.set_weights(plan.grown_weights(spread, rng))
+            weights = plan.grown_weights(spread, rng)
+            layer.set_weights(zero_output_weights(layer, weights) if zeroed else weights)
     if check is not None:
         from kwiden.verify import verify
 
@@ -141,6 +185,13 @@ def grow(
 
     axes = weight_axes(model, growth)
     return big, grow_optimizer(optimizer, model, big, axes, scale_learning_rates)
+
+
+def _call(layer, node, tensors):
+    """Call `layer` as `node` called its layer, on the tensors `tensors` maps to."""
+    args, kwargs = node.arguments.fill_in(tensors)
+    for x, y in zip(node.outputs, tree.flatten(layer(*args, **kwargs))):
+        tensors[id(x)] = y
 
 
 # Layers whose `*_initializer` config keys are the attributes they build from.

@@ -7,6 +7,7 @@ import keras
 import numpy as np
 from keras import tree
 
+from kwiden.depth import block_of, copies_per_block, new_indices, renamed
 from kwiden.expansion import check_factor
 from kwiden.grow import nodes_in_order, walk
 
@@ -133,8 +134,9 @@ def _matching_tensors(small, big):
         big_outputs[node.operation.name].append(node.outputs)
     seen = collections.Counter()
     small_tensors, big_tensors, names = [], [], []
+    rename = _block_renaming(small, big)
     for node in nodes_in_order(small):
-        name = node.operation.name
+        name = rename(node.operation.name)
         calls = big_outputs.get(name, [])
         if not isinstance(node.operation, keras.layers.Layer) or seen[name] >= len(calls):
             continue
@@ -145,6 +147,16 @@ def _matching_tensors(small, big):
                 names.append(name)
         seen[name] += 1
     return small_tensors, big_tensors, names
+
+
+def _block_renaming(small, big):
+    """After depth growth, the name each of `small`'s block layers has in `big`."""
+    count = lambda model: len({block_of(layer.name) for layer in model.layers} - {None})  # noqa: E731
+    blocks, grown_blocks = count(small), count(big)
+    if blocks == grown_blocks or not blocks or grown_blocks < blocks:
+        return lambda name: name
+    indices = new_indices(copies_per_block(blocks, num_layers=grown_blocks))
+    return lambda name: name if block_of(name) is None else renamed(name, indices[block_of(name)][0])
 
 
 def _evaluate(model, tensors, inputs):

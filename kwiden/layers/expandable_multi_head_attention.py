@@ -151,6 +151,9 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
             mask = causal if mask is None else ops.logical_and(mask, causal)
         return mask
 
+    # Zero, these make the layer output zeros: a new residual branch that adds nothing.
+    residual_output_weights = ("output_kernel", "output_bias")
+
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         return (*query_shape[:-1], self.output_dim or query_shape[-1])
 

@@ -84,6 +84,9 @@ class FeedForward(Expandable, keras.layers.Layer):
             hidden = self.activation(self._project("inner", inputs))
         return self._project("output", hidden)
 
+    # Zero, these make the layer output zeros: a new residual branch that adds nothing.
+    residual_output_weights = ("output_kernel", "output_bias")
+
     def compute_output_shape(self, input_shape):
         return input_shape
 
