@@ -37,11 +37,12 @@ Examples:
 import argparse
 import gc
 import os
-import platform
 import resource
 import statistics
 import sys
 import time
+
+from common import environment, table
 
 TARGET = 1.0  # grow ≤ 1.0 × baseline
 
@@ -175,43 +176,6 @@ def release_model(model):
     import keras
 
     keras.backend.clear_session()
-
-
-def environment(keras, np):
-    lines = [
-        f"python {platform.python_version()}, numpy {np.__version__}, "
-        f"keras {keras.__version__}, backend {keras.backend.backend()}",
-    ]
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        lines.append(f"tensorflow {tf.__version__}")
-    elif backend == "jax":
-        import jax
-
-        lines.append(f"jax {jax.__version__}, devices {jax.devices()}")
-    elif backend == "torch":
-        import torch
-
-        lines.append(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    lines.append(f"cpu cores: {os.cpu_count()} (usable: {affinity}), {platform.machine()}")
-    return "\n".join(lines)
-
-
-def table(rows, header):
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    out = []
-    for n, row in enumerate([header, *rows]):
-        cells = [
-            str(cell).ljust(widths[i]) if i == 0 else str(cell).rjust(widths[i])
-            for i, cell in enumerate(row)
-        ]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
 
 
 def gib(nbytes):

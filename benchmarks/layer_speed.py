@@ -20,10 +20,11 @@ Examples:
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
+
+from common import environment, table
 
 TARGET = 1.0  # kwiden ≤ 1.0 × KerasHub
 
@@ -61,49 +62,6 @@ def parse_args(argv=None):
     )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
-
-
-def environment(keras, np):
-    lines = [
-        f"python {platform.python_version()}, numpy {np.__version__}, "
-        f"keras {keras.__version__}, backend {keras.backend.backend()}",
-    ]
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        lines.append(
-            f"tensorflow {tf.__version__}, intra-op threads "
-            f"{tf.config.threading.get_intra_op_parallelism_threads() or 'default'}"
-        )
-    elif backend == "jax":
-        import jax
-
-        lines.append(f"jax {jax.__version__}, devices {jax.devices()}")
-    elif backend == "torch":
-        import torch
-
-        lines.append(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-    import keras_hub
-
-    lines.append(f"keras_hub {keras_hub.__version__}")
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    lines.append(f"cpu cores: {os.cpu_count()} (usable: {affinity}), {platform.machine()}")
-    return "\n".join(lines)
-
-
-def table(rows, header):
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    out = []
-    for n, row in enumerate([header, *rows]):
-        cells = [
-            str(cell).ljust(widths[i]) if i == 0 else str(cell).rjust(widths[i])
-            for i, cell in enumerate(row)
-        ]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
 
 
 def make_batch(np, args):
@@ -154,7 +112,9 @@ def main(argv=None):
     jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
 
     print("== kwiden BERT vs KerasHub BertBackbone: step time ==")
-    print(environment(keras, np))
+    import keras_hub
+
+    print(environment(keras, np, [f"keras_hub {keras_hub.__version__}"]))
     print(
         f"config: layers={args.layers} hidden={args.hidden} heads={args.heads} "
         f"ffn={args.ffn} vocab={args.vocab} max_positions={args.max_positions} "

@@ -23,7 +23,7 @@ def run(steps=300, grow_steps=150, factor=2, batch_size=32, length=64, hidden_si
     rng = np.random.default_rng(seed)
     ids = corpus.encode(corpus.load_text())
     split = int(0.9 * len(ids))
-    train, valid = ids[:split], ids[split:]
+    train_ids, valid = ids[:split], ids[split:]
     x_valid, y_valid = corpus.windows(valid, length, 256, rng)
     config = dict(
         vocab_size=corpus.VOCAB_SIZE,
@@ -38,12 +38,16 @@ def run(steps=300, grow_steps=150, factor=2, batch_size=32, length=64, hidden_si
     )
     small = kwiden.build_transformer_model(config, model="gpt")
     small.compile(optimizers.Adam(2e-3), LOSS)
+
+    def train(model, steps):
+        """Fit on `steps` fresh batches; the seconds it took and the validation loss."""
+        start = time.perf_counter()
+        x, y = corpus.windows(train_ids, length, steps * batch_size, rng)
+        model.fit(x, y, batch_size=batch_size, epochs=1, verbose=verbose)
+        return time.perf_counter() - start, model.evaluate(x_valid, y_valid, batch_size=64, verbose=0)
+
     print(f"Training the small model (hidden {hidden_size}) for {steps} steps of {batch_size}×{length} bytes")
-    start = time.perf_counter()
-    x, y = corpus.windows(train, length, steps * batch_size, rng)
-    small.fit(x, y, batch_size=batch_size, epochs=1, verbose=verbose)
-    small_time = time.perf_counter() - start
-    small_loss = small.evaluate(x_valid, y_valid, batch_size=64, verbose=0)
+    small_time, small_loss = train(small, steps)
 
     print(f"Growing ×{factor}")
     start = time.perf_counter()
@@ -55,11 +59,7 @@ def run(steps=300, grow_steps=150, factor=2, batch_size=32, length=64, hidden_si
     grown_loss = big.evaluate(x_valid, y_valid, batch_size=64, verbose=0)
 
     print(f"Training the grown model (hidden {hidden_size * factor}) for {grow_steps} steps")
-    start = time.perf_counter()
-    x, y = corpus.windows(train, length, grow_steps * batch_size, rng)
-    big.fit(x, y, batch_size=batch_size, epochs=1, verbose=verbose)
-    big_time = time.perf_counter() - start
-    big_loss = big.evaluate(x_valid, y_valid, batch_size=64, verbose=0)
+    big_time, big_loss = train(big, grow_steps)
 
     rows = [
         dict(stage=f"small, {steps} steps", params=small.count_params(), loss=small_loss, seconds=small_time),

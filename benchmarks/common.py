@@ -1,0 +1,42 @@
+"""What the benchmark scripts share: the environment line and the table printer."""
+
+import os
+import platform
+
+
+def environment(keras, np, extra=()):
+    lines = [
+        f"python {platform.python_version()}, numpy {np.__version__}, "
+        f"keras {keras.__version__}, backend {keras.backend.backend()}",
+    ]
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        lines.append(f"tensorflow {tf.__version__}")
+    elif backend == "jax":
+        import jax
+
+        lines.append(f"jax {jax.__version__}, devices {jax.devices()}")
+    elif backend == "torch":
+        import torch
+
+        lines.append(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+    lines.extend(extra)
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    lines.append(f"cpu cores: {os.cpu_count()} (usable: {affinity}), {platform.machine()}")
+    return "\n".join(lines)
+
+
+def table(rows, header):
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    out = []
+    for n, row in enumerate([header, *rows]):
+        cells = [
+            str(cell).ljust(widths[i]) if i == 0 else str(cell).rjust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        out.append("  ".join(cells).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
