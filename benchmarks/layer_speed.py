@@ -112,8 +112,6 @@ def main(argv=None):
     jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
 
     print("== kwiden BERT vs KerasHub BertBackbone: step time ==")
-    import keras_hub
-
     print(environment(keras, np, [f"keras_hub {keras_hub.__version__}"]))
     print(
         f"config: layers={args.layers} hidden={args.hidden} heads={args.heads} "

@@ -6,7 +6,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from conftest import bert, outputs, padded_batch
+from conftest import bert, padded_batch
 
 import kwiden
 from kwiden import corpus

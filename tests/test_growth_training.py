@@ -8,7 +8,6 @@ from conftest import bert, gpt, outputs, padded_batch
 
 import kwiden
 from kwiden import optimizers
-from kwiden.expansion import Space
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
