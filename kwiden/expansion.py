@@ -17,10 +17,13 @@ class Space:
     """How a small-model axis maps to the big model: `ã = scale · a[i // factor]`.
 
     `Space()` is an axis the growth leaves alone (token ids, logits, masks).
+    With `group=2`, pairs are copied instead of single coordinates,
+    `[x1, x2, x1, x2, x3, x4, x3, x4]`, as rotary embeddings need (DESIGN §1.8).
     """
 
     factor: int = 1
     scale: float = 1.0
+    group: int = 1
 
     @classmethod
     def stream(cls, k):
@@ -38,7 +41,12 @@ class Space:
 
     def source(self, n):
         """For each new index, the old index it reads."""
-        return np.repeat(np.arange(n), self.factor)
+        if self.group == 1:
+            return np.repeat(np.arange(n), self.factor)
+        if n % self.group:
+            raise ValueError(f"A space of groups of {self.group} needs a multiple of {self.group}, got {n}.")
+        groups = np.arange(n).reshape(-1, 1, self.group)
+        return np.broadcast_to(groups, (n // self.group, self.factor, self.group)).reshape(-1)
 
     def carry(self, a, axis=-1):
         """A small-model tensor `a` as the big model holds it: `s · P a`."""
@@ -61,6 +69,7 @@ def check_factor(k, name="k"):
 
 
 HEAD_MODES = ("size", "count")
+ROPE_MODES = ("exact", "standard")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,13 +79,18 @@ class Growth:
     `k` multiplies the hidden size (residual stream, embeddings, norms). `ffn`
     multiplies the feed-forward width (default `k`). `heads="size"` multiplies
     each attention head's size by `k` (DESIGN §1.5); `heads="count"` multiplies
-    the number of heads instead (§1.6). Layers accept a `Growth` wherever they
-    accept an integer `k`.
+    the number of heads instead (§1.6). `rope="exact"` keeps rotary
+    frequencies copied pair-wise; `"standard"` gives grown heads the standard
+    schedule of their new size, which is approximate (§1.8) and needs
+    `allow_approximate`. Layers accept a `Growth` wherever they accept an
+    integer `k`.
     """
 
     k: int
     ffn: int | None = None
     heads: str = "size"
+    rope: str = "exact"
+    allow_approximate: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "k", check_factor(self.k))
@@ -84,6 +98,8 @@ class Growth:
             object.__setattr__(self, "ffn", check_factor(self.ffn, "ffn_factor"))
         if self.heads not in HEAD_MODES:
             raise ValueError(f"`heads` must be one of {HEAD_MODES}, got heads={self.heads!r}.")
+        if self.rope not in ROPE_MODES:
+            raise ValueError(f"`rope` must be one of {ROPE_MODES}, got rope={self.rope!r}.")
 
     @property
     def ffn_factor(self):
@@ -97,7 +113,7 @@ IN = "in"
 OUT = "out"
 
 
-def spread_weights(shape, axis, factor, spread=0.0, rng=None):
+def spread_weights(shape, axis, factor, spread=0.0, rng=None, source=None):
     """α over an expanded input axis: weights that sum to 1 over each row's copies.
 
     `spread=0` gives the plain `1/factor`. Otherwise `α = (1 + spread·u)/factor`
@@ -114,12 +130,17 @@ def spread_weights(shape, axis, factor, spread=0.0, rng=None):
         return np.full(broadcast, 1.0 / factor)
     if rng is None:
         raise ValueError("`spread` needs a random generator `rng`.")
-    u = rng.uniform(-1.0, 1.0, shape)
-    grouped = np.moveaxis(u, axis, -1)
-    grouped = grouped.reshape(*grouped.shape[:-1], -1, factor)
-    grouped = grouped - grouped.mean(axis=-1, keepdims=True)
-    u = np.moveaxis(grouped.reshape(*grouped.shape[:-2], -1), -1, axis)
-    return (1.0 + spread * u) / factor
+    if source is None:
+        source = np.repeat(np.arange(shape[axis] // factor), factor)
+    # Centre u over the copies of each source row: sort the copies together,
+    # subtract each group's mean, and put them back.
+    order = np.argsort(source, kind="stable")
+    u = np.moveaxis(rng.uniform(-1.0, 1.0, shape), axis, -1)
+    grouped = u[..., order].reshape(*u.shape[:-1], -1, factor)
+    grouped = (grouped - grouped.mean(axis=-1, keepdims=True)).reshape(u.shape)
+    u = np.empty_like(grouped)
+    u[..., order] = grouped
+    return (1.0 + spread * np.moveaxis(u, -1, axis)) / factor
 
 
 def _check_axes(weight, axes):
@@ -146,20 +167,29 @@ def expand(weight, axes, spread=0.0, rng=None):
     _check_axes(weight, axes)
     if spread == 0.0:
         # Equal splits: scale the small tensor, then copy (k² times less work).
-        result = weight.astype(np.float64) * growth_scale(axes)
-        result = result.astype(weight.dtype)
-        for axis, spec in enumerate(axes):
-            if spec is not None and spec[0].factor != 1:
-                result = np.repeat(result, spec[0].factor, axis=axis)
-        return result
+        return _copy(weight.astype(np.float64) * growth_scale(axes), axes).astype(weight.dtype)
     result = weight.astype(np.float64)
     for axis, spec in enumerate(axes):
         if spec is not None:
             space, role = spec
-            result = np.take(result, space.source(result.shape[axis]), axis=axis)
+            source = space.source(result.shape[axis])
+            result = np.take(result, source, axis=axis)
             if role == IN:
-                result = result * (space.factor * spread_weights(result.shape, axis, space.factor, spread, rng))
+                alpha = spread_weights(result.shape, axis, space.factor, spread, rng, source)
+                result = result * (space.factor * alpha)
     return (result * growth_scale(axes)).astype(weight.dtype)
+
+
+def _copy(value, axes):
+    """`value` copied along each grown axis (no scaling)."""
+    for axis, spec in enumerate(axes):
+        if spec is None or spec[0].factor == 1:
+            continue
+        if spec[0].group == 1:
+            value = np.repeat(value, spec[0].factor, axis=axis)
+        else:
+            value = np.take(value, spec[0].source(value.shape[axis]), axis=axis)
+    return value
 
 
 def growth_scale(axes):
@@ -189,11 +219,7 @@ def expand_gradient_like(value, axes, power=1):
     value = np.asarray(value)
     _check_axes(value, axes)
     result = value.astype(np.float64) * (1.0 / (growth_scale(axes) * copy_count(axes))) ** power
-    result = result.astype(value.dtype)
-    for axis, spec in enumerate(axes):
-        if spec is not None and spec[0].factor != 1:
-            result = np.repeat(result, spec[0].factor, axis=axis)
-    return result
+    return _copy(result.astype(value.dtype), axes)
 
 
 class GrowthError(ValueError):

@@ -49,6 +49,7 @@ def grow(
     rtol=None,
     ffn_factor=None,
     heads="size",
+    rope="exact",
     spread=0.0,
     seed=None,
     optimizer=None,
@@ -77,6 +78,10 @@ def grow(
         ffn_factor: the feed-forward width's own factor (default `k`).
         heads: `"size"` grows each attention head's size by `k` (DESIGN §1.5);
             `"count"` grows the number of heads instead (§1.6).
+        rope: rotary attention with `heads="size"`: `"exact"` keeps the small
+            model's frequencies, copied pair-wise (exact); `"standard"` gives
+            the grown heads the standard schedule of their size, as the seed
+            article does (approximate: needs `allow_approximate=True`).
         spread: exact symmetry breaking (DESIGN §1.7): every linear map spreads
             each input over its copies with unequal weights `(1 + spread·u)/k`,
             so the copies of a neuron train apart from the first step while the
@@ -98,7 +103,8 @@ def grow(
             only approximate, allowed with `allow_approximate=True` (`check`
             then measures by how much). Blocks are found by their names,
             `Transformer-{i}-…`, and renumbered.
-        allow_approximate: accept a growth that is not exact (Post-LN depth).
+        allow_approximate: accept a growth that is not exact (Post-LN depth,
+            `rope="standard"`); `check=` then measures by how much.
 
     Returns:
         The grown `keras.Model` (same layer names, dtype policies and trainable
@@ -114,7 +120,7 @@ def grow(
     >>> big.get_layer("Embedding-Token").output_dim
     16
     """
-    growth = Growth(k, ffn_factor, heads)
+    growth = Growth(k, ffn_factor, heads, rope, allow_approximate)
     if spread < 0:
         raise ValueError(f"`spread` must be >= 0 (0: plain copies), got spread={spread!r}.")
     _require_functional(model)

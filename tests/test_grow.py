@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from conftest import EPS, bert, gpt, outputs, padded_batch, small_config
+from conftest import EPS, bert, gpt, outputs, padded_batch, randomize, small_config
 
 import kwiden
 from kwiden import GrowthError
@@ -269,13 +269,13 @@ def test_shared_layer_on_differently_grown_inputs_is_refused():
 
 
 def test_builder_errors():
-    with pytest.raises(ValueError, match=r"`model` must be one of \['bert', 'gpt'\]"):
+    with pytest.raises(ValueError, match=r"`model` must be one of \['bert', 'gpt', 'roformer'\]"):
         kwiden.build_transformer_model(small_config(), model="xlnet")
     with pytest.raises(ValueError, match=r"lacks hidden_size"):
         kwiden.build_transformer_model(dict(vocab_size=10, num_hidden_layers=1, num_attention_heads=1))
     with pytest.raises(ValueError, match=r"hidden_size=10 is not a multiple of num_attention_heads=3"):
         kwiden.build_transformer_model(small_config(hidden_size=10, num_attention_heads=3))
-    with pytest.raises(ValueError, match=r"`with_mlm` and `with_pool` apply to model='bert'"):
+    with pytest.raises(ValueError, match=r"`with_mlm` and `with_pool` apply to BERT-style models, not 'gpt'"):
         kwiden.build_transformer_model(small_config(), model="gpt", with_mlm=True)
 
 
@@ -415,3 +415,36 @@ def test_depth_argument_errors():
     x_in = keras.Input((None, 8))
     with pytest.raises(GrowthError, match=r"needs Transformer blocks named"):
         kwiden.grow(keras.Model(x_in, ExpandableDense(8)(x_in)), 2, depth=2)
+
+
+def roformer(**kwargs):
+    model = kwiden.build_transformer_model(small_config(**kwargs), model="roformer", with_mlm=True)
+    return randomize(model)
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("heads", ["size", "count"])
+def test_roformer_grows_exactly(k, heads):
+    small = roformer()
+    assert "Embedding-Position" not in [layer.name for layer in small.layers]
+    big = kwiden.grow(small, k, heads=heads, spread=0.5, seed=0)
+    attention = big.get_layer("Transformer-0-MultiHeadSelfAttention")
+    if heads == "size":
+        assert attention.rotary.frequencies == np.repeat(
+            small.get_layer("Transformer-0-MultiHeadSelfAttention").rotary.frequencies, k
+        ).tolist()
+    assert_exact(small, big, padded_batch())
+
+
+def test_roformer_standard_rope_is_approximate_and_reported():
+    small = roformer()
+    with pytest.raises(GrowthError, match=r"rope='standard'.*allow_approximate=True"):
+        kwiden.grow(small, 2, rope="standard")
+    big = kwiden.grow(small, 2, rope="standard", allow_approximate=True)
+    report = kwiden.verify(small, big, padded_batch())
+    assert not report.ok
+    assert report.first_departure[0] == "Transformer-0-MultiHeadSelfAttention"
+    assert 1e-3 < report.first_departure[1] < 2.0, str(report)
+    with pytest.raises(ValueError, match=r"`rope` must be one of \('exact', 'standard'\)"):
+        kwiden.grow(small, 2, rope="linear")

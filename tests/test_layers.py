@@ -178,6 +178,8 @@ def test_select_token():
         (layers.FeedForward(12, activation="silu", glu=True, use_bias=False), hidden()),
         (layers.BiasAdd(), hidden()),
         (layers.SelectToken(2), hidden()),
+        (layers.ExpandableMultiHeadAttention(2, 4, rotary_frequencies=[1.0, 0.1]), hidden()),
+        (layers.RotaryEmbedding(head_size=4, base=500.0), hidden()[:, :, None, :4]),
     ],
     ids=lambda v: type(v).__name__,
 )
@@ -206,3 +208,30 @@ def test_feed_forward_own_factor(ffn_factor):
     randomize(layer)
     big = assert_grows_exactly(layer, hidden(), Growth(2, ffn=ffn_factor))
     assert big.intermediate_size == 12 * ffn_factor
+
+
+def test_rotary_embedding_scores_depend_on_relative_position_only():
+    rope = layers.RotaryEmbedding(head_size=8)
+    q = np.tile(RNG.normal(size=(1, 1, 1, 8)), (1, 6, 1, 1)).astype("float32")
+    k = np.tile(RNG.normal(size=(1, 1, 1, 8)), (1, 6, 1, 1)).astype("float32")
+    rq, rk = (keras.ops.convert_to_numpy(rope(x))[0, :, 0] for x in (q, k))
+    scores = rq @ rk.T
+    np.testing.assert_allclose(scores[1, 0], scores[5, 4], rtol=1e-5)
+    np.testing.assert_allclose(scores[0, 2], scores[3, 5], rtol=1e-5)
+    np.testing.assert_allclose(rq[0], q[0, 0, 0], rtol=1e-6)  # position 0 is not rotated
+    with pytest.raises(ValueError, match="head_size must be even"):
+        layers.RotaryEmbedding(head_size=5)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("heads", ["size", "count"])
+def test_rotary_attention_grows_exactly(k, heads):
+    layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=4, rotary_base=100.0)
+    x = hidden()
+    layer(x, use_causal_mask=True)
+    randomize(layer)
+    assert_grows_exactly(layer, x, Growth(k, heads=heads), Space.stream(k), {"use_causal_mask": True})
+
+
+def test_pair_space_copies_pairs():
+    np.testing.assert_array_equal(Space(2, 1.0, group=2).source(4), [0, 1, 0, 1, 2, 3, 2, 3])

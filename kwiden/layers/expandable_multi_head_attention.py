@@ -1,8 +1,11 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import IN, OUT, Growth, Space
+import numpy as np
+
+from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
 from kwiden.layers.expandable import Expandable, default_space
+from kwiden.layers.rotary_embedding import RotaryEmbedding
 
 PROJECTIONS = ("query", "key", "value")
 
@@ -31,6 +34,10 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         scaled: divide scores by `sqrt(head_size)`.
         use_bias: whether the four projections have biases.
         dropout: dropout rate on the attention probabilities.
+        rotary_base: rotate queries and keys by position (RoFormer, LLaMA)
+            with the standard schedule of this base; None for no rotation.
+        rotary_frequencies: explicit rotary frequencies, one per pair (a grown
+            layer keeps its source's this way); overrides `rotary_base`.
         kernel_initializer, bias_initializer: initializers of the projections.
 
     Example:
@@ -51,11 +58,20 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         scaled=True,
         use_bias=True,
         dropout=0.0,
+        rotary_base=None,
+        rotary_frequencies=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.rotary_base = rotary_base
+        self.rotary_frequencies = None if rotary_frequencies is None else [float(f) for f in rotary_frequencies]
+        self.rotary = None
+        if rotary_base is not None or rotary_frequencies is not None:
+            self.rotary = RotaryEmbedding(
+                self.rotary_frequencies, head_size, rotary_base or 10000.0, dtype=self.dtype_policy
+            )
         self.heads = heads
         self.head_size = head_size
         self.output_dim = output_dim
@@ -115,6 +131,8 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         key = value if key is None else key
         q = self._project("query", query)
         k = self._project("key", key)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
         v = self._project("value", value)
         mask = self._mask(q, k, attention_mask, use_causal_mask)
         scale = self.head_size**-0.5 if self.scaled else 1.0
@@ -166,6 +184,8 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
             "scaled": self.scaled,
             "use_bias": self.use_bias,
             "dropout": self.dropout,
+            "rotary_base": self.rotary_base,
+            "rotary_frequencies": self.rotary_frequencies,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
         }
@@ -175,7 +195,20 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         output_dim = None if self.output_dim is None else self.output_dim * growth.k
         if growth.heads == "count":
             return {**self.get_config(), "heads": self.heads * growth.k, "output_dim": output_dim}
-        return {**self.get_config(), "head_size": self.head_size * growth.k, "output_dim": output_dim}
+        config = {**self.get_config(), "head_size": self.head_size * growth.k, "output_dim": output_dim}
+        if self.rotary is not None:
+            if growth.rope == "exact":  # each pair's copies turn as the pair did
+                config["rotary_frequencies"] = np.repeat(self.rotary.frequencies, growth.k).tolist()
+            elif not growth.allow_approximate:
+                raise GrowthError(
+                    f"ExpandableMultiHeadAttention '{self.name}': rope='standard' gives the grown "
+                    "heads their own frequency schedule, which changes the function (DESIGN §1.8). "
+                    "Pass allow_approximate=True to accept that, or use rope='exact'."
+                )
+            else:
+                config["rotary_frequencies"] = None
+                config["rotary_base"] = self.rotary.base
+        return config
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
         if self.output_dim is None:
@@ -197,7 +230,9 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         else:
             # Head size ×k: interleaved copies inside each head; q and k at
             # k^(-1/4) (scaled) or k^(-1/2) (unscaled) so that q·k/√(k·d) = q·k/√d.
-            scores = Space(k, k**-0.25 if self.scaled else k**-0.5)
+            # Rotary heads copy pairs (x_2i, x_2i+1), so each copy still rotates as a pair.
+            group = 2 if self.rotary is not None else 1
+            scores = Space(k, k**-0.25 if self.scaled else k**-0.5, group)
             spaces = {"query": scores, "key": scores, "value": Space.stream(k)}
             projection = {name: [(input_space, IN), None, (spaces[name], OUT)] for name in PROJECTIONS}
             bias = {name: [None, (spaces[name], OUT)] for name in PROJECTIONS}

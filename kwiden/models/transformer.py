@@ -29,6 +29,7 @@ def _attention(config, name):
         heads=config["num_attention_heads"],
         head_size=config["attention_head_size"],
         dropout=config["attention_probs_dropout_prob"],
+        rotary_base=config.get("rotary_base"),
         kernel_initializer=init,
         name=name,
     )
@@ -88,15 +89,14 @@ def build_bert(config, with_mlm=False, with_pool=False, name="bert"):
     token_ids = keras.Input((None,), dtype="int32", name="Input-Token")
     segment_ids = keras.Input((None,), dtype="int32", name="Input-Segment")
     token_embedding = _embedding(config, config["vocab_size"], "Embedding-Token")
-    x = keras.layers.Add(name="Embedding-Add")(
-        [
-            token_embedding(token_ids),
-            _embedding(config, config["type_vocab_size"], "Embedding-Segment")(segment_ids),
-            _embedding(
-                config, config["max_position_embeddings"], "Embedding-Position", "position"
-            )(token_ids),
-        ]
-    )
+    embeddings = [
+        token_embedding(token_ids),
+        _embedding(config, config["type_vocab_size"], "Embedding-Segment")(segment_ids),
+    ]
+    if config.get("rotary_base") is None:  # RoFormer encodes positions in attention instead
+        positions = _embedding(config, config["max_position_embeddings"], "Embedding-Position", "position")
+        embeddings.append(positions(token_ids))
+    x = keras.layers.Add(name="Embedding-Add")(embeddings)
     x = _norm(config, "Embedding-Norm")(x)
     x = _dropout(config, "Embedding-Dropout")(x)
     mask = _padding_mask(token_ids)
@@ -147,7 +147,7 @@ def build_gpt(config, name="gpt"):
     return keras.Model(token_ids, logits, name=name)
 
 
-BUILDERS = {"bert": build_bert, "gpt": build_gpt}
+BUILDERS = {"bert": build_bert, "gpt": build_gpt, "roformer": build_bert}
 
 
 def build_transformer_model(
@@ -164,8 +164,10 @@ def build_transformer_model(
             differs from hidden / heads).
         config_path: a `config.json` to read; `config` and `overrides` win.
         model: `"bert"` (Post-LN encoder; inputs `token_ids`, `segment_ids`;
-            output the sequence) or `"gpt"` (Pre-LN causal decoder; input
-            `token_ids`; output tied logits).
+            output the sequence), `"roformer"` (BERT with rotary position
+            embeddings in attention instead of a position table; config key
+            `rotary_base`, default 10000) or `"gpt"` (Pre-LN causal decoder;
+            input `token_ids`; output tied logits).
         with_mlm: BERT only: add the masked-LM head (Dense with `hidden_act`,
             LayerNorm, tied logits plus a bias) as the last output, as logits.
         with_pool: BERT only: add the pooler (tanh Dense on the first token)
@@ -187,8 +189,12 @@ def build_transformer_model(
     if model not in BUILDERS:
         raise ValueError(f"`model` must be one of {sorted(BUILDERS)}, got model={model!r}.")
     config = load_config(config, config_path, **overrides)
+    if model == "roformer":
+        config.setdefault("rotary_base", 10000.0)
+        return build_bert(config, with_mlm=with_mlm, with_pool=with_pool, name="roformer")
     if model == "bert":
+        config["rotary_base"] = None
         return build_bert(config, with_mlm=with_mlm, with_pool=with_pool)
     if with_mlm or with_pool:
-        raise ValueError(f"`with_mlm` and `with_pool` apply to model='bert', not {model!r}.")
+        raise ValueError(f"`with_mlm` and `with_pool` apply to BERT-style models, not {model!r}.")
     return build_gpt(config)
