@@ -269,7 +269,7 @@ def test_shared_layer_on_differently_grown_inputs_is_refused():
 
 
 def test_builder_errors():
-    with pytest.raises(ValueError, match=r"`model` must be one of \['bert', 'gpt', 'roformer'\]"):
+    with pytest.raises(ValueError, match=r"`model` must be one of \['bert', 'gpt', 'llama', 'roformer'\]"):
         kwiden.build_transformer_model(small_config(), model="xlnet")
     with pytest.raises(ValueError, match=r"lacks hidden_size"):
         kwiden.build_transformer_model(dict(vocab_size=10, num_hidden_layers=1, num_attention_heads=1))
@@ -448,3 +448,37 @@ def test_roformer_standard_rope_is_approximate_and_reported():
     assert 1e-3 < report.first_departure[1] < 2.0, str(report)
     with pytest.raises(ValueError, match=r"`rope` must be one of \('exact', 'standard'\)"):
         kwiden.grow(small, 2, rope="linear")
+
+
+def llama(tie=False):
+    config = small_config(num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-3, tie_word_embeddings=tie)
+    return randomize(kwiden.build_transformer_model(config, model="llama"))
+
+
+def test_llama_builder():
+    model = llama()
+    attention = model.get_layer("Transformer-0-MultiHeadSelfAttention")
+    assert (attention.heads, attention.key_value_heads, attention.use_bias) == (4, 2, False)
+    assert attention.rotary is not None and model.get_layer("Transformer-0-FeedForward").glu
+    norm = model.get_layer("Output-Norm")
+    assert norm.rms and not norm.center and norm.epsilon == pytest.approx(1e-3)
+    assert model.get_layer("Output-Logits").units == 97
+    assert "Embedding-Position" not in [layer.name for layer in model.layers]
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("heads", ["size", "count"])
+@pytest.mark.parametrize("tie", [False, True])
+def test_llama_with_grouped_query_attention_grows_exactly(k, heads, tie):
+    small = llama(tie)
+    big = kwiden.grow(small, k, heads=heads, spread=0.5, seed=0)
+    attention = big.get_layer("Transformer-0-MultiHeadSelfAttention")
+    expected = (4 * k, 2 * k, 4) if heads == "count" else (4, 2, 4 * k)
+    assert (attention.heads, attention.key_value_heads, attention.head_size) == expected
+    assert_exact(small, big, padded_batch(segments=False))
+
+
+def test_llama_depth_growth_is_exact():
+    small = llama()
+    assert_exact(small, kwiden.grow(small, 2, depth=2), padded_batch(segments=False))

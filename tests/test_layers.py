@@ -235,3 +235,14 @@ def test_rotary_attention_grows_exactly(k, heads):
 
 def test_pair_space_copies_pairs():
     np.testing.assert_array_equal(Space(2, 1.0, group=2).source(4), [0, 1, 0, 1, 2, 3, 2, 3])
+
+
+def test_grouped_query_attention_equals_repeated_key_value_heads():
+    gqa = layers.ExpandableMultiHeadAttention(heads=4, head_size=3, key_value_heads=2, dropout=1e-9)
+    x = hidden()
+    fused = keras.ops.convert_to_numpy(gqa(x, use_causal_mask=True))
+    manual = keras.ops.convert_to_numpy(gqa(x, use_causal_mask=True, training=True))  # repeats k and v
+    np.testing.assert_allclose(manual, fused, rtol=1e-5, atol=1e-6)
+    assert gqa.key_kernel.shape == (8, 2, 3) and gqa.query_kernel.shape == (8, 4, 3)
+    with pytest.raises(ValueError, match=r"`heads` \(4\) must be a multiple of `key_value_heads` \(3\)"):
+        layers.ExpandableMultiHeadAttention(heads=4, head_size=3, key_value_heads=3)

@@ -38,6 +38,9 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
             with the standard schedule of this base; None for no rotation.
         rotary_frequencies: explicit rotary frequencies, one per pair (a grown
             layer keeps its source's this way); overrides `rotary_base`.
+        key_value_heads: grouped-query attention (LLaMA): fewer key/value heads
+            than query heads, each shared by `heads // key_value_heads`
+            consecutive query heads; None for one per query head.
         kernel_initializer, bias_initializer: initializers of the projections.
 
     Example:
@@ -60,6 +63,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         dropout=0.0,
         rotary_base=None,
         rotary_frequencies=None,
+        key_value_heads=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         **kwargs,
@@ -73,6 +77,11 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
                 self.rotary_frequencies, head_size, rotary_base or 10000.0, dtype=self.dtype_policy
             )
         self.heads = heads
+        self.key_value_heads = key_value_heads
+        if key_value_heads is not None and heads % key_value_heads:
+            raise ValueError(
+                f"`heads` ({heads}) must be a multiple of `key_value_heads` ({key_value_heads})."
+            )
         self.head_size = head_size
         self.output_dim = output_dim
         self.scaled = scaled
@@ -87,13 +96,14 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         key_shape = key_shape or value_shape
         inputs = {"query": query_shape, "key": key_shape, "value": value_shape}
         for name in PROJECTIONS:
+            heads = self.heads_of(name)
             kernel = self.add_weight(
-                shape=(inputs[name][-1], self.heads, self.head_size),
+                shape=(inputs[name][-1], heads, self.head_size),
                 initializer=self.kernel_initializer,
                 name=f"{name}_kernel",
             )
             setattr(self, f"{name}_kernel", kernel)
-            bias = self._add_bias((self.heads, self.head_size), f"{name}_bias")
+            bias = self._add_bias((heads, self.head_size), f"{name}_bias")
             setattr(self, f"{name}_bias", bias)
         output_dim = self.output_dim or query_shape[-1]
         self.output_kernel = self.add_weight(
@@ -108,13 +118,19 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
             return None
         return self.add_weight(shape=shape, initializer=self.bias_initializer, name=name)
 
+    def heads_of(self, projection):
+        if projection == "query" or self.key_value_heads is None:
+            return self.heads
+        return self.key_value_heads
+
     def _project(self, name, x):
         # reshape + 2-D matmul: on TensorFlow, einsum "btd,dnh->btnh" becomes a
         # broadcasting batched matmul, about 3x slower on CPU.
         kernel = ops.cast(getattr(self, f"{name}_kernel"), self.compute_dtype)
         dim = kernel.shape[0]
-        y = ops.matmul(ops.reshape(x, (-1, dim)), ops.reshape(kernel, (dim, self.heads * self.head_size)))
-        y = ops.reshape(y, (ops.shape(x)[0], ops.shape(x)[1], self.heads, self.head_size))
+        heads = self.heads_of(name)
+        y = ops.matmul(ops.reshape(x, (-1, dim)), ops.reshape(kernel, (dim, heads * self.head_size)))
+        y = ops.reshape(y, (ops.shape(x)[0], ops.shape(x)[1], heads, self.head_size))
         bias = getattr(self, f"{name}_bias")
         return y if bias is None else y + ops.cast(bias, self.compute_dtype)
 
@@ -137,6 +153,9 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         mask = self._mask(q, k, attention_mask, use_causal_mask)
         scale = self.head_size**-0.5 if self.scaled else 1.0
         if training and self.dropout > 0:
+            if self.key_value_heads is not None:
+                groups = self.heads // self.key_value_heads
+                k, v = ops.repeat(k, groups, axis=2), ops.repeat(v, groups, axis=2)
             logits = ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * scale
             if mask is not None:
                 logits = ops.where(mask, logits, -1e9)
@@ -186,6 +205,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
             "dropout": self.dropout,
             "rotary_base": self.rotary_base,
             "rotary_frequencies": self.rotary_frequencies,
+            "key_value_heads": self.key_value_heads,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
         }
@@ -194,7 +214,15 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         growth = Growth.of(k)
         output_dim = None if self.output_dim is None else self.output_dim * growth.k
         if growth.heads == "count":
-            return {**self.get_config(), "heads": self.heads * growth.k, "output_dim": output_dim}
+            # Interleaved copies keep GQA's grouping: query head h·k + c still
+            # meets a copy of key/value head h // group.
+            key_value_heads = None if self.key_value_heads is None else self.key_value_heads * growth.k
+            return {
+                **self.get_config(),
+                "heads": self.heads * growth.k,
+                "key_value_heads": key_value_heads,
+                "output_dim": output_dim,
+            }
         config = {**self.get_config(), "head_size": self.head_size * growth.k, "output_dim": output_dim}
         if self.rotary is not None:
             if growth.rope == "exact":  # each pair's copies turn as the pair did

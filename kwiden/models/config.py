@@ -16,11 +16,12 @@ DEFAULTS = {
 }
 
 
-def load_config(config=None, config_path=None, **overrides):
+def load_config(config=None, config_path=None, defaults=None, **overrides):
     """Merge a config dict, a `config.json` file and keyword overrides.
 
-    Later sources win: the file, then `config`, then `overrides`. Keys the
-    builders do not use are kept (a Hugging Face config has many).
+    Later sources win: the file, then `config`, then `overrides`; `defaults`
+    (a model family's own) fill what none of them gives. Keys the builders do
+    not use are kept (a Hugging Face config has many).
     """
     merged = {}
     if config_path is not None:
@@ -34,7 +35,7 @@ def load_config(config=None, config_path=None, **overrides):
             f"The transformer config lacks {', '.join(missing)}; give them in "
             "`config`, in the file at `config_path`, or as keyword arguments."
         )
-    for key, value in DEFAULTS.items():
+    for key, value in {**DEFAULTS, **(defaults or {})}.items():
         if merged.get(key) is None:
             merged[key] = value
     if merged["intermediate_size"] is None:

@@ -16,6 +16,10 @@ def _initializer(config):
 
 
 def _norm(config, name):
+    if config.get("norm") == "rms":
+        return layers.ExpandableLayerNormalization(
+            epsilon=config["layer_norm_eps"], rms=True, center=False, name=name
+        )
     return layers.ExpandableLayerNormalization(epsilon=config["layer_norm_eps"], name=name)
 
 
@@ -30,6 +34,8 @@ def _attention(config, name):
         head_size=config["attention_head_size"],
         dropout=config["attention_probs_dropout_prob"],
         rotary_base=config.get("rotary_base"),
+        key_value_heads=config.get("num_key_value_heads"),
+        use_bias=config.get("use_bias", True),
         kernel_initializer=init,
         name=name,
     )
@@ -39,6 +45,8 @@ def _feed_forward(config, name):
     return layers.FeedForward(
         config["intermediate_size"],
         activation=config["hidden_act"],
+        glu=config.get("glu", False),
+        use_bias=config.get("use_bias", True),
         kernel_initializer=_initializer(config),
         name=name,
     )
@@ -128,26 +136,36 @@ def build_bert(config, with_mlm=False, with_pool=False, name="bert"):
 
 
 def build_gpt(config, name="gpt"):
+    """Pre-LN causal decoder: GPT-2 style, or LLaMA style with `norm="rms"`,
+    `rotary_base`, `glu`, `num_key_value_heads`, `use_bias=False` and
+    `tie_word_embeddings=False` in the config."""
     token_ids = keras.Input((None,), dtype="int32", name="Input-Token")
     token_embedding = _embedding(config, config["vocab_size"], "Embedding-Token")
-    x = keras.layers.Add(name="Embedding-Add")(
-        [
-            token_embedding(token_ids),
-            _embedding(
-                config, config["max_position_embeddings"], "Embedding-Position", "position"
-            )(token_ids),
-        ]
-    )
+    x = token_embedding(token_ids)
+    if config.get("rotary_base") is None:
+        positions = _embedding(config, config["max_position_embeddings"], "Embedding-Position", "position")
+        x = keras.layers.Add(name="Embedding-Add")([x, positions(token_ids)])
     x = _dropout(config, "Embedding-Dropout")(x)
     mask = _padding_mask(token_ids)
     for index in range(config["num_hidden_layers"]):
         x = _pre_ln_block(x, mask, config, f"Transformer-{index}")
     x = _norm(config, "Output-Norm")(x)
-    logits = token_embedding(x, reverse=True)
+    if config.get("tie_word_embeddings", True):
+        logits = token_embedding(x, reverse=True)
+    else:
+        logits = keras.layers.Dense(
+            config["vocab_size"], use_bias=False, kernel_initializer=_initializer(config), name="Output-Logits"
+        )(x)
     return keras.Model(token_ids, logits, name=name)
 
 
-BUILDERS = {"bert": build_bert, "gpt": build_gpt, "roformer": build_bert}
+LLAMA_DEFAULTS = dict(
+    norm="rms", glu=True, use_bias=False, hidden_act="silu", hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0, tie_word_embeddings=False, layer_norm_eps=1e-6,
+)  # fmt: skip
+
+
+BUILDERS = {"bert": build_bert, "gpt": build_gpt, "llama": build_gpt, "roformer": build_bert}
 
 
 def build_transformer_model(
@@ -166,8 +184,11 @@ def build_transformer_model(
         model: `"bert"` (Post-LN encoder; inputs `token_ids`, `segment_ids`;
             output the sequence), `"roformer"` (BERT with rotary position
             embeddings in attention instead of a position table; config key
-            `rotary_base`, default 10000) or `"gpt"` (Pre-LN causal decoder;
-            input `token_ids`; output tied logits).
+            `rotary_base`, default 10000), `"gpt"` (Pre-LN causal decoder;
+            input `token_ids`; output tied logits) or `"llama"` (Pre-LN
+            decoder with RMSNorm, rotary attention (`rope_theta`), SwiGLU,
+            grouped-query attention (`num_key_value_heads`), no biases, an
+            untied head unless `tie_word_embeddings`).
         with_mlm: BERT only: add the masked-LM head (Dense with `hidden_act`,
             LayerNorm, tied logits plus a bias) as the last output, as logits.
         with_pool: BERT only: add the pooler (tanh Dense on the first token)
@@ -188,13 +209,18 @@ def build_transformer_model(
     """
     if model not in BUILDERS:
         raise ValueError(f"`model` must be one of {sorted(BUILDERS)}, got model={model!r}.")
-    config = load_config(config, config_path, **overrides)
+    config = load_config(config, config_path, defaults=LLAMA_DEFAULTS if model == "llama" else None, **overrides)
     if model == "roformer":
         config.setdefault("rotary_base", 10000.0)
         return build_bert(config, with_mlm=with_mlm, with_pool=with_pool, name="roformer")
     if model == "bert":
         config["rotary_base"] = None
         return build_bert(config, with_mlm=with_mlm, with_pool=with_pool)
+
     if with_mlm or with_pool:
         raise ValueError(f"`with_mlm` and `with_pool` apply to BERT-style models, not {model!r}.")
+    if model == "llama":  # Hugging Face's names for the rotary base and the RMSNorm epsilon
+        config["rotary_base"] = config.get("rope_theta", 10000.0)
+        config["layer_norm_eps"] = config.get("rms_norm_eps", config["layer_norm_eps"])
+        return build_gpt(config, name="llama")
     return build_gpt(config)
