@@ -57,7 +57,7 @@ class Block:
     exact: bool  # Pre-LN: with those zeroed, the block is the identity
 
 
-def find_blocks(model, steps, spaces):
+def find_blocks(model, steps):
     grouped = collections.defaultdict(list)
     for node, plan in steps:
         index = block_of(node.operation.name)
@@ -70,13 +70,15 @@ def find_blocks(model, steps, spaces):
         )
     if sorted(grouped) != list(range(len(grouped))):
         raise GrowthError(f"Transformer blocks are not numbered 0..{len(grouped) - 1}: {sorted(grouped)}.")
-    return [_block(model, index, grouped[index], spaces) for index in range(len(grouped))]
+    return [_block(model, index, grouped[index]) for index in range(len(grouped))]
 
 
-def _block(model, index, steps, spaces):
+def _block(model, index, steps):
     produced = {id(x) for node, _ in steps for x in node.outputs}
     inputs = {id(x): x for node, _ in steps for x in node.input_tensors if id(x) not in produced}
-    streams = [x for x in inputs.values() if spaces[id(x)].expanded or not _is_mask(x)]
+    # The stream is what the block's residual Adds read from outside it.
+    added = {id(x) for node, _ in steps if type(node.operation).__name__ == "Add" for x in node.input_tensors}
+    streams = [x for x in inputs.values() if id(x) in added]
     consumed_inside = {id(x) for node, _ in steps for x in node.input_tensors}
     model_outputs = {id(x) for x in model.outputs}
     outputs = [
@@ -107,10 +109,6 @@ def _block(model, index, steps, spaces):
     if not exact:
         zeroed = {id(_branch_end(add_input, producer, index)) for add_input in _add_branches(steps, producer)}
     return Block(index, steps, stream_in, stream_out, zeroed, exact)
-
-
-def _is_mask(x):
-    return "bool" in str(x.dtype) or "int" in str(x.dtype)
 
 
 def _add_branches(steps, producer):

@@ -124,12 +124,12 @@ def grow(
     if spread < 0:
         raise ValueError(f"`spread` must be >= 0 (0: plain copies), got spread={spread!r}.")
     _require_functional(model)
-    steps, spaces = walk(model, growth)
+    steps, _ = walk(model, growth)
     deepening = depth is not None or num_layers is not None
     if deepening:
         if optimizer is not None:
             raise ValueError("kwiden.grow cannot grow an optimizer's state together with depth yet.")
-        blocks = find_blocks(model, steps, spaces)
+        blocks = find_blocks(model, steps)
         indices = new_indices(copies_per_block(len(blocks), depth, num_layers))
         approximate = [b.index for b in blocks if not b.exact]
         if approximate and not allow_approximate:

@@ -269,7 +269,7 @@ def test_shared_layer_on_differently_grown_inputs_is_refused():
 
 
 def test_builder_errors():
-    with pytest.raises(ValueError, match=r"`model` must be one of \['bert', 'gpt', 'llama', 'roformer'\]"):
+    with pytest.raises(ValueError, match=r"`model` must be one of \['bert', 'gpt', 'llama', 'roformer', 't5'\]"):
         kwiden.build_transformer_model(small_config(), model="xlnet")
     with pytest.raises(ValueError, match=r"lacks hidden_size"):
         kwiden.build_transformer_model(dict(vocab_size=10, num_hidden_layers=1, num_attention_heads=1))
@@ -482,3 +482,23 @@ def test_llama_with_grouped_query_attention_grows_exactly(k, heads, tie):
 def test_llama_depth_growth_is_exact():
     small = llama()
     assert_exact(small, kwiden.grow(small, 2, depth=2), padded_batch(segments=False))
+
+
+def t5():
+    return randomize(kwiden.build_transformer_model(small_config(relative_attention_num_buckets=8), model="t5"))
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("k", [2, 3])
+def test_t5_encoder_grows_exactly(k):
+    small = t5()
+    attention = small.get_layer("Transformer-0-MultiHeadSelfAttention")
+    assert not attention.scaled and not attention.use_bias
+    big = kwiden.grow(small, k, spread=0.5, seed=0, depth=2)
+    assert big.get_layer("Transformer-0-MultiHeadSelfAttention").head_size == 8 * k
+    assert_exact(small, big, padded_batch(segments=False, lengths=(12, 5, 9)))
+
+
+def test_t5_relative_bias_refuses_head_count_growth():
+    with pytest.raises(GrowthError, match=r"RelativePositionBias 'Embedding-Relative-Position': growing the number"):
+        kwiden.grow(t5(), 2, heads="count")

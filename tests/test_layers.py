@@ -180,6 +180,7 @@ def test_select_token():
         (layers.SelectToken(2), hidden()),
         (layers.ExpandableMultiHeadAttention(2, 4, rotary_frequencies=[1.0, 0.1]), hidden()),
         (layers.RotaryEmbedding(head_size=4, base=500.0), hidden()[:, :, None, :4]),
+        (layers.RelativePositionBias(heads=2, num_buckets=8, bidirectional=False), np.ones((2, 5), "int32")),
     ],
     ids=lambda v: type(v).__name__,
 )
@@ -246,3 +247,17 @@ def test_grouped_query_attention_equals_repeated_key_value_heads():
     assert gqa.key_kernel.shape == (8, 2, 3) and gqa.query_kernel.shape == (8, 4, 3)
     with pytest.raises(ValueError, match=r"`heads` \(4\) must be a multiple of `key_value_heads` \(3\)"):
         layers.ExpandableMultiHeadAttention(heads=4, head_size=3, key_value_heads=3)
+
+
+def test_relative_position_bias_buckets():
+    bias = layers.RelativePositionBias(heads=1, num_buckets=8, max_distance=16)
+    buckets = keras.ops.convert_to_numpy(bias.buckets(20))
+    assert buckets[0, 0] == 0 and buckets[5, 5] == 0  # same position
+    assert buckets[0, 1] != buckets[1, 0]  # bidirectional: direction matters
+    assert buckets[0, 1] == buckets[7, 8]  # only the distance matters
+    assert buckets.max() <= 7 and buckets[0, 19] == buckets[0, 18]  # far distances share a bucket
+    bias.build()
+    randomize(bias)
+    table = keras.ops.convert_to_numpy(bias.embeddings)
+    values = keras.ops.convert_to_numpy(bias(np.ones((2, 20), "int32")))
+    np.testing.assert_array_equal(values[0, 0], table[buckets, 0])

@@ -7,6 +7,7 @@ from kwiden.layers.expandable_embedding import ExpandableEmbedding
 from kwiden.layers.expandable_layer_normalization import ExpandableLayerNormalization
 from kwiden.layers.expandable_multi_head_attention import ExpandableMultiHeadAttention
 from kwiden.layers.feed_forward import FeedForward
+from kwiden.layers.relative_position_bias import RelativePositionBias
 from kwiden.layers.rotary_embedding import RotaryEmbedding
 from kwiden.layers.select_token import SelectToken
 
@@ -18,6 +19,7 @@ __all__ = [
     "ExpandableLayerNormalization",
     "ExpandableMultiHeadAttention",
     "FeedForward",
+    "RelativePositionBias",
     "RotaryEmbedding",
     "SelectToken",
 ]

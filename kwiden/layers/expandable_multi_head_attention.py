@@ -17,8 +17,9 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
     `heads` and `head_size` are independent of the input width. Scores are
     divided by `sqrt(head_size)` when `scaled=True` (BERT, GPT) and left alone
     otherwise (T5). The call takes a padding mask `(batch, keys)` or a full
-    mask `(batch, queries, keys)` (True where attention is allowed) and
-    `use_causal_mask=True` for decoders.
+    mask `(batch, queries, keys)` (True where attention is allowed),
+    `use_causal_mask=True` for decoders, and an `attention_bias` added to the
+    logits (T5's relative position bias, `(1, heads, queries, keys)`).
 
     Growth (DESIGN §1.5): head size ×k with heads fixed; inside each head the
     coordinates are interleaved copies. The query and key projections output
@@ -141,6 +142,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         key=None,
         attention_mask=None,
         use_causal_mask=False,
+        attention_bias=None,
         training=None,
     ):
         value = query if value is None else value
@@ -157,13 +159,15 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
                 groups = self.heads // self.key_value_heads
                 k, v = ops.repeat(k, groups, axis=2), ops.repeat(v, groups, axis=2)
             logits = ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * scale
+            if attention_bias is not None:
+                logits = logits + ops.cast(attention_bias, "float32")
             if mask is not None:
                 logits = ops.where(mask, logits, -1e9)
             probs = ops.cast(ops.softmax(logits, axis=-1), self.compute_dtype)
             probs = self.dropout_layer(probs, training=training)
             o = ops.einsum("bnts,bsnh->btnh", probs, v)
         else:
-            o = ops.dot_product_attention(q, k, v, mask=mask, scale=scale)
+            o = ops.dot_product_attention(q, k, v, bias=attention_bias, mask=mask, scale=scale)
         kernel = ops.cast(self.output_kernel, self.compute_dtype)
         width = self.heads * self.head_size
         y = ops.matmul(ops.reshape(o, (-1, width)), ops.reshape(kernel, (width, kernel.shape[-1])))

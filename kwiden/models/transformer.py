@@ -36,6 +36,7 @@ def _attention(config, name):
         rotary_base=config.get("rotary_base"),
         key_value_heads=config.get("num_key_value_heads"),
         use_bias=config.get("use_bias", True),
+        scaled=config.get("scaled_attention", True),
         kernel_initializer=init,
         name=name,
     )
@@ -80,12 +81,13 @@ def _post_ln_block(x, mask, config, prefix):
     return x
 
 
-def _pre_ln_block(x, mask, config, prefix):
+def _pre_ln_block(x, mask, config, prefix, bias=None):
     for sublayer in ("MultiHeadSelfAttention", "FeedForward"):
         name = f"{prefix}-{sublayer}"
         y = _norm(config, f"{name}-Norm")(x)
         if sublayer == "MultiHeadSelfAttention":
-            y = _attention(config, name)(y, attention_mask=mask, use_causal_mask=True)
+            causal = config.get("causal", True)
+            y = _attention(config, name)(y, attention_mask=mask, use_causal_mask=causal, attention_bias=bias)
         else:
             y = _feed_forward(config, name)(y)
         y = _dropout(config, f"{name}-Dropout")(y)
@@ -159,13 +161,42 @@ def build_gpt(config, name="gpt"):
     return keras.Model(token_ids, logits, name=name)
 
 
+def build_t5_encoder(config, name="t5"):
+    """T5 v1.1's encoder: Pre-LN with RMSNorm, unscaled attention with a
+    relative position bias shared by all blocks, gated-GeLU FFN, no biases,
+    and an untied output head (`Output-Logits`)."""
+    token_ids = keras.Input((None,), dtype="int32", name="Input-Token")
+    x = _embedding(config, config["vocab_size"], "Embedding-Token")(token_ids)
+    x = _dropout(config, "Embedding-Dropout")(x)
+    mask = _padding_mask(token_ids)
+    bias = layers.RelativePositionBias(
+        config["num_attention_heads"],
+        num_buckets=config["relative_attention_num_buckets"],
+        max_distance=config["relative_attention_max_distance"],
+        embeddings_initializer=_initializer(config),
+        name="Embedding-Relative-Position",
+    )(token_ids)
+    for index in range(config["num_hidden_layers"]):
+        x = _pre_ln_block(x, mask, config, f"Transformer-{index}", bias)
+    x = _norm(config, "Output-Norm")(x)
+    logits = keras.layers.Dense(
+        config["vocab_size"], use_bias=False, kernel_initializer=_initializer(config), name="Output-Logits"
+    )(x)
+    return keras.Model(token_ids, logits, name=name)
+
+
+T5_DEFAULTS = dict(
+    norm="rms", glu=True, use_bias=False, hidden_act="gelu", scaled_attention=False, causal=False,
+    layer_norm_eps=1e-6, relative_attention_num_buckets=32, relative_attention_max_distance=128,
+)  # fmt: skip
+
 LLAMA_DEFAULTS = dict(
     norm="rms", glu=True, use_bias=False, hidden_act="silu", hidden_dropout_prob=0.0,
     attention_probs_dropout_prob=0.0, tie_word_embeddings=False, layer_norm_eps=1e-6,
 )  # fmt: skip
 
 
-BUILDERS = {"bert": build_bert, "gpt": build_gpt, "llama": build_gpt, "roformer": build_bert}
+BUILDERS = {"bert": build_bert, "gpt": build_gpt, "llama": build_gpt, "roformer": build_bert, "t5": build_t5_encoder}
 
 
 def build_transformer_model(
@@ -188,7 +219,9 @@ def build_transformer_model(
             input `token_ids`; output tied logits) or `"llama"` (Pre-LN
             decoder with RMSNorm, rotary attention (`rope_theta`), SwiGLU,
             grouped-query attention (`num_key_value_heads`), no biases, an
-            untied head unless `tie_word_embeddings`).
+            untied head unless `tie_word_embeddings`), or `"t5"` (T5 v1.1's
+            encoder: RMSNorm, unscaled attention with a relative position
+            bias, gated GeLU, no biases, untied head).
         with_mlm: BERT only: add the masked-LM head (Dense with `hidden_act`,
             LayerNorm, tied logits plus a bias) as the last output, as logits.
         with_pool: BERT only: add the pooler (tanh Dense on the first token)
@@ -209,7 +242,8 @@ def build_transformer_model(
     """
     if model not in BUILDERS:
         raise ValueError(f"`model` must be one of {sorted(BUILDERS)}, got model={model!r}.")
-    config = load_config(config, config_path, defaults=LLAMA_DEFAULTS if model == "llama" else None, **overrides)
+    defaults = {"llama": LLAMA_DEFAULTS, "t5": T5_DEFAULTS}.get(model)
+    config = load_config(config, config_path, defaults=defaults, **overrides)
     if model == "roformer":
         config.setdefault("rotary_base", 10000.0)
         return build_bert(config, with_mlm=with_mlm, with_pool=with_pool, name="roformer")
@@ -219,6 +253,8 @@ def build_transformer_model(
 
     if with_mlm or with_pool:
         raise ValueError(f"`with_mlm` and `with_pool` apply to BERT-style models, not {model!r}.")
+    if model == "t5":
+        return build_t5_encoder(config)
     if model == "llama":  # Hugging Face's names for the rotary base and the RMSNorm epsilon
         config["rotary_base"] = config.get("rope_theta", 10000.0)
         config["layer_norm_eps"] = config.get("rms_norm_eps", config["layer_norm_eps"])
