@@ -14,7 +14,16 @@ def _grow(args):
     small = keras.saving.load_model(args.src)
     try:
         big = kwiden.grow(
-            small, args.factor, ffn_factor=args.ffn_factor, heads=args.heads, spread=args.spread, seed=args.seed
+            small,
+            args.factor,
+            ffn_factor=args.ffn_factor,
+            heads=args.heads,
+            rope=args.rope,
+            spread=args.spread,
+            seed=args.seed,
+            depth=args.depth,
+            num_layers=args.num_layers,
+            allow_approximate=args.allow_approximate,
         )
     except ValueError as error:
         print(f"kwiden grow: {error}", file=sys.stderr)
@@ -24,7 +33,9 @@ def _grow(args):
         rtol = default_rtol(small) if args.rtol is None else args.rtol
         report = kwiden.verify(small, big, sample_inputs(small, seed=args.seed), rtol=rtol, k=args.factor)
         print(report)
-        if not report.ok:
+        if not report.ok and args.allow_approximate:
+            print("kwiden grow: not exact; saved anyway (--allow-approximate)", file=sys.stderr)
+        elif not report.ok:
             print(f"kwiden grow: not saved: the grown model is not exact within rtol={rtol:g}", file=sys.stderr)
             return 1
     big.save(args.dst)
@@ -48,7 +59,11 @@ def parser():
     grow.add_argument("--factor", type=int, required=True, help="width factor k (2 doubles)")
     grow.add_argument("--ffn-factor", type=int, default=None, help="the FFN width's own factor (default: --factor)")
     grow.add_argument("--heads", choices=["size", "count"], default="size", help="grow head size or head count")
+    grow.add_argument("--rope", choices=["exact", "standard"], default="exact", help="rotary frequencies when heads grow")
     grow.add_argument("--spread", type=float, default=0.0, help="exact symmetry breaking (0: plain copies)")
+    grow.add_argument("--depth", type=int, default=None, help="multiply the number of Transformer blocks")
+    grow.add_argument("--num-layers", type=int, default=None, help="make the number of Transformer blocks this")
+    grow.add_argument("--allow-approximate", action="store_true", help="accept growth that is not exact")
     grow.add_argument("--check", action="store_true", help="verify on random inputs and print the report")
     grow.add_argument("--rtol", type=float, default=None, help="relative error --check accepts (default: 1e-5 in float32)")
     grow.add_argument("--seed", type=int, default=0)

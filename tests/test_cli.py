@@ -101,3 +101,14 @@ def test_sample_inputs_cover_every_segment_and_avoid_padding_tokens():
     ids, segments = sample_inputs(bert(), batch_size=8, length=16)
     assert ids.min() >= 1 and ids.max() < 97
     assert set(np.unique(segments)) == {0, 1}
+
+
+def test_grow_command_deepens_and_reports_approximate_growth(tmp_path, capsys):
+    src, dst = tmp_path / "bert.keras", tmp_path / "deep.keras"
+    bert().save(src)
+    assert main(["grow", str(src), str(dst), "--factor", "2", "--depth", "2"]) == 1
+    assert "not Pre-LN" in capsys.readouterr().err
+    assert main(["grow", str(src), str(dst), "--factor", "2", "--depth", "2", "--allow-approximate", "--check"]) == 0
+    printed = capsys.readouterr()
+    assert "NOT EXACT" in printed.out and "saved anyway" in printed.err  # reported, and accepted
+    assert keras.saving.load_model(dst).get_layer("Transformer-3-FeedForward") is not None
