@@ -127,8 +127,6 @@ def grow(
     steps, _ = walk(model, growth)
     deepening = depth is not None or num_layers is not None
     if deepening:
-        if optimizer is not None:
-            raise ValueError("kwiden.grow cannot grow an optimizer's state together with depth yet.")
         blocks = find_blocks(model, steps)
         indices = new_indices(copies_per_block(len(blocks), depth, num_layers))
         approximate = [b.index for b in blocks if not b.exact]
@@ -145,12 +143,14 @@ def grow(
         tensors[id(x)] = keras.Input(batch_shape=x.shape, dtype=x.dtype, name=x.name)
     layers = {}  # id(small layer) -> grown layer
     weighted = []  # (grown layer, plan, whether its residual output starts at zero)
+    sources = {}  # grown layer name -> (small layer name, zeroed), where depth growth renames
     for node, plan in steps:
         op = node.operation
         if id(op) not in layers:
             config = plan.config
             if deepening and block_of(op.name) is not None:
                 config = {**config, "name": renamed(op.name, indices[block_of(op.name)][0])}
+                sources[config["name"]] = (op.name, False)
             layers[id(op)] = _new_layer(op, config)
             weighted.append((layers[id(op)], plan, False))
         _call(layers[id(op)], node, tensors)
@@ -165,6 +165,7 @@ def grow(
                         config = {**block_plan.config, "name": renamed(source.name, index)}
                         copies[id(source)] = _new_layer(source, config)
                         weighted.append((copies[id(source)], block_plan, id(source) in block.zeroed))
+                        sources[config["name"]] = (source.name, id(source) in block.zeroed)
                     _call(copies[id(source)], block_node, local)
                 stream = local[id(block.stream_out)]
             tensors[id(block.stream_out)] = stream
@@ -190,7 +191,21 @@ def grow(
     from kwiden.optimizer_growth import grow_optimizer
 
     axes = weight_axes(model, growth)
-    return big, grow_optimizer(optimizer, model, big, axes, scale_learning_rates)
+    return big, grow_optimizer(optimizer, model, big, axes, scale_learning_rates, _variable_sources(big, sources))
+
+
+def _variable_sources(big, sources):
+    """`{big variable path: (small variable path, fresh)}` for renamed or
+    copied layers; the zeroed output weights of new blocks start fresh."""
+    result = {}
+    for layer in big.layers:
+        if layer.name in sources:
+            small_name, zeroed = sources[layer.name]
+            fresh = set(getattr(layer, "residual_output_weights", ())) if zeroed else set()
+            for variable in layer.trainable_weights:
+                small_path = small_name + variable.path[len(layer.name) :]
+                result[variable.path] = (small_path, variable.name in fresh)
+    return result
 
 
 def _call(layer, node, tensors):

@@ -12,13 +12,18 @@ SLOTS = {"momentums": 1, "_momentums": 1, "velocities": 2, "_velocities": 2, "_v
 SUPPORTED = (AccumulatingOptimizer, keras.optimizers.SGD, keras.optimizers.Adam)
 
 
-def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=True):
+def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=True, sources=None):
     """An optimizer of `optimizer`'s class for `big`, its slots grown from
     `optimizer`'s (built on `small`), its iteration count kept. For kwiden's
     optimizers, each variable's growth `(c, copies)` is recorded in
     `growth_scales`, from which the optimizer sets its step (and Adam's ε) so
     that the first steps follow the small model's trajectory (DESIGN §1.11b).
-    Keras' optimizers get their state grown but keep one learning rate."""
+    Keras' optimizers get their state grown but keep one learning rate.
+
+    `sources` maps a big variable's path to `(small path, fresh)` where depth
+    growth renamed or copied it (`fresh`: its slots start at zero, as for the
+    zeroed output projections of new blocks); by default paths are equal.
+    """
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         raise ValueError(
             "Pass the inner optimizer (`optimizer.inner_optimizer`) to kwiden.grow; "
@@ -30,28 +35,32 @@ def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=Tru
             "kwiden's optimizers and Keras' SGD, Adam and AdamW. Grow without "
             "`optimizer=` and compile the grown model with a new optimizer."
         )
-    small_variables = small.trainable_variables
+    small_variables = {v.path: v for v in small.trainable_variables}
     if not optimizer.built:
-        optimizer.build(small_variables)
+        optimizer.build(list(small_variables.values()))
+    big_variables = big.trainable_variables
+    source = {v.path: (sources or {}).get(v.path, (v.path, False)) for v in big_variables}
     config = optimizer.get_config()
     if scale_learning_rates and isinstance(optimizer, AccumulatingOptimizer):
-        scales = dict(optimizer.growth_scales)
-        for variable in small_variables:
-            axes = axes_by_path[variable.path]
-            c, copies = scales.get(variable.path, (1.0, 1))
+        scales = {}
+        for variable in big_variables:
+            small_path = source[variable.path][0]
+            axes = axes_by_path[small_path]
+            c, copies = optimizer.growth_scales.get(small_path, (1.0, 1))
             scales[variable.path] = (c * growth_scale(axes), copies * copy_count(axes))
         config["growth_scales"] = scales
     grown = optimizer.__class__.from_config(config)
-    big_variables = {v.path: v for v in big.trainable_variables}
-    grown.build(list(big_variables.values()))
+    grown.build(big_variables)
     grown.iterations.assign(optimizer.iterations)
     for name, power in SLOTS.items():
         small_slots, big_slots = getattr(optimizer, name, None), getattr(grown, name, None)
         if not small_slots or not big_slots:
             continue
-        for variable in small_variables:
-            slot = small_slots[optimizer._get_variable_index(variable)]
-            target = big_variables[variable.path]
-            value = expand_gradient_like(keras.ops.convert_to_numpy(slot), axes_by_path[variable.path], power)
-            big_slots[grown._get_variable_index(target)].assign(value)
+        for variable in big_variables:
+            small_path, fresh = source[variable.path]
+            if fresh:
+                continue
+            slot = small_slots[optimizer._get_variable_index(small_variables[small_path])]
+            value = expand_gradient_like(keras.ops.convert_to_numpy(slot), axes_by_path[small_path], power)
+            big_slots[grown._get_variable_index(variable)].assign(value)
     return grown

@@ -172,3 +172,23 @@ def test_loss_scale_optimizer_is_refused_with_advice():
     wrapped = keras.optimizers.LossScaleOptimizer(optimizers.Adam())
     with pytest.raises(ValueError, match=r"Pass the inner optimizer"):
         kwiden.grow(small, 2, optimizer=wrapped)
+
+
+def test_depth_growth_carries_the_optimizer_too():
+    small = train_small(lambda: optimizers.Adam(3e-3))
+    big, grown = kwiden.grow(small, 2, depth=2, optimizer=small.optimizer)
+    paths = {v.path: i for i, v in enumerate(grown._trainable_variables)}
+    small_paths = {v.path: i for i, v in enumerate(small.optimizer._trainable_variables)}
+    source = small.optimizer.momentums[small_paths["Transformer-1-FeedForward/inner_kernel"]].numpy()
+    moved = grown.momentums[paths["Transformer-2-FeedForward/inner_kernel"]].numpy()  # block 1 is now 2
+    np.testing.assert_allclose(moved[::2, ::2], source * (1 / (2**-0.5 * 4)), rtol=1e-6)
+    copy = grown.momentums[paths["Transformer-1-FeedForward/inner_kernel"]].numpy()  # copy of block 0
+    original = grown.momentums[paths["Transformer-0-FeedForward/inner_kernel"]].numpy()
+    np.testing.assert_array_equal(copy, original)
+    assert not np.any(grown.momentums[paths["Transformer-1-FeedForward/output_kernel"]].numpy())  # fresh
+    assert grown.growth_of(grown._trainable_variables[paths["Transformer-3-FeedForward/output_kernel"]]) == (
+        pytest.approx(2**-1.5),
+        4,
+    )
+    big.compile(grown, LOSS, run_eagerly=True)
+    big.train_on_batch(*lm_batch())
