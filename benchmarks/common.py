@@ -40,3 +40,13 @@ def table(rows, header):
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
+
+
+def add_bert_arguments(parser, layers, hidden, heads, ffn):
+    """The BERT size options both speed benchmarks take, with their defaults."""
+    parser.add_argument("--layers", type=int, default=layers)
+    parser.add_argument("--hidden", type=int, default=hidden)
+    parser.add_argument("--heads", type=int, default=heads)
+    parser.add_argument("--ffn", type=int, default=ffn, help="intermediate size")
+    parser.add_argument("--vocab", type=int, default=21128)
+    parser.add_argument("--max-positions", type=int, default=512)

@@ -42,19 +42,14 @@ import statistics
 import sys
 import time
 
-from common import environment, table
+from common import add_bert_arguments, environment, table
 
 TARGET = 1.0  # grow ≤ 1.0 × baseline
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--hidden", type=int, default=768)
-    parser.add_argument("--heads", type=int, default=12)
-    parser.add_argument("--ffn", type=int, default=3072, help="intermediate size")
-    parser.add_argument("--vocab", type=int, default=21128)
-    parser.add_argument("--max-positions", type=int, default=512)
+    add_bert_arguments(parser, 12, 768, 12, 3072)
     parser.add_argument("--type-vocab", type=int, default=2)
     parser.add_argument("-k", "--factor", type=int, default=2, help="width factor")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs (median)")

@@ -24,19 +24,14 @@ import statistics
 import sys
 import time
 
-from common import environment, table
+from common import add_bert_arguments, environment, table
 
 TARGET = 1.0  # kwiden ≤ 1.0 × KerasHub
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--ffn", type=int, default=1024, help="intermediate size")
-    parser.add_argument("--vocab", type=int, default=21128)
-    parser.add_argument("--max-positions", type=int, default=512)
+    add_bert_arguments(parser, 4, 256, 4, 1024)
     parser.add_argument("--segments", type=int, default=2)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--seq", type=int, default=128, help="sequence length")
