@@ -5,7 +5,8 @@ that ships with kwiden, grown x2 (hidden 128), and trained on from the same
 point in several ways. For each: the validation loss right after growth, after
 100 and after all steps, and the effective rank of a grown weight matrix (plain
 copies keep the small model's rank). The last two rows compare one learning
-rate for all tensors with the per-tensor multipliers of DESIGN §1.11b.
+rate for all tensors with the per-tensor multipliers of DESIGN §1.11b; the
+last row is the big model trained from scratch for about the same FLOPs.
 
     python benchmarks/symmetry.py            # about 6 minutes on 2 cores
     python benchmarks/symmetry.py --quick
@@ -97,6 +98,19 @@ def main():
         big.fit(x_big[first * args.batch :], y_big[first * args.batch :], batch_size=args.batch, verbose=0)
         losses.append(big.evaluate(x_valid, y_valid, batch_size=128, verbose=0))
         rows.append((name, *losses, effective_rank(weight(big, WATCHED)), time.perf_counter() - start))
+
+    # The real alternative: the big model from scratch, for about the same
+    # FLOPs (a hidden-64 step costs about a quarter of a hidden-128 step).
+    scratch_steps = args.big_steps + args.small_steps // 4
+    keras.utils.set_random_seed(0)
+    start = time.perf_counter()
+    scratch = kwiden.build_transformer_model(dict(config, hidden_size=128), model="gpt")
+    scratch.compile(optimizers.AdamW(args.lr, weight_decay=0.0), LOSS)
+    x_scratch, y_scratch = corpus.windows(ids[:split], args.length, scratch_steps * args.batch, rng)
+    scratch.fit(x_scratch, y_scratch, batch_size=args.batch, verbose=0)
+    scratch_loss = scratch.evaluate(x_valid, y_valid, batch_size=128, verbose=0)
+    rows.append((f"from scratch at 128, {scratch_steps} steps", float("nan"), float("nan"), scratch_loss,
+                 effective_rank(weight(scratch, WATCHED)), time.perf_counter() - start))
 
     header = ("growth", "loss at growth", f"after {min(100, args.big_steps)}", f"after {args.big_steps}",
               "eff. rank (of 128)", "seconds")
