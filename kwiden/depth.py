@@ -12,6 +12,8 @@ import collections
 import dataclasses
 import re
 
+import keras
+
 from kwiden.expansion import GrowthError
 
 BLOCK_NAME = re.compile(r"^Transformer-(\d+)-")
@@ -77,7 +79,7 @@ def _block(model, index, steps):
     produced = {id(x) for node, _ in steps for x in node.outputs}
     inputs = {id(x): x for node, _ in steps for x in node.input_tensors if id(x) not in produced}
     # The stream is what the block's residual Adds read from outside it.
-    added = {id(x) for node, _ in steps if type(node.operation).__name__ == "Add" for x in node.input_tensors}
+    added = {id(x) for node, _ in steps if isinstance(node.operation, keras.layers.Add) for x in node.input_tensors}
     streams = [x for x in inputs.values() if id(x) in added]
     consumed_inside = {id(x) for node, _ in steps for x in node.input_tensors}
     model_outputs = {id(x) for x in model.outputs}
@@ -97,7 +99,7 @@ def _block(model, index, steps):
             consumers[id(x)].append(node)
     zeroed, current, exact = set(), stream_in, True
     while id(current) != id(stream_out):
-        adds = [n for n in consumers[id(current)] if type(n.operation).__name__ == "Add"]
+        adds = [n for n in consumers[id(current)] if isinstance(n.operation, keras.layers.Add)]
         if len(adds) != 1:
             exact = False
             break
@@ -114,7 +116,7 @@ def _block(model, index, steps):
 def _add_branches(steps, producer):
     """The branch inputs of every residual Add (Post-LN blocks)."""
     for node, _ in steps:
-        if type(node.operation).__name__ == "Add":
+        if isinstance(node.operation, keras.layers.Add):
             yield from (x for x in node.input_tensors if _branch_layer(x, producer) is not None)
 
 
