@@ -50,3 +50,16 @@ def add_bert_arguments(parser, layers, hidden, heads, ffn):
     parser.add_argument("--ffn", type=int, default=ffn, help="intermediate size")
     parser.add_argument("--vocab", type=int, default=21128)
     parser.add_argument("--max-positions", type=int, default=512)
+
+
+def bert_config(args, **extra):
+    """The `build_transformer_model` config of the `add_bert_arguments` options."""
+    return dict(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=args.ffn,
+        max_position_embeddings=args.max_positions,
+        **extra,
+    )

@@ -42,7 +42,7 @@ import statistics
 import sys
 import time
 
-from common import add_bert_arguments, environment, table
+from common import add_bert_arguments, bert_config, environment, table
 
 TARGET = 1.0  # grow ≤ 1.0 × baseline
 
@@ -191,15 +191,7 @@ def main(argv=None):
     import kwiden
 
     k = args.factor
-    config = dict(
-        vocab_size=args.vocab,
-        hidden_size=args.hidden,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        intermediate_size=args.ffn,
-        max_position_embeddings=args.max_positions,
-        type_vocab_size=args.type_vocab,
-    )
+    config = bert_config(args, type_vocab_size=args.type_vocab)
     big_config = dict(
         config,
         hidden_size=args.hidden * k,

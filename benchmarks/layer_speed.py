@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 
-from common import add_bert_arguments, environment, table
+from common import add_bert_arguments, bert_config, environment, table
 
 TARGET = 1.0  # kwiden ≤ 1.0 × KerasHub
 
@@ -116,13 +116,8 @@ def main(argv=None):
     )
     sys.stdout.flush()
 
-    config = dict(
-        vocab_size=args.vocab,
-        hidden_size=args.hidden,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        intermediate_size=args.ffn,
-        max_position_embeddings=args.max_positions,
+    config = bert_config(
+        args,
         type_vocab_size=args.segments,
         hidden_dropout_prob=args.dropout,
         attention_probs_dropout_prob=args.dropout,

@@ -22,12 +22,12 @@ import numpy as np
 import kwiden
 from kwiden import corpus, optimizers
 
+from common import table
 
-def table(title, header, rows):
+
+def print_table(title, header, rows):
     print(f"\n{title}")
-    widths = [max(len(str(x)) for x in column) + 2 for column in zip(header, *rows)]
-    for row in [header, *rows]:
-        print("".join(str(x).rjust(w) if i else str(x).ljust(w) for i, (x, w) in enumerate(zip(row, widths))))
+    print(table(rows, header))
 
 
 def bert_config(args):
@@ -56,7 +56,7 @@ def memory(args):
         optimizer.build(weights)
         floats = sum(int(np.prod(v.shape)) for v in optimizer.variables if len(v.shape))
         rows.append((name, f"{floats / params:.2f}", f"{floats * 4 / 2**20:,.0f} MiB"))
-    table(f"Optimizer memory, BERT {args.layers}x{args.hidden} ({params / 1e6:.1f}M weights), k={k}",
+    print_table(f"Optimizer memory, BERT {args.layers}x{args.hidden} ({params / 1e6:.1f}M weights), k={k}",
           ("optimizer", "float slots per weight", "slot bytes"), rows)
 
 
@@ -88,7 +88,7 @@ def step_time(args):
             times[name].append(time.perf_counter() - start)
     base = statistics.median(times["keras Adam"])
     rows = [(name, f"{statistics.median(t) * 1e3:.1f}", f"{statistics.median(t) / base:.3f}") for name, t in times.items()]
-    table(f"Training-step time, BERT {args.time_layers}x{args.time_hidden}, batch 16x128, median of {args.rounds} alternating rounds",
+    print_table(f"Training-step time, BERT {args.time_layers}x{args.time_hidden}, batch 16x128, median of {args.rounds} alternating rounds",
           ("optimizer", "ms/step", "ratio to keras Adam"), rows)
 
 
@@ -114,7 +114,7 @@ def quality(args):
         seconds = time.perf_counter() - start
         loss = model.evaluate(x_valid, y_valid, batch_size=128, verbose=0)
         rows.append((name, examples // (batch * accum), f"{loss:.4f}", f"{seconds:.0f}"))
-    table(f"Quality: byte-level GPT 2x64 on the Python tutorial, {examples} examples of 64 bytes, Adam lr {args.lr}",
+    print_table(f"Quality: byte-level GPT 2x64 on the Python tutorial, {examples} examples of 64 bytes, Adam lr {args.lr}",
           ("run", "updates", "valid loss", "seconds"), rows)
 
 
