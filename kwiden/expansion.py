@@ -8,65 +8,141 @@ space; `expand` turns that into the big weight. No layer derives a factor.
 """
 
 import dataclasses
+import fractions
 
 import numpy as np
+
+# The scale of a stream grown by a non-integer factor: each copy of
+# coordinate j carries 1/√c_j, c_j its number of copies. That keeps `Q = sP`
+# an isometry (QᵀQ = I) when copy counts differ (DESIGN §1.9).
+ISOMETRY = "1/√copies"
 
 
 @dataclasses.dataclass(frozen=True)
 class Space:
-    """How a small-model axis maps to the big model: `ã = scale · a[i // factor]`.
+    """How a small-model axis maps to the big model: `ã_i = s_i · a[source(i)]`.
 
     `Space()` is an axis the growth leaves alone (token ids, logits, masks).
+    `factor` is the width ratio: an integer gives `factor` interleaved copies
+    of every coordinate (new index `i` reads `i // factor`) at one `scale`; a
+    `fractions.Fraction` (384 → 512 is 4/3) gives consecutive copies in
+    unequal numbers, new index `i` reading `⌊i·n/n'⌋`, and `scale` may then
+    be `ISOMETRY`, `1/√c_j` for the copies of coordinate `j` (DESIGN §1.9).
     With `group=2`, pairs are copied instead of single coordinates,
-    `[x1, x2, x1, x2, x3, x4, x3, x4]`, as rotary embeddings need (DESIGN §1.8).
+    `[x1, x2, x1, x2, x3, x4, x3, x4]`, as rotary embeddings need (§1.8); with
+    `group=G`, blocks of G (the query heads sharing one key/value head).
     """
 
-    factor: int = 1
-    scale: float = 1.0
+    factor: int | fractions.Fraction = 1
+    scale: float | str = 1.0
     group: int = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "factor", as_factor(self.factor))
+        if self.scale == ISOMETRY and self.even:
+            object.__setattr__(self, "scale", self.factor**-0.5)
 
     @classmethod
     def stream(cls, k):
-        """The residual stream: `k` copies at `1/√k`, an isometry (norms kept)."""
-        return cls(k, k**-0.5)
+        """The residual stream: copies at `1/√copies`, an isometry (norms kept)."""
+        return cls(k, ISOMETRY)
 
     @classmethod
-    def copy(cls, k):
+    def copy(cls, k, group=1):
         """Plain copies at scale 1: what an elementwise non-linearity needs."""
-        return cls(k, 1.0)
+        return cls(k, 1.0, group)
+
+    @property
+    def even(self):
+        """Whether every coordinate has the same number of copies."""
+        return isinstance(self.factor, int)
 
     @property
     def expanded(self):
         return self.factor != 1 or self.scale != 1.0
 
+    @property
+    def mean_square_scale(self):
+        """How the grown vector's mean square relates to the small one's:
+        `s²` for equal copies at scale s, `n/n'` for an isometry."""
+        return 1.0 / float(self.factor) if self.scale == ISOMETRY else self.scale**2
+
+    def grown_size(self, n, what="an axis"):
+        """`n · factor`, which must be a whole multiple of `group`."""
+        size = grown_size(n, self.factor, what)
+        if n % self.group or size % self.group:
+            raise GrowthError(
+                f"{what} copies blocks of {self.group}: its size {n} and grown size {size} must both be "
+                f"multiples of {self.group}."
+            )
+        return size
+
     def source(self, n):
         """For each new index, the old index it reads."""
-        if self.group == 1:
-            return np.repeat(np.arange(n), self.factor)
-        if n % self.group:
-            raise ValueError(f"A space of groups of {self.group} needs a multiple of {self.group}, got {n}.")
-        groups = np.arange(n).reshape(-1, 1, self.group)
-        return np.broadcast_to(groups, (n // self.group, self.factor, self.group)).reshape(-1)
+        blocks = n // self.group
+        grown = self.grown_size(n) // self.group
+        block_source = np.arange(grown) * blocks // grown  # = i // factor for an integer factor
+        return (block_source[:, None] * self.group + np.arange(self.group)).reshape(-1)
+
+    def copies(self, n):
+        """For each new index, how many copies its source coordinate has."""
+        source = self.source(n)
+        return np.bincount(source, minlength=n)[source]
+
+    def scales(self, n):
+        """For each new index, its scale `s_i`."""
+        if self.scale == ISOMETRY:
+            return self.copies(n) ** -0.5
+        return np.full(self.grown_size(n), self.scale)
 
     def carry(self, a, axis=-1):
         """A small-model tensor `a` as the big model holds it: `s · P a`."""
         a = np.asarray(a, dtype=np.float64)
-        return self.scale * np.take(a, self.source(a.shape[axis]), axis=axis)
+        n = a.shape[axis]
+        return np.take(a, self.source(n), axis=axis) * _along(self.scales(n), axis, a.ndim)
 
     def __str__(self):
         if not self.expanded:
             return "unchanged"
-        return f"×{self.factor} copies at scale {self.scale:.6g}"
+        scale = self.scale if isinstance(self.scale, str) else f"{self.scale:.6g}"
+        return f"×{self.factor} copies at scale {scale}"
+
+
+def _along(vector, axis, ndim):
+    """`vector` shaped to broadcast along `axis` of an `ndim`-d array."""
+    shape = [1] * ndim
+    shape[axis] = -1
+    return np.reshape(vector, shape)
+
+
+def as_factor(k, name="k"):
+    """A growth factor ≥ 1: an int, or a `Fraction` when it is not whole."""
+    problem = (
+        f"`{name}` must be a number >= 1 (2 doubles the width; fractions.Fraction(4, 3) grows "
+        f"384 to 512), got {name}={k!r}"
+    )
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer, fractions.Fraction, float)):
+        raise ValueError(problem + ".")
+    ratio = fractions.Fraction(k).limit_denominator(4096) if isinstance(k, float) else fractions.Fraction(k)
+    if isinstance(k, float) and abs(float(ratio) - k) > 1e-12:
+        raise ValueError(problem + ", which is no simple ratio: pass a Fraction, or target sizes.")
+    if ratio < 1:
+        raise ValueError(problem + ".")
+    return int(ratio) if ratio.denominator == 1 else ratio
 
 
 UNCHANGED = Space()
 
 
-def check_factor(k, name="k"):
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"`{name}` must be a positive integer (2 doubles the width), got {name}={k!r}.")
-    return int(k)
-
+def grown_size(n, factor, what):
+    """`n · factor` as an int; a `GrowthError` naming `what` if it is not whole."""
+    size = n * factor
+    if int(size) != size:
+        raise GrowthError(
+            f"{what} is {n}, and {n} × {factor} = {float(size):.4g} is not a whole number. "
+            "Choose target sizes that are whole multiples of the same ratio, or an integer factor."
+        )
+    return int(size)
 
 HEAD_MODES = ("size", "count")
 ROPE_MODES = ("exact", "standard")
@@ -76,26 +152,28 @@ ROPE_MODES = ("exact", "standard")
 class Growth:
     """What one growth does to each kind of width.
 
-    `k` multiplies the hidden size (residual stream, embeddings, norms). `ffn`
-    multiplies the feed-forward width (default `k`). `heads="size"` multiplies
-    each attention head's size by `k` (DESIGN §1.5); `heads="count"` multiplies
-    the number of heads instead (§1.6). `rope="exact"` keeps rotary
-    frequencies copied pair-wise; `"standard"` gives grown heads the standard
-    schedule of their new size, which is approximate (§1.8) and needs
-    `allow_approximate`. Layers accept a `Growth` wherever they accept an
-    integer `k`.
+    `k` multiplies the hidden size (residual stream, embeddings, norms); a
+    `Fraction` (4/3) gives unequal copy counts (DESIGN §1.9). `ffn` multiplies
+    the feed-forward width (default `k`). `heads="size"` multiplies each
+    attention head's size by `k` (§1.5); `heads="count"` multiplies the number
+    of heads instead (§1.6), and is what a non-integer `k` needs. `rope="exact"`
+    keeps rotary frequencies copied pair-wise; `"standard"` gives grown heads
+    the standard schedule of their new size, which is approximate (§1.8).
+    `allow_approximate` lets layers that cannot stay exact (that schedule,
+    LayerNorm under unequal copies) grow anyway. Layers accept a `Growth`
+    wherever they accept an integer `k`.
     """
 
-    k: int
-    ffn: int | None = None
+    k: int | fractions.Fraction
+    ffn: int | fractions.Fraction | None = None
     heads: str = "size"
     rope: str = "exact"
     allow_approximate: bool = False
 
     def __post_init__(self):
-        object.__setattr__(self, "k", check_factor(self.k))
+        object.__setattr__(self, "k", as_factor(self.k))
         if self.ffn is not None:
-            object.__setattr__(self, "ffn", check_factor(self.ffn, "ffn_factor"))
+            object.__setattr__(self, "ffn", as_factor(self.ffn, "ffn_factor"))
         if self.heads not in HEAD_MODES:
             raise ValueError(f"`heads` must be one of {HEAD_MODES}, got heads={self.heads!r}.")
         if self.rope not in ROPE_MODES:
@@ -109,38 +187,39 @@ class Growth:
     def of(cls, growth):
         return growth if isinstance(growth, cls) else cls(growth)
 
+    def refuse_approximation(self, what, why, instead):
+        """Raise unless `allow_approximate`: `what` would change the function."""
+        if not self.allow_approximate:
+            raise GrowthError(f"{what}: {why} Pass allow_approximate=True to accept that, or {instead}.")
+
+
 IN = "in"
 OUT = "out"
 
 
-def spread_weights(shape, axis, factor, spread=0.0, rng=None, source=None):
+def spread_weights(shape, axis, source, spread=0.0, rng=None):
     """α over an expanded input axis: weights that sum to 1 over each row's copies.
 
-    `spread=0` gives the plain `1/factor`. Otherwise `α = (1 + spread·u)/factor`
-    with `u` drawn per element, uniform in [-1, 1], then centred over each group
-    of copies (so triangular for k=2, and α < 0 happens for spread ≥ 1/2, which
-    stays exact; DESIGN §1.7): every output still receives exactly the small
-    model's input, but each copy of an input neuron reaches the outputs through
-    different weights, so the copies receive different gradients from the first
-    step on, under SGD and under Adam alike.
+    `source` gives, for each index along `axis`, the row it copies. `spread=0`
+    gives the plain `1/c`, `c` the row's number of copies. Otherwise
+    `α = (1 + spread·u)/c` with `u` drawn per element, uniform in [-1, 1],
+    then centred over each row's copies (so triangular for two copies, and
+    α < 0 happens for spread ≥ 1/2, which stays exact; DESIGN §1.7): every
+    output still receives exactly the small model's input, but each copy of
+    an input neuron reaches the outputs through different weights, so the
+    copies receive different gradients from the first step on, under SGD and
+    under Adam alike. A row with one copy keeps α = 1.
     """
-    if spread == 0.0 or factor == 1:
-        broadcast = [1] * len(shape)
-        broadcast[axis] = shape[axis]
-        return np.full(broadcast, 1.0 / factor)
+    copies = np.bincount(source)[source]
+    if spread == 0.0 or copies.max() == 1:
+        return _along(1.0 / copies, axis, len(shape))
     if rng is None:
         raise ValueError("`spread` needs a random generator `rng`.")
-    if source is None:
-        source = np.repeat(np.arange(shape[axis] // factor), factor)
-    # Centre u over the copies of each source row: sort the copies together,
-    # subtract each group's mean, and put them back.
-    order = np.argsort(source, kind="stable")
     u = np.moveaxis(rng.uniform(-1.0, 1.0, shape), axis, -1)
-    grouped = u[..., order].reshape(*u.shape[:-1], -1, factor)
-    grouped = (grouped - grouped.mean(axis=-1, keepdims=True)).reshape(u.shape)
-    u = np.empty_like(grouped)
-    u[..., order] = grouped
-    return (1.0 + spread * np.moveaxis(u, -1, axis)) / factor
+    means = np.zeros(u.shape[:-1] + (source.max() + 1,))
+    np.add.at(np.moveaxis(means, -1, 0), source, np.moveaxis(u, -1, 0))
+    u = u - means[..., source] / copies
+    return (1.0 + spread * np.moveaxis(u, -1, axis)) / _along(copies, axis, len(shape))
 
 
 def _check_axes(weight, axes):
@@ -149,6 +228,10 @@ def _check_axes(weight, axes):
     for spec in axes:
         if spec is not None and spec[1] not in (IN, OUT):
             raise ValueError(f"Axis role must be {IN!r} or {OUT!r}, got {spec[1]!r}.")
+
+
+def _even(axes):
+    return all(spec is None or spec[0].even for spec in axes)
 
 
 def expand(weight, axes, spread=0.0, rng=None):
@@ -160,24 +243,28 @@ def expand(weight, axes, spread=0.0, rng=None):
     weight reads from: each row is spread over its copies with weights summing
     to 1 (DESIGN §1.1; unequal when `spread > 0`, §1.7) and its scale divides
     the weight. So a Dense kernel `(in, out)` becomes
-    `(s_out / s_in) · S_in W P_outᵀ` and a bias `s_out · P b`.
+    `(s_out / s_in) · S_in W P_outᵀ` and a bias `s_out · P b`; with unequal
+    copy counts the scales and splits are per index (§1.9).
     Computed in float64 and returned in the weight's dtype.
     """
     weight = np.asarray(weight)
     _check_axes(weight, axes)
-    if spread == 0.0:
+    if spread == 0.0 and _even(axes):
         # Equal splits: scale the small tensor, then copy (k² times less work).
         return _copy(weight.astype(np.float64) * growth_scale(axes), axes).astype(weight.dtype)
     result = weight.astype(np.float64)
     for axis, spec in enumerate(axes):
         if spec is not None:
             space, role = spec
-            source = space.source(result.shape[axis])
+            n = result.shape[axis]
+            source = space.source(n)
             result = np.take(result, source, axis=axis)
-            if role == IN:
-                alpha = spread_weights(result.shape, axis, space.factor, spread, rng, source)
-                result = result * (space.factor * alpha)
-    return (result * growth_scale(axes)).astype(weight.dtype)
+            scales = _along(space.scales(n), axis, result.ndim)
+            if role == OUT:
+                result = result * scales
+            else:
+                result = result * (spread_weights(result.shape, axis, source, spread, rng) / scales)
+    return result.astype(weight.dtype)
 
 
 def _copy(value, axes):
@@ -195,7 +282,14 @@ def _copy(value, axes):
 def growth_scale(axes):
     """`c`: the grown tensor is its source copied and multiplied by `c` (with
     equal splits). DESIGN §1.11b: Adam's learning rate for it times `c` keeps
-    the first steps after growth on the small model's trajectory."""
+    the first steps after growth on the small model's trajectory. Under
+    unequal copy counts `c` differs from element to element: a `GrowthError`."""
+    if not _even(axes):
+        raise GrowthError(
+            "Under a non-integer factor each element of a grown tensor has its own scale, so "
+            "no one learning-rate multiplier fits the tensor (DESIGN §1.11b). Grow the "
+            "optimizer with scale_learning_rates=False, or use an integer factor."
+        )
     c = 1.0
     for spec in axes:
         if spec is not None:
@@ -213,13 +307,27 @@ def expand_gradient_like(value, axes, power=1):
     """An optimizer slot grown with its weight (DESIGN §1.11).
 
     With equal splits the grown weight's gradient is the source's copied and
-    multiplied by `1/(c·K)`, `K` the number of copies per source element: first
-    moments (`power=1`) grow like that, second moments (`power=2`) like its square.
+    multiplied, along each axis, by `s_i` where the weight reads the space
+    (`IN`) and by `1/(c_i·s_i)` where it writes it (`OUT`), `c_i` the number
+    of copies: with equal copies, `1/(c·K)` in all (`growth_scale`,
+    `copy_count`). First moments (`power=1`) grow like that, second moments
+    (`power=2`) like its square.
     """
     value = np.asarray(value)
     _check_axes(value, axes)
-    result = value.astype(np.float64) * (1.0 / (growth_scale(axes) * copy_count(axes))) ** power
-    return _copy(result.astype(value.dtype), axes)
+    if _even(axes):
+        result = value.astype(np.float64) * (1.0 / (growth_scale(axes) * copy_count(axes))) ** power
+        return _copy(result.astype(value.dtype), axes)
+    result = value.astype(np.float64)
+    for axis, spec in enumerate(axes):
+        if spec is not None:
+            space, role = spec
+            n = result.shape[axis]
+            result = np.take(result, space.source(n), axis=axis)
+            scales = space.scales(n)
+            factor = scales if role == IN else 1.0 / (space.copies(n) * scales)
+            result = result * _along(factor, axis, result.ndim) ** power
+    return result.astype(value.dtype)
 
 
 class GrowthError(ValueError):

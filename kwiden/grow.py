@@ -9,6 +9,8 @@ ids, masks, logits).
 """
 
 import dataclasses
+import fractions
+import warnings
 
 import keras
 import numpy as np
@@ -16,6 +18,7 @@ from keras import tree
 
 from kwiden.expansion import (
     IN,
+    ISOMETRY,
     UNCHANGED,
     Growth,
     GrowthError,
@@ -26,6 +29,7 @@ from kwiden.expansion import (
 )
 from kwiden.depth import block_of, copies_per_block, find_blocks, new_indices, renamed, zero_output_weights
 from kwiden.layers.expandable import Expandable, expand_weights
+from kwiden.layers.feed_forward import FeedForward
 
 
 @dataclasses.dataclass
@@ -44,7 +48,7 @@ class Plan:
 
 def grow(
     model,
-    k,
+    k=None,
     check=None,
     rtol=None,
     ffn_factor=None,
@@ -57,6 +61,8 @@ def grow(
     depth=None,
     num_layers=None,
     allow_approximate=False,
+    hidden_size=None,
+    intermediate_size=None,
 ):
     """Return a new functional model `k` times wider computing the same function.
 
@@ -68,7 +74,11 @@ def grow(
         model: a functional `keras.Model` built from kwiden layers and Keras
             glue (Input, Dropout, Add, Activation, Multiply, Concatenate, and a
             plain `Dense` head whose output width stays).
-        k: the width factor, a positive integer.
+        k: the width factor: an integer, or a `fractions.Fraction` (4/3
+            grows hidden 384 to 512; DESIGN §1.9). Under unequal copy counts
+            RMSNorm models stay exact; LayerNorm models need
+            `allow_approximate=True`, and attention must grow its number of
+            heads (`heads="count"`).
         check: optional model inputs; if given, the grown model is compared
             with `model` on them (`kwiden.verify`) and a `GrowthError` carrying
             the report is raised if it departs by more than `rtol`.
@@ -104,11 +114,17 @@ def grow(
             then measures by how much). Blocks are found by their names,
             `Transformer-{i}-…`, and renumbered.
         allow_approximate: accept a growth that is not exact (Post-LN depth,
-            `rope="standard"`); `check=` then measures by how much.
+            `rope="standard"`, LayerNorm under a non-integer factor). The
+            grown model is then compared with `model` (on `check`, or on
+            random inputs) and the `VerifyReport` is kept as
+            `big.growth_report`, with a warning if it departs beyond `rtol`.
+        hidden_size, intermediate_size: target sizes instead of `k` and
+            `ffn_factor`: the factor is the target over the model's size.
 
     Returns:
         The grown `keras.Model` (same layer names, dtype policies and trainable
-        flags), or `(model, optimizer)` when `optimizer` is given.
+        flags), or `(model, optimizer)` when `optimizer` is given. When it was
+        compared with `model`, `big.growth_report` holds the `VerifyReport`.
 
     Example:
 
@@ -120,6 +136,7 @@ def grow(
     >>> big.get_layer("Embedding-Token").output_dim
     16
     """
+    k, ffn_factor = _factors(model, k, ffn_factor, hidden_size, intermediate_size)
     growth = Growth(k, ffn_factor, heads, rope, allow_approximate)
     if spread < 0:
         raise ValueError(f"`spread` must be >= 0 (0: plain copies), got spread={spread!r}.")
@@ -180,18 +197,71 @@ def grow(
         if plan.weights:
             weights = plan.grown_weights(spread, rng)
             layer.set_weights(zero_output_weights(layer, weights) if zeroed else weights)
-    if check is not None:
-        from kwiden.verify import verify
-
-        report = verify(model, big, check, rtol=default_rtol(model) if rtol is None else rtol, k=growth.k)
-        if not report.ok:
-            raise GrowthError(f"The grown model is not exact:\n{report}")
+    if check is not None or allow_approximate:
+        _compare(model, big, growth, check, default_rtol(model) if rtol is None else rtol)
     if optimizer is None:
         return big
     from kwiden.optimizer_growth import grow_optimizer
 
     axes = weight_axes(model, growth)
     return big, grow_optimizer(optimizer, model, big, axes, scale_learning_rates, _variable_sources(big, sources))
+
+
+def _compare(small, big, growth, inputs, rtol):
+    """Measure `big` against `small` and keep the report as `big.growth_report`:
+    raise if an exact growth is not, warn if an approximate one departs."""
+    from kwiden.verify import sample_inputs, verify
+
+    report = verify(small, big, sample_inputs(small) if inputs is None else inputs, rtol=rtol, k=growth.k)
+    big.growth_report = report
+    if report.ok:
+        return
+    if not growth.allow_approximate:
+        raise GrowthError(f"The grown model is not exact:\n{report}")
+    warnings.warn(f"kwiden.grow (allow_approximate=True): the grown model is approximate.\n{report}", stacklevel=3)
+
+
+def _factors(model, k, ffn_factor, hidden_size, intermediate_size):
+    """`(k, ffn_factor)` from factors or from target sizes."""
+    if hidden_size is not None:
+        if k is not None:
+            raise ValueError("Pass `k` (a factor) or `hidden_size` (a target size), not both.")
+        k = _target_ratio(hidden_size, hidden_size_of(model), "hidden_size")
+    if k is None:
+        raise ValueError("kwiden.grow needs `k` (2 doubles the width) or a target `hidden_size`.")
+    if intermediate_size is not None:
+        if ffn_factor is not None:
+            raise ValueError("Pass `ffn_factor` or `intermediate_size` (a target size), not both.")
+        ffn_factor = _target_ratio(intermediate_size, intermediate_size_of(model), "intermediate_size")
+    return k, ffn_factor
+
+
+def _target_ratio(target, size, name):
+    if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or target < size:
+        raise ValueError(f"`{name}` must be an integer >= the model's {size}, got {name}={target!r}.")
+    return fractions.Fraction(int(target), size)
+
+
+def hidden_size_of(model):
+    """The width of `model`'s residual stream: of the first tensor the
+    growth puts on the stream."""
+    steps, spaces = walk(model, 2)
+    for node, _ in steps:
+        for x in node.outputs:
+            if spaces[id(x)] == Space.stream(2):
+                return x.shape[-1]
+    raise GrowthError(f"Model '{model.name}' has no residual stream that kwiden grows; pass `k` instead.")
+
+
+def intermediate_size_of(model):
+    """The feed-forward width all of `model`'s FeedForward layers share."""
+    sizes = {layer.intermediate_size for layer in model.layers if isinstance(layer, FeedForward)}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"`intermediate_size` needs FeedForward layers of one width; model '{model.name}' has "
+            f"{sorted(sizes) or 'none'}. Pass `ffn_factor` instead."
+        )
+    return sizes.pop()
 
 
 def _variable_sources(big, sources):
@@ -369,8 +439,8 @@ def _activation(op, node, in_spaces):
     check_elementwise(name, f"Activation layer '{op.name}'")
     if space.scale != 1.0 and not is_positively_homogeneous(name):
         raise GrowthError(
-            f"Activation layer '{op.name}' applies '{name}' to a tensor at scale "
-            f"{space.scale:.6g}; only ReLU-like activations commute with that scale. "
+            f"Activation layer '{op.name}' applies '{name}' to a tensor in the space "
+            f"{space}; only ReLU-like activations commute with its scale. "
             "Give the activation to the preceding ExpandableDense (activation=...) so "
             "that growth can keep its output a pure copy."
         )
@@ -379,13 +449,19 @@ def _activation(op, node, in_spaces):
 
 def _multiply(op, node, in_spaces):
     expanded = [space for space in in_spaces if space.expanded]
-    if len({space.factor for space in expanded}) > 1 or len(expanded) < len(in_spaces):
+    scales = [space.scale for space in expanded]
+    isometries = scales.count(ISOMETRY)
+    if (
+        len({space.factor for space in expanded}) > 1
+        or len(expanded) < len(in_spaces)
+        or (isometries and (isometries > 1 or any(s not in (1.0, ISOMETRY) for s in scales)))
+    ):
         raise GrowthError(
-            f"Multiply layer '{op.name}' multiplies grown and ungrown tensors "
+            f"Multiply layer '{op.name}' multiplies tensors grown differently "
             f"({', '.join(map(str, in_spaces))}); kwiden can only multiply tensors "
             "copied the same way."
         )
-    scale = float(np.prod([space.scale for space in expanded]))
+    scale = ISOMETRY if isometries else float(np.prod(scales))
     return Plan([Space(expanded[0].factor, scale)] * len(node.outputs), op.get_config(), [], [])
 
 

@@ -2,13 +2,14 @@
 
 import collections
 import dataclasses
+import fractions
 
 import keras
 import numpy as np
 from keras import tree
 
 from kwiden.depth import block_of, copies_per_block, new_indices, renamed
-from kwiden.expansion import check_factor
+from kwiden.expansion import Growth, GrowthError, as_factor
 from kwiden.grow import nodes_in_order, walk
 
 
@@ -32,7 +33,7 @@ class OutputComparison:
 class VerifyReport:
     """What `kwiden.verify` found. `ok` is True when every output is within `rtol`."""
 
-    factor: int
+    factor: int | fractions.Fraction
     rtol: float
     outputs: list
     first_departure: tuple | None  # (layer name, relative error) or None
@@ -75,8 +76,8 @@ def verify(small, big, inputs, rtol=1e-5, k=None):
     Returns:
         A `VerifyReport`; `report.ok` is a bool and `str(report)` a table.
     """
-    k = infer_factor(small, big) if k is None else check_factor(k)
-    _, spaces = walk(small, k)
+    k = infer_factor(small, big) if k is None else as_factor(k)
+    _, spaces = walk(small, _carrying(k))
     small_tensors, big_tensors, names = _matching_tensors(small, big)
     small_values = _evaluate(small, small_tensors + small.outputs, inputs)
     big_values = _evaluate(big, big_tensors + big.outputs, inputs)
@@ -105,6 +106,12 @@ def verify(small, big, inputs, rtol=1e-5, k=None):
     return VerifyReport(k, rtol, outputs, first_departure)
 
 
+def _carrying(k):
+    """A `Growth` by `k` that plans every layer, exact or not: only the spaces
+    of layer outputs matter here, and those are the same in every mode."""
+    return Growth(k, heads="size" if isinstance(k, int) else "count", allow_approximate=True)
+
+
 def infer_factor(small, big):
     """The hidden-size factor: among the width ratios of same-named weights
     (vector weights first: most live in the hidden space), the first that
@@ -116,12 +123,15 @@ def infer_factor(small, big):
         for a, b in zip(layer.weights, other.weights if other is not None else []):
             counter = vector_ratios if len(a.shape) == 1 else other_ratios
             for n, m in zip(a.shape, b.shape):
-                if n and m % n == 0:
-                    counter[m // n] += 1
+                if n and m >= n:
+                    counter[as_factor(fractions.Fraction(m, n))] += 1
     candidates = [r for r, _ in vector_ratios.most_common()] + [r for r, _ in other_ratios.most_common()]
     for k in dict.fromkeys(candidates + [1]):
-        _, spaces = walk(small, k)
-        widths = [(spaces[id(x)].factor * x.shape[-1], y.shape[-1]) for x, y in zip(small.outputs, big.outputs)]
+        try:
+            _, spaces = walk(small, _carrying(k))
+            widths = [(spaces[id(x)].grown_size(x.shape[-1]), y.shape[-1]) for x, y in zip(small.outputs, big.outputs)]
+        except GrowthError:
+            continue  # some width of the model does not grow by k
         if all(a == b for a, b in widths):
             return k
     return 1

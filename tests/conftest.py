@@ -6,6 +6,8 @@ import kwiden
 
 # LayerNorm epsilon large enough to notice a wrong ε̃ (DESIGN §1.3).
 EPS = 1e-3
+# "Exact" growth: float32 rounding.
+RTOL = 1e-5
 
 
 def small_config(**overrides):
@@ -63,3 +65,14 @@ def outputs(model, inputs):
 def _float32_policy():
     yield
     keras.mixed_precision.set_global_policy("float32")
+
+
+def assert_exact(small, big, inputs):
+    report = kwiden.verify(small, big, inputs, rtol=RTOL)
+    assert report.ok, str(report)
+    assert report.first_departure is None, str(report)
+    for output in report.outputs:
+        assert output.max_relative_error <= RTOL
+        if output.argmax_agreement is not None:
+            assert output.argmax_agreement == 1.0
+    return report

@@ -40,7 +40,7 @@ def test_grow_command_rejects_a_bad_factor(tmp_path, capsys):
     src = tmp_path / "small.keras"
     bert().save(src)
     assert main(["grow", str(src), str(tmp_path / "big.keras"), "--factor", "0"]) == 1
-    assert "`k` must be a positive integer" in capsys.readouterr().err
+    assert "`k` must be a number >= 1" in capsys.readouterr().err
 
 
 def test_demo_command_prints_its_table(capsys):
@@ -112,3 +112,17 @@ def test_grow_command_deepens_and_reports_approximate_growth(tmp_path, capsys):
     printed = capsys.readouterr()
     assert "NOT EXACT" in printed.out and "saved anyway" in printed.err  # reported, and accepted
     assert keras.saving.load_model(dst).get_layer("Transformer-3-FeedForward") is not None
+
+
+def test_grow_command_takes_target_sizes(tmp_path, capsys):
+    config = dict(vocab_size=97, hidden_size=16, num_hidden_layers=1, num_attention_heads=4, intermediate_size=24, rms_norm_eps=1e-3)
+    small = kwiden.build_transformer_model(config, model="llama")
+    src, dst = tmp_path / "llama.keras", tmp_path / "big.keras"
+    small.save(src)
+    args = ["grow", str(src), str(dst), "--hidden-size", "24", "--intermediate-size", "40", "--heads", "count", "--check"]
+    assert main(args) == 0
+    assert "kwiden.verify (×3/2, rtol=1e-05): OK" in capsys.readouterr().out
+    big = keras.saving.load_model(dst)
+    assert big.get_layer("Transformer-0-FeedForward").intermediate_size == 40
+    assert main(["grow", str(src), str(dst), "--factor", "4/3", "--heads", "count"]) == 1
+    assert "'Embedding-Token' output_dim is 16, and 16 × 4/3 = 21.33 is not a whole number" in capsys.readouterr().err

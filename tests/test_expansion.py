@@ -60,11 +60,23 @@ def test_expand_keeps_dtype_and_rejects_wrong_axes():
 def test_spread_keeps_sums_and_needs_a_generator():
     from kwiden.expansion import spread_weights
 
-    alpha = spread_weights((6, 4), 0, 3, spread=2.0, rng=np.random.default_rng(0))
+    source = np.repeat(np.arange(2), 3)
+    alpha = spread_weights((6, 4), 0, source, spread=2.0, rng=np.random.default_rng(0))
     np.testing.assert_allclose(alpha.reshape(2, 3, 4).sum(1), np.ones((2, 4)))
     assert np.ptp(alpha) > 0.1
     with pytest.raises(ValueError, match="`spread` needs a random generator"):
-        spread_weights((6, 4), 0, 3, spread=1.0)
+        spread_weights((6, 4), 0, source, spread=1.0)
+
+
+def test_spread_over_unequal_copies_keeps_sums():
+    from kwiden.expansion import spread_weights
+
+    source = np.array([0, 0, 1, 2, 2, 2, 3])
+    alpha = spread_weights((4, 7), 1, source, spread=1.5, rng=np.random.default_rng(0))
+    sums = np.stack([alpha[:, source == j].sum(1) for j in range(4)], 1)
+    np.testing.assert_allclose(sums, np.ones((4, 4)))
+    np.testing.assert_array_equal(alpha[:, 2], np.ones(4))  # one copy: nothing to split
+    assert np.ptp(alpha[:, 3:6]) > 0.1
 
 
 @pytest.mark.parametrize("spread", [0.0, 1.0])

@@ -56,5 +56,5 @@ def test_infers_the_factor(k):
 
 
 def test_bad_factor_is_refused():
-    with pytest.raises(ValueError, match="`k` must be a positive integer"):
+    with pytest.raises(ValueError, match="`k` must be a number >= 1"):
         kwiden.verify(gpt(), gpt(), padded_batch(segments=False), k=0)

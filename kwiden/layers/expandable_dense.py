@@ -1,6 +1,6 @@
 import keras
 
-from kwiden.expansion import IN, OUT, Growth, Space, check_elementwise, is_positively_homogeneous
+from kwiden.expansion import IN, OUT, Growth, Space, check_elementwise, grown_size, is_positively_homogeneous
 from kwiden.layers.expandable import Expandable
 
 
@@ -26,7 +26,7 @@ class ExpandableDense(Expandable, keras.layers.Dense):
     """
 
     def get_expanded_config(self, k, input_space=None):
-        return {**self.get_config(), "units": self.units * Growth.of(k).k}
+        return {**self.get_config(), "units": grown_size(self.units, Growth.of(k).k, f"ExpandableDense '{self.name}' units")}
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
         k = Growth.of(k).k

@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import OUT, Growth, Space
+from kwiden.expansion import OUT, Growth, Space, grown_size
 from kwiden.layers.expandable import Expandable
 
 MODES = ("lookup", "position")
@@ -88,7 +88,7 @@ class ExpandableEmbedding(Expandable, keras.layers.Layer):
         }
 
     def get_expanded_config(self, k, input_space=None):
-        return {**self.get_config(), "output_dim": self.output_dim * Growth.of(k).k}
+        return {**self.get_config(), "output_dim": grown_size(self.output_dim, Growth.of(k).k, f"ExpandableEmbedding '{self.name}' output_dim")}
 
     def get_expanded_output_space(self, k, input_space=None, reverse=False, **call_kwargs):
         k = Growth.of(k).k

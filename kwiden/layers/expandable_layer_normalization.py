@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import OUT, Space
+from kwiden.expansion import ISOMETRY, OUT, Growth, GrowthError, Space
 from kwiden.layers.expandable import Expandable, default_space
 
 
@@ -89,7 +89,35 @@ class ExpandableLayerNormalization(Expandable, keras.layers.Layer):
 
     def get_expanded_config(self, k, input_space=None):
         input_space = default_space(k, input_space)
-        return {**self.get_config(), "epsilon": self.epsilon * input_space.scale**2}
+        self._check_exact(Growth.of(k), input_space)
+        return {**self.get_config(), "epsilon": self.epsilon * input_space.mean_square_scale}
+
+    def _check_exact(self, growth, input_space):
+        """Under unequal copy counts only RMSNorm on the stream stays exact
+        (DESIGN §1.9): the mean of the grown vector weighs coordinates by
+        their number of copies."""
+        if input_space.even:
+            return
+        what = f"ExpandableLayerNormalization '{self.name}'"
+        if self.rms and input_space.scale != ISOMETRY:
+            growth.refuse_approximation(
+                what,
+                f"its input is {input_space}, and the mean square over unequal copies is not the "
+                "small model's.",
+                "grow by an integer factor",
+            )
+        if not self.rms:
+            growth.refuse_approximation(
+                what,
+                f"a LayerNorm under the non-integer factor {growth.k} is approximate: the mean over "
+                "unequal copies is not the small model's.",
+                "grow by an integer factor (RMSNorm models grow exactly by any ratio)",
+            )
+        if not self.scale:
+            raise GrowthError(
+                f"{what} has no γ (scale=False); under the non-integer factor {growth.k} its output "
+                "would carry a different scale per copy. Grow by an integer factor."
+            )
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
         input_space = default_space(k, input_space)
@@ -100,4 +128,10 @@ class ExpandableLayerNormalization(Expandable, keras.layers.Layer):
 
     def get_expanded_weight_axes(self, k, input_space):
         out = self.get_expanded_output_space(k, input_space)
-        return [[(out, OUT)] for _ in self.weights]
+        gamma = out
+        if input_space.scale == ISOMETRY:
+            # The normalised input already carries 1/√c_i·√(n'/n) per copy;
+            # γ adds the uniform √(n/n') (DESIGN §1.3, §1.9).
+            gamma = Space(input_space.factor, float(input_space.factor) ** -0.5)
+        axes = [[(gamma, OUT)]] if self.scale else []
+        return axes + [[(out, OUT)]] * self.center

@@ -3,7 +3,7 @@ from keras import ops
 
 import numpy as np
 
-from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
+from kwiden.expansion import IN, OUT, Growth, GrowthError, Space, grown_size
 from kwiden.layers.expandable import Expandable, default_space
 from kwiden.layers.rotary_embedding import RotaryEmbedding
 
@@ -216,31 +216,46 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
 
     def get_expanded_config(self, k, input_space=None):
         growth = Growth.of(k)
-        output_dim = None if self.output_dim is None else self.output_dim * growth.k
+        what = f"ExpandableMultiHeadAttention '{self.name}'"
+        output_dim = None if self.output_dim is None else grown_size(self.output_dim, growth.k, f"{what} output_dim")
         if growth.heads == "count":
-            # Interleaved copies keep GQA's grouping: query head h·k + c still
-            # meets a copy of key/value head h // group.
-            key_value_heads = None if self.key_value_heads is None else self.key_value_heads * growth.k
+            heads = self._head_spaces(growth)
+            key_value_heads = None
+            if self.key_value_heads is not None:
+                key_value_heads = heads["key"].grown_size(self.key_value_heads, f"{what} key_value_heads")
             return {
                 **self.get_config(),
-                "heads": self.heads * growth.k,
+                "heads": heads["query"].grown_size(self.heads, f"{what} heads"),
                 "key_value_heads": key_value_heads,
                 "output_dim": output_dim,
             }
+        if not isinstance(growth.k, int):
+            raise GrowthError(
+                f"{what}: the non-integer factor {growth.k} cannot grow each head's size exactly "
+                "(scores need one scale per head). Grow the number of heads instead: heads='count'."
+            )
         config = {**self.get_config(), "head_size": self.head_size * growth.k, "output_dim": output_dim}
         if self.rotary is not None:
             if growth.rope == "exact":  # each pair's copies turn as the pair did
                 config["rotary_frequencies"] = np.repeat(self.rotary.frequencies, growth.k).tolist()
-            elif not growth.allow_approximate:
-                raise GrowthError(
-                    f"ExpandableMultiHeadAttention '{self.name}': rope='standard' gives the grown "
-                    "heads their own frequency schedule, which changes the function (DESIGN §1.8). "
-                    "Pass allow_approximate=True to accept that, or use rope='exact'."
-                )
             else:
+                growth.refuse_approximation(
+                    what,
+                    "rope='standard' gives the grown heads their own frequency schedule, which "
+                    "changes the function (DESIGN §1.8).",
+                    "use rope='exact'",
+                )
                 config["rotary_frequencies"] = None
                 config["rotary_base"] = self.rotary.base
         return config
+
+    def _head_spaces(self, growth):
+        """Heads axis spaces for `heads="count"`: whole heads copied, each an
+        exact copy (scale 1). Under grouped-query attention the query heads
+        are copied in their groups, so each copy still meets a copy of its
+        own key/value head, whatever the copy counts."""
+        group = 1 if self.key_value_heads is None else self.heads // self.key_value_heads
+        return {"query": Space.copy(growth.k, group), "key": Space.copy(growth.k), "value": Space.copy(growth.k)}
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
         if self.output_dim is None:
@@ -252,13 +267,11 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         k = growth.k
         out = self.get_expanded_output_space(growth, input_space)
         if growth.heads == "count":
-            # Whole heads copied, each an exact copy (scale 1 inside the head,
-            # so 1/√head_size and the scores stay); the output projection
-            # spreads each head over its copies (DESIGN §1.6).
-            heads = Space.copy(k)
-            projection = {name: [(input_space, IN), (heads, OUT), None] for name in PROJECTIONS}
-            bias = {name: [(heads, OUT), None] for name in PROJECTIONS}
-            output = [(heads, IN), None, (out, OUT)]
+            # The output projection spreads each head over its copies (DESIGN §1.6).
+            heads = self._head_spaces(growth)
+            projection = {name: [(input_space, IN), (heads[name], OUT), None] for name in PROJECTIONS}
+            bias = {name: [(heads[name], OUT), None] for name in PROJECTIONS}
+            output = [(heads["query"], IN), None, (out, OUT)]
         else:
             # Head size ×k: interleaved copies inside each head; q and k at
             # k^(-1/4) (scaled) or k^(-1/2) (unscaled) so that q·k/√(k·d) = q·k/√d.

@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import IN, OUT, Growth, Space, check_elementwise
+from kwiden.expansion import IN, OUT, Growth, Space, check_elementwise, grown_size
 from kwiden.layers.expandable import Expandable, default_space
 
 
@@ -102,7 +102,8 @@ class FeedForward(Expandable, keras.layers.Layer):
         }
 
     def get_expanded_config(self, k, input_space=None):
-        return {**self.get_config(), "intermediate_size": self.intermediate_size * Growth.of(k).ffn_factor}
+        size = grown_size(self.intermediate_size, Growth.of(k).ffn_factor, f"FeedForward '{self.name}' intermediate_size")
+        return {**self.get_config(), "intermediate_size": size}
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
         return Space.stream(default_space(k, input_space).factor)
