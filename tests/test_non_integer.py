@@ -97,7 +97,7 @@ def test_layernorm_model_grows_by_a_fraction_only_approximately_and_says_so():
     report = big.growth_report
     assert not report.ok and report.first_departure[0] == "Embedding-Norm"
     deviation = max(o.max_relative_error for o in report.outputs)
-    assert 1e-4 < deviation < 1.0, str(report)  # measured 0.18 with these weights
+    assert 1e-4 < deviation < 0.2, str(report)  # measured 7.4e-2 (MLM logits) with these weights
     # Without `check`, grow measures on random inputs: never silently.
     with pytest.warns(UserWarning, match="approximate"):
         assert not kwiden.grow(small, hidden_size=24, heads="count", allow_approximate=True).growth_report.ok
