@@ -31,11 +31,14 @@ class Space:
     With `group=2`, pairs are copied instead of single coordinates,
     `[x1, x2, x1, x2, x3, x4, x3, x4]`, as rotary embeddings need (§1.8); with
     `group=G`, blocks of G (the query heads sharing one key/value head).
+    `axis` is where the space lives in a tensor: the last axis for features,
+    1 for the heads of a `(1, heads, queries, keys)` attention bias.
     """
 
     factor: int | fractions.Fraction = 1
     scale: float | str = 1.0
     group: int = 1
+    axis: int = -1
 
     def __post_init__(self):
         object.__setattr__(self, "factor", as_factor(self.factor))
@@ -95,8 +98,9 @@ class Space:
             return self.copies(n) ** -0.5
         return np.full(self.grown_size(n), self.scale)
 
-    def carry(self, a, axis=-1):
+    def carry(self, a, axis=None):
         """A small-model tensor `a` as the big model holds it: `s · P a`."""
+        axis = self.axis if axis is None else axis
         a = np.asarray(a, dtype=np.float64)
         n = a.shape[axis]
         return np.take(a, self.source(n), axis=axis) * _along(self.scales(n), axis, a.ndim)

@@ -408,8 +408,9 @@ def plan_node(op, k, node, in_spaces):
 
 
 def _common_space(op, in_spaces):
-    """The one space the grown inputs of `op` share (ids and masks aside)."""
-    expanded = {space for space in in_spaces if space.expanded}
+    """The one feature space the grown inputs of `op` share (ids, masks and
+    attention biases aside)."""
+    expanded = {space for space in in_spaces if space.expanded and space.axis == -1}
     if len(expanded) > 1:
         raise GrowthError(
             f"Layer '{op.name}' ({type(op).__name__}) receives tensors in different "

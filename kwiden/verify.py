@@ -11,6 +11,7 @@ from keras import tree
 from kwiden.depth import block_of, copies_per_block, new_indices, renamed
 from kwiden.expansion import Growth, GrowthError, as_factor
 from kwiden.grow import nodes_in_order, walk
+from kwiden.layers import ExpandableMultiHeadAttention
 
 
 @dataclasses.dataclass
@@ -77,7 +78,7 @@ def verify(small, big, inputs, rtol=1e-5, k=None):
         A `VerifyReport`; `report.ok` is a bool and `str(report)` a table.
     """
     k = infer_factor(small, big) if k is None else as_factor(k)
-    _, spaces = walk(small, _carrying(k))
+    _, spaces = walk(small, _carrying(k, small, big))
     small_tensors, big_tensors, names = _matching_tensors(small, big)
     small_values = _evaluate(small, small_tensors + small.outputs, inputs)
     big_values = _evaluate(big, big_tensors + big.outputs, inputs)
@@ -106,10 +107,22 @@ def verify(small, big, inputs, rtol=1e-5, k=None):
     return VerifyReport(k, rtol, outputs, first_departure)
 
 
-def _carrying(k):
-    """A `Growth` by `k` that plans every layer, exact or not: only the spaces
-    of layer outputs matter here, and those are the same in every mode."""
-    return Growth(k, heads="size" if isinstance(k, int) else "count", allow_approximate=True)
+def _carrying(k, small=None, big=None):
+    """A `Growth` by `k` that plans every layer, exact or not, in the head mode
+    `big` was grown in: only the spaces of layer outputs matter here."""
+    return Growth(k, heads=_head_mode(k, small, big), allow_approximate=True)
+
+
+def _head_mode(k, small, big):
+    if not isinstance(k, int):
+        return "count"
+    if small is not None and big is not None:
+        big_layers = {layer.name: layer for layer in big.layers}
+        for layer in small.layers:
+            grown = big_layers.get(layer.name)
+            if isinstance(layer, ExpandableMultiHeadAttention) and grown is not None:
+                return "size" if grown.heads == layer.heads else "count"
+    return "size"
 
 
 def infer_factor(small, big):
@@ -128,7 +141,7 @@ def infer_factor(small, big):
     candidates = [r for r, _ in vector_ratios.most_common()] + [r for r, _ in other_ratios.most_common()]
     for k in dict.fromkeys(candidates + [1]):
         try:
-            _, spaces = walk(small, _carrying(k))
+            _, spaces = walk(small, _carrying(k, small, big))
             widths = [(spaces[id(x)].grown_size(x.shape[-1]), y.shape[-1]) for x, y in zip(small.outputs, big.outputs)]
         except GrowthError:
             continue  # some width of the model does not grow by k

@@ -479,15 +479,22 @@ def t5():
 
 @pytest.mark.backends
 @pytest.mark.parametrize("k", [2, 3])
-def test_t5_encoder_grows_exactly(k):
+@pytest.mark.parametrize("heads", ["size", "count"])
+def test_t5_encoder_grows_exactly(k, heads):
     small = t5()
     attention = small.get_layer("Transformer-0-MultiHeadSelfAttention")
     assert not attention.scaled and not attention.use_bias
-    big = kwiden.grow(small, k, spread=0.5, seed=0, depth=2)
-    assert big.get_layer("Transformer-0-MultiHeadSelfAttention").head_size == 8 * k
+    big = kwiden.grow(small, k, heads=heads, spread=0.5, seed=0, depth=2)
+    grown = big.get_layer("Transformer-0-MultiHeadSelfAttention")
+    assert (grown.heads, grown.head_size) == ((2, 8 * k) if heads == "size" else (2 * k, 8))
+    assert big.get_layer("Embedding-Relative-Position").heads == grown.heads
     assert_exact(small, big, padded_batch(segments=False, lengths=(12, 5, 9)))
 
 
-def test_t5_relative_bias_refuses_head_count_growth():
-    with pytest.raises(GrowthError, match=r"RelativePositionBias 'Embedding-Relative-Position': growing the number"):
-        kwiden.grow(t5(), 2, heads="count")
+def test_t5_grows_exactly_by_a_fraction():
+    small = randomize(
+        kwiden.build_transformer_model(small_config(num_attention_heads=4, relative_attention_num_buckets=8), model="t5")
+    )
+    big = kwiden.grow(small, hidden_size=24, heads="count")
+    assert big.get_layer("Embedding-Relative-Position").heads == 6
+    assert_exact(small, big, padded_batch(segments=False, lengths=(12, 5, 9)))

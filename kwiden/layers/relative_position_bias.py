@@ -1,7 +1,9 @@
+import dataclasses
+
 import keras
 from keras import ops
 
-from kwiden.expansion import Growth, GrowthError, Space
+from kwiden.expansion import OUT, Growth, Space
 from kwiden.layers.expandable import Expandable
 
 
@@ -14,8 +16,9 @@ class RelativePositionBias(Expandable, keras.layers.Layer):
     Takes any `(batch, seq, ...)` tensor and returns a `(1, heads, seq, seq)`
     bias for `ExpandableMultiHeadAttention(..., attention_bias=...)`.
 
-    Growth (DESIGN §1.5): with the number of heads fixed the bias stays as it
-    is; growing the head count is not supported here yet.
+    Growth: with the number of heads fixed the bias stays as it is (DESIGN
+    §1.5); when heads are copied (`heads="count"`, §1.6) each copy keeps its
+    source head's biases.
 
     Args:
         heads: number of attention heads.
@@ -83,15 +86,20 @@ class RelativePositionBias(Expandable, keras.layers.Layer):
         }
 
     def get_expanded_config(self, k, input_space=None):
-        if Growth.of(k).heads == "count":
-            raise GrowthError(
-                f"RelativePositionBias '{self.name}': growing the number of heads is not "
-                "supported for relative position biases yet; use heads='size'."
-            )
-        return self.get_config()
+        growth = Growth.of(k)
+        if growth.heads == "size":
+            return self.get_config()
+        return {**self.get_config(), "heads": self._heads_space(growth).grown_size(self.heads, f"RelativePositionBias '{self.name}' heads")}
+
+    @staticmethod
+    def _heads_space(growth):
+        # Each copied head keeps its source head's biases: the same copies as
+        # the attention's heads (DESIGN §1.6), on axis 1 of the bias.
+        return Space.copy(growth.k) if growth.heads == "count" else Space()
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
-        return Space()  # the bias is not a feature vector: it stays as it is
+        return dataclasses.replace(self._heads_space(Growth.of(k)), axis=1)
 
     def get_expanded_weight_axes(self, k, input_space):
-        return [[None, None]]
+        heads = self._heads_space(Growth.of(k))
+        return [[None, (heads, OUT) if heads.expanded else None]]
