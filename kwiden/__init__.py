@@ -1,6 +1,6 @@
 """kwiden: grow a trained Keras 3 Transformer into a wider one that computes the same function."""
 
-from kwiden import layers, models, optimizers
+from kwiden import admin, layers, models, optimizers
 from kwiden.expansion import Growth, GrowthError, Space
 from kwiden.grow import grow, growth_scales
 from kwiden.models import build_transformer_model
@@ -9,6 +9,7 @@ from kwiden.verify import verify
 __version__ = "0.1.0"
 
 __all__ = [
+    "admin",
     "Growth",
     "GrowthError",
     "Space",

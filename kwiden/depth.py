@@ -15,6 +15,7 @@ import re
 import keras
 
 from kwiden.expansion import GrowthError
+from kwiden.layers.admin_residual import AdminResidual
 
 BLOCK_NAME = re.compile(r"^Transformer-(\d+)-")
 
@@ -59,6 +60,11 @@ class Block:
     exact: bool  # Pre-LN: with those zeroed, the block is the identity
 
 
+# Where a residual branch joins the stream. Only a plain Add keeps a zero
+# branch an identity; Admin's LN(ω ⊙ x + f) does not (DESIGN §1.10).
+RESIDUAL_MERGES = (keras.layers.Add, AdminResidual)
+
+
 def find_blocks(model, steps):
     grouped = collections.defaultdict(list)
     for node, plan in steps:
@@ -79,7 +85,7 @@ def _block(model, index, steps):
     produced = {id(x) for node, _ in steps for x in node.outputs}
     inputs = {id(x): x for node, _ in steps for x in node.input_tensors if id(x) not in produced}
     # The stream is what the block's residual Adds read from outside it.
-    added = {id(x) for node, _ in steps if isinstance(node.operation, keras.layers.Add) for x in node.input_tensors}
+    added = {id(x) for node, _ in steps if isinstance(node.operation, RESIDUAL_MERGES) for x in node.input_tensors}
     streams = [x for x in inputs.values() if id(x) in added]
     consumed_inside = {id(x) for node, _ in steps for x in node.input_tensors}
     model_outputs = {id(x) for x in model.outputs}
@@ -114,9 +120,9 @@ def _block(model, index, steps):
 
 
 def _add_branches(steps, producer):
-    """The branch inputs of every residual Add (Post-LN blocks)."""
+    """The branch inputs of every residual merge (Post-LN and Admin blocks)."""
     for node, _ in steps:
-        if isinstance(node.operation, keras.layers.Add):
+        if isinstance(node.operation, RESIDUAL_MERGES):
             yield from (x for x in node.input_tensors if _branch_layer(x, producer) is not None)
 
 

@@ -1,5 +1,6 @@
 """Keras 3 layers that know how to grow themselves (DESIGN §1)."""
 
+from kwiden.layers.admin_residual import AdminResidual
 from kwiden.layers.bias_add import BiasAdd
 from kwiden.layers.expandable import Expandable
 from kwiden.layers.expandable_dense import ExpandableDense
@@ -12,6 +13,7 @@ from kwiden.layers.rotary_embedding import RotaryEmbedding
 from kwiden.layers.select_token import SelectToken
 
 __all__ = [
+    "AdminResidual",
     "BiasAdd",
     "Expandable",
     "ExpandableDense",

@@ -15,12 +15,11 @@ def _initializer(config):
     return keras.initializers.TruncatedNormal(stddev=config["initializer_range"])
 
 
-def _norm(config, name):
-    if config.get("norm") == "rms":
-        return layers.ExpandableLayerNormalization(
-            epsilon=config["layer_norm_eps"], rms=True, center=False, name=name
-        )
-    return layers.ExpandableLayerNormalization(epsilon=config["layer_norm_eps"], name=name)
+def _norm(config, name, admin=False):
+    options = dict(rms=True, center=False) if config.get("norm") == "rms" else {}
+    if admin:
+        return layers.AdminResidual(epsilon=config["layer_norm_eps"], name=name, **options)
+    return layers.ExpandableLayerNormalization(epsilon=config["layer_norm_eps"], name=name, **options)
 
 
 def _dropout(config, name):
@@ -68,30 +67,39 @@ def _padding_mask(token_ids):
     return ops.not_equal(token_ids, 0)
 
 
-def _post_ln_block(x, mask, config, prefix):
-    for sublayer in ("MultiHeadSelfAttention", "FeedForward"):
-        name = f"{prefix}-{sublayer}"
-        if sublayer == "MultiHeadSelfAttention":
-            y = _attention(config, name)(x, attention_mask=mask)
-        else:
-            y = _feed_forward(config, name)(x)
-        y = _dropout(config, f"{name}-Dropout")(y)
-        x = keras.layers.Add(name=f"{name}-Add")([x, y])
-        x = _norm(config, f"{name}-Norm")(x)
-    return x
+RESIDUALS = ("post_ln", "pre_ln", "admin")
 
 
-def _pre_ln_block(x, mask, config, prefix, bias=None):
+def _block(x, mask, config, prefix, bias=None):
+    """One Transformer block: attention then feed-forward, each a residual
+    branch. `config["residual"]`: `"post_ln"` normalises after each Add
+    (BERT), `"pre_ln"` before each branch (GPT), `"admin"` is Post-LN with
+    Admin's `LN(ω ⊙ x + f(x))` (`AdminResidual`)."""
+    residual = config["residual"]
     for sublayer in ("MultiHeadSelfAttention", "FeedForward"):
         name = f"{prefix}-{sublayer}"
-        y = _norm(config, f"{name}-Norm")(x)
+        y = _norm(config, f"{name}-Norm")(x) if residual == "pre_ln" else x
         if sublayer == "MultiHeadSelfAttention":
-            causal = config.get("causal", True)
+            causal = config.get("causal", False)
             y = _attention(config, name)(y, attention_mask=mask, use_causal_mask=causal, attention_bias=bias)
         else:
             y = _feed_forward(config, name)(y)
         y = _dropout(config, f"{name}-Dropout")(y)
-        x = keras.layers.Add(name=f"{name}-Add")([x, y])
+        if residual == "admin":
+            x = _norm(config, f"{name}-Norm", admin=True)([x, y])
+        else:
+            x = keras.layers.Add(name=f"{name}-Add")([x, y])
+        if residual == "post_ln":
+            x = _norm(config, f"{name}-Norm")(x)
+    return x
+
+
+def _stack(x, mask, config, bias=None):
+    """The blocks, then, for Pre-LN, the final norm the stream needs."""
+    for index in range(config["num_hidden_layers"]):
+        x = _block(x, mask, config, f"Transformer-{index}", bias)
+    if config["residual"] == "pre_ln":
+        x = _norm(config, "Output-Norm")(x)
     return x
 
 
@@ -109,9 +117,7 @@ def build_bert(config, with_mlm=False, with_pool=False, name="bert"):
     x = keras.layers.Add(name="Embedding-Add")(embeddings)
     x = _norm(config, "Embedding-Norm")(x)
     x = _dropout(config, "Embedding-Dropout")(x)
-    mask = _padding_mask(token_ids)
-    for index in range(config["num_hidden_layers"]):
-        x = _post_ln_block(x, mask, config, f"Transformer-{index}")
+    x = _stack(x, _padding_mask(token_ids), config)
     outputs = [x]
     if with_pool:
         pooled = layers.SelectToken(0, name="Pooler")(x)
@@ -147,11 +153,10 @@ def build_gpt(config, name="gpt"):
     if config.get("rotary_base") is None:
         positions = _embedding(config, config["max_position_embeddings"], "Embedding-Position", "position")
         x = keras.layers.Add(name="Embedding-Add")([x, positions(token_ids)])
+    if config["residual"] != "pre_ln":  # Post-LN blocks take a normalised stream
+        x = _norm(config, "Embedding-Norm")(x)
     x = _dropout(config, "Embedding-Dropout")(x)
-    mask = _padding_mask(token_ids)
-    for index in range(config["num_hidden_layers"]):
-        x = _pre_ln_block(x, mask, config, f"Transformer-{index}")
-    x = _norm(config, "Output-Norm")(x)
+    x = _stack(x, _padding_mask(token_ids), config)
     if config.get("tie_word_embeddings", True):
         logits = token_embedding(x, reverse=True)
     else:
@@ -176,9 +181,7 @@ def build_t5_encoder(config, name="t5"):
         embeddings_initializer=_initializer(config),
         name="Embedding-Relative-Position",
     )(token_ids)
-    for index in range(config["num_hidden_layers"]):
-        x = _pre_ln_block(x, mask, config, f"Transformer-{index}", bias)
-    x = _norm(config, "Output-Norm")(x)
+    x = _stack(x, mask, config, bias)
     logits = keras.layers.Dense(
         config["vocab_size"], use_bias=False, kernel_initializer=_initializer(config), name="Output-Logits"
     )(x)
@@ -200,7 +203,7 @@ BUILDERS = {"bert": build_bert, "gpt": build_gpt, "llama": build_gpt, "roformer"
 
 
 def build_transformer_model(
-    config=None, config_path=None, model="bert", with_mlm=False, with_pool=False, **overrides
+    config=None, config_path=None, model="bert", with_mlm=False, with_pool=False, residual=None, **overrides
 ):
     """Build a Transformer from a BERT-style config, as bert4keras does.
 
@@ -226,6 +229,13 @@ def build_transformer_model(
             LayerNorm, tied logits plus a bias) as the last output, as logits.
         with_pool: BERT only: add the pooler (tanh Dense on the first token)
             as an output.
+        residual: how blocks normalise: `"post_ln"` (`LN(x + f(x))`, the
+            default for BERT and RoFormer), `"pre_ln"` (`x + f(LN(x))` and a
+            final `Output-Norm`, the default for GPT, LLaMA and T5) or
+            `"admin"` (Post-LN with `AdminResidual`'s `LN(ω ⊙ x + f(x))`,
+            which trains deep stacks once `kwiden.admin.initialize` has set
+            ω). Post-LN and Admin decoders normalise their embeddings
+            (`Embedding-Norm`) as BERT does.
         **overrides: config keys, e.g. `hidden_dropout_prob=0.0`.
 
     Returns:
@@ -244,6 +254,11 @@ def build_transformer_model(
         raise ValueError(f"`model` must be one of {sorted(BUILDERS)}, got model={model!r}.")
     defaults = {"llama": LLAMA_DEFAULTS, "t5": T5_DEFAULTS}.get(model)
     config = load_config(config, config_path, defaults=defaults, **overrides)
+    encoder = model in ("bert", "roformer", "t5")
+    config["residual"] = residual or ("post_ln" if model in ("bert", "roformer") else "pre_ln")
+    if config["residual"] not in RESIDUALS:
+        raise ValueError(f"`residual` must be one of {RESIDUALS}, got residual={residual!r}.")
+    config.setdefault("causal", not encoder)
     if model == "roformer":
         config.setdefault("rotary_base", 10000.0)
         return build_bert(config, with_mlm=with_mlm, with_pool=with_pool, name="roformer")
