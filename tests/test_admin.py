@@ -83,6 +83,7 @@ def branch_variances(model, batch, blocks):
     return [float(np.var(np.asarray(v, np.float64))) for v in probe(batch, training=True)]
 
 
+@pytest.mark.backends
 def test_profiled_omega_equals_numpy_from_the_branch_outputs():
     config = dict(num_hidden_layers=3, hidden_dropout_prob=0.0)
     admin = admin_model(**config)
@@ -129,6 +130,7 @@ def test_initialize_errors():
         kwiden.admin.initialize(model, padded_batch(), method="fixup")
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize("model", ["bert", "gpt", "llama"])
 def test_fold_is_exact_with_per_channel_omega(model):
     admin = admin_model(model, with_mlm=True) if model == "bert" else admin_model(model)
