@@ -17,6 +17,7 @@ setup(
         "test": ["pytest>=8", "jax[cpu]", "nbclient", "nbformat", "ipykernel"],
         "hub": ["keras-hub>=0.20"],
         "notebooks": ["jupyter", "matplotlib"],
+        "benchmarks": ["matplotlib"],
     },
     entry_points={"console_scripts": ["kwiden=kwiden.cli:main"]},
     license="Apache-2.0",
