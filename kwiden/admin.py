@@ -134,32 +134,29 @@ def fold(model, allow_approximate=False, check=None):
     """
     nodes = admin_nodes(model)
     weights = {layer.name: {v.path: keras.ops.convert_to_numpy(v).copy() for v in layer.weights} for layer in model.layers}
+    graph = _Graph(model)
     epsilons, approximate = {}, []
-    consumers = _consumers(model)
-    producer = {id(x): node for node in nodes_in_order(model) for x in node.outputs}
     for node in nodes:
         layer = node.operation
         omega = keras.ops.convert_to_numpy(layer.omega).astype(np.float64)
         stream, branch = node.input_tensors
-        if _fold_into_norm(node, stream, omega, weights, consumers, producer, model.outputs):
+        if np.all(omega != 0) and _fold_into_norm(node, stream, omega, weights, graph):
             continue
-        if np.ptp(omega) != 0 or omega[0] <= 0:
-            if not allow_approximate:
-                raise ValueError(
-                    f"AdminResidual '{layer.name}': ω differs from channel to channel (or is not "
-                    "positive) and its stream input does not come straight from a LayerNorm read "
-                    "only by kwiden layers, so no Post-LN model computes the same function. "
-                    "Keep ω uniform (omega_trainable=False), put a LayerNorm before the first "
-                    "block, or pass allow_approximate=True to fold the mean of ω."
-                )
-            approximate.append(layer.name)
         c = float(np.mean(omega))
-        end = _branch_end(branch, producer, layer.name)
+        if np.ptp(omega) != 0 or c == 0:
+            if not allow_approximate or c == 0:
+                raise ValueError(_not_foldable(layer, omega, allow_approximate))
+            approximate.append(layer.name)
+        end = _branch_end(branch, node, graph, layer.name)
         for name in end.residual_output_weights:
             variable = getattr(end, name)
             if variable is not None:
                 weights[end.name][variable.path] /= c
         epsilons[layer.name] = layer.epsilon / c**2
+        if c < 0:  # LN(c·z) = −LN(z) for c < 0: γ changes sign
+            if not layer.scale:
+                raise ValueError(f"AdminResidual '{layer.name}': ω < 0 folds only into a LayerNorm with γ (scale=True).")
+            weights[layer.name][layer.gamma.path] = -weights[layer.name][layer.gamma.path]
     folded = _rebuild(model, weights, epsilons)
     if approximate:
         from kwiden.verify import sample_inputs, verify
@@ -170,44 +167,82 @@ def fold(model, allow_approximate=False, check=None):
     return folded
 
 
-def _consumers(model):
-    consumers = {}
-    for node in nodes_in_order(model):
-        for x in node.input_tensors:
-            consumers.setdefault(id(x), []).append(node)
-    return consumers
+def _not_foldable(layer, omega, allow_approximate):
+    where = f"AdminResidual '{layer.name}'"
+    zeros = np.flatnonzero(omega == 0)
+    if np.mean(omega) == 0:
+        return f"{where}: ω averages 0, so even an approximate fold has no scale to divide by."
+    if zeros.size:
+        return (
+            f"{where}: ω is 0 in channels {zeros.tolist()[:8]}, where the layer ignores its stream; "
+            "no Post-LN layer does that. Pass allow_approximate=True to fold the mean of ω."
+        )
+    return (
+        f"{where}: ω differs from channel to channel and its stream input does not come "
+        "straight from a LayerNorm read only by kwiden layers (each called once), so no "
+        "Post-LN model computes the same function. Keep ω uniform (omega_trainable=False), "
+        "put a LayerNorm before the first block, or pass allow_approximate=True to fold the mean of ω."
+    )
 
 
-def _fold_into_norm(node, stream, omega, weights, consumers, producer, model_outputs):
+class _Graph:
+    """Who produces and who reads each tensor of a model, and how often each
+    layer is called."""
+
+    def __init__(self, model):
+        self.producer, self.readers, self.calls = {}, {}, {}
+        for node in nodes_in_order(model):
+            self.calls[id(node.operation)] = self.calls.get(id(node.operation), 0) + 1
+            for x in node.outputs:
+                self.producer[id(x)] = node
+            for x in node.input_tensors:
+                self.readers.setdefault(id(x), []).append(node)
+        self.outputs = {id(x) for x in model.outputs}
+
+    def upstream(self, tensor):
+        """The tensors a chain of Dropouts ending in `tensor` passes through
+        (`tensor` first), and the node that starts the chain."""
+        chain, node = [tensor], self.producer.get(id(tensor))
+        while node is not None and isinstance(node.operation, keras.layers.Dropout):
+            chain.append(node.input_tensors[0])
+            node = self.producer.get(id(chain[-1]))
+        return chain, node
+
+    def other_readers(self, chain, node):
+        """Who reads the tensors of `chain`, besides `node` and the chain's own
+        Dropouts; None if one of them is a model output."""
+        if any(id(x) in self.outputs for x in chain):
+            return None
+        inside = {id(x) for x in chain}
+        return [
+            reader
+            for x in chain
+            for reader in self.readers.get(id(x), [])
+            if reader is not node and not (reader.outputs and id(reader.outputs[0]) in inside)
+        ]
+
+
+def _fold_into_norm(node, stream, omega, weights, graph):
     """ω ⊙ x folded into the LayerNorm that makes x, and out of x's other
     readers; False (nothing changed) where that is not possible."""
-    tensors, source = [stream], producer.get(id(stream))
-    while source is not None and isinstance(source.operation, keras.layers.Dropout):
-        tensors.append(source.input_tensors[0])
-        source = producer.get(id(tensors[-1]))
+    chain, source = graph.upstream(stream)
     if source is None or not isinstance(source.operation, ExpandableLayerNormalization) or not source.operation.scale:
         return False
-    outputs = {id(x) for x in model_outputs}
-    if np.any(omega == 0) or any(id(t) in outputs for t in tensors):
+    readers = graph.other_readers(chain, node)
+    if readers is None or graph.calls[id(source.operation)] != 1:
         return False
-    readers = []
-    chain = {id(t) for t in tensors}
-    for tensor in tensors:
-        for reader in consumers.get(id(tensor), []):
-            if reader is node or (reader.outputs and id(reader.outputs[0]) in chain):
-                continue
-            if not _reads_through_kernels(reader, tensor):
-                return False
-            readers.append(reader.operation)
+    for reader in readers:
+        if graph.calls[id(reader.operation)] != 1 or not any(_reads_through_kernels(reader, x) for x in chain):
+            return False
     norm = source.operation
     for variable in norm.weights:
         if variable.name in ("gamma", "beta"):
             weights[norm.name][variable.path] = weights[norm.name][variable.path] * omega
     for reader in readers:
-        for variable in reader.weights:
+        for variable in reader.operation.weights:
             if variable.name in INPUT_KERNELS:
                 shape = (-1,) + (1,) * (len(variable.shape) - 1)
-                weights[reader.name][variable.path] = weights[reader.name][variable.path] / omega.reshape(shape)
+                weights[reader.operation.name][variable.path] = weights[reader.operation.name][variable.path] / omega.reshape(shape)
     return True
 
 
@@ -225,17 +260,23 @@ def _reads_through_kernels(node, tensor):
     return isinstance(layer, (FeedForward, ExpandableDense))
 
 
-def _branch_end(branch, producer, name):
-    node = producer.get(id(branch))
-    while node is not None and isinstance(node.operation, keras.layers.Dropout):
-        node = producer.get(id(node.input_tensors[0]))
-    if node is None or not hasattr(node.operation, "residual_output_weights"):
+def _branch_end(branch, node, graph, name):
+    """The layer whose output projection can absorb 1/ω: it ends the branch
+    (through Dropouts), is called once, and only this residual reads it."""
+    chain, source = graph.upstream(branch)
+    layer = None if source is None else source.operation
+    if layer is None or not hasattr(layer, "residual_output_weights"):
         raise ValueError(
             f"AdminResidual '{name}': its branch does not end in a layer with "
             "`residual_output_weights` (ExpandableMultiHeadAttention, FeedForward), whose "
             "output could absorb ω."
         )
-    return node.operation
+    if graph.other_readers(chain, node) != [] or graph.calls[id(layer)] != 1:
+        raise ValueError(
+            f"AdminResidual '{name}': the output of '{layer.name}' is also read elsewhere (or the "
+            "layer is called more than once), so scaling it by 1/ω would change those readers."
+        )
+    return layer
 
 
 def _rebuild(model, weights, epsilons):

@@ -15,7 +15,7 @@ def _grow(args):
     small = keras.saving.load_model(args.src)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the report is printed below
+            warnings.filterwarnings("ignore", message="kwiden.grow")  # the report is printed below
             big = kwiden.grow(
                 small,
                 args.factor,

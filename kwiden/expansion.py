@@ -121,6 +121,8 @@ def _along(vector, axis, ndim):
 
 def as_factor(k, name="k"):
     """A growth factor ≥ 1: an int, or a `Fraction` when it is not whole."""
+    if isinstance(k, np.floating):
+        k = float(k)
     problem = (
         f"`{name}` must be a number >= 1 (2 doubles the width; fractions.Fraction(4, 3) grows "
         f"384 to 512), got {name}={k!r}"
@@ -173,6 +175,8 @@ class Growth:
     heads: str = "size"
     rope: str = "exact"
     allow_approximate: bool = False
+    # What this growth accepted as approximate, filled in as layers are planned.
+    approximations: list = dataclasses.field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "k", as_factor(self.k))
@@ -195,6 +199,19 @@ class Growth:
         """Raise unless `allow_approximate`: `what` would change the function."""
         if not self.allow_approximate:
             raise GrowthError(f"{what}: {why} Pass allow_approximate=True to accept that, or {instead}.")
+        self.approximations.append(what)
+
+
+def query_head_space(k, heads, key_value_heads=None):
+    """How whole heads are copied when their number grows (DESIGN §1.6): every
+    copy of a head exact (scale 1). With an integer factor copies interleave,
+    head `h·k + c` reading head `h`, which keeps grouped-query attention's
+    groups. Under unequal copy counts, query heads are copied in their groups
+    (each group a key/value head's), so each copy still meets a copy of its own
+    key/value head. Attention and per-head score biases share this rule."""
+    if isinstance(as_factor(k), int) or key_value_heads is None:
+        return Space.copy(k)
+    return Space.copy(k, group=heads // key_value_heads)
 
 
 IN = "in"
@@ -290,9 +307,8 @@ def growth_scale(axes):
     unequal copy counts `c` differs from element to element: a `GrowthError`."""
     if not _even(axes):
         raise GrowthError(
-            "Under a non-integer factor each element of a grown tensor has its own scale, so "
-            "no one learning-rate multiplier fits the tensor (DESIGN §1.11b). Grow the "
-            "optimizer with scale_learning_rates=False, or use an integer factor."
+            "Under a non-integer factor each element of a grown tensor has its own scale: "
+            "no one scale c describes the tensor (DESIGN §1.9, §1.11b)."
         )
     c = 1.0
     for spec in axes:

@@ -114,10 +114,10 @@ def grow(
             then measures by how much). Blocks are found by their names,
             `Transformer-{i}-…`, and renumbered.
         allow_approximate: accept a growth that is not exact (Post-LN depth,
-            `rope="standard"`, LayerNorm under a non-integer factor). The
-            grown model is then compared with `model` (on `check`, or on
-            random inputs) and the `VerifyReport` is kept as
-            `big.growth_report`, with a warning if it departs beyond `rtol`.
+            `rope="standard"`, LayerNorm under a non-integer factor). When
+            such a growth happens, the grown model is compared with `model`
+            (on `check`, or on random inputs) and the `VerifyReport` is kept
+            as `big.growth_report`, with a warning if it departs beyond `rtol`.
         hidden_size, intermediate_size: target sizes instead of `k` and
             `ffn_factor`: the factor is the target over the model's size.
 
@@ -197,7 +197,7 @@ def grow(
         if plan.weights:
             weights = plan.grown_weights(spread, rng)
             layer.set_weights(zero_output_weights(layer, weights) if zeroed else weights)
-    if check is not None or allow_approximate:
+    if check is not None or growth.approximations or (deepening and approximate):
         _compare(model, big, growth, check, default_rtol(model) if rtol is None else rtol)
     if optimizer is None:
         return big

@@ -2,7 +2,7 @@
 
 import keras
 
-from kwiden.expansion import copy_count, expand_gradient_like, growth_scale
+from kwiden.expansion import GrowthError, copy_count, expand_gradient_like, growth_scale
 from kwiden.optimizers import AccumulatingOptimizer
 
 # The optimizers whose slots kwiden knows how to grow: first moments like
@@ -47,7 +47,13 @@ def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=Tru
             small_path = source[variable.path][0]
             axes = axes_by_path[small_path]
             c, copies = optimizer.growth_scales.get(small_path, (1.0, 1))
-            scales[variable.path] = (c * growth_scale(axes), copies * copy_count(axes))
+            try:
+                scales[variable.path] = (c * growth_scale(axes), copies * copy_count(axes))
+            except GrowthError as error:
+                raise GrowthError(
+                    f"{error} So no one learning-rate multiplier fits '{variable.path}': grow the "
+                    "optimizer with scale_learning_rates=False, or grow by an integer factor."
+                ) from None
         config["growth_scales"] = scales
     grown = optimizer.__class__.from_config(config)
     grown.build(big_variables)

@@ -131,7 +131,7 @@ def test_initialize_errors():
 
 
 @pytest.mark.backends
-@pytest.mark.parametrize("model", ["bert", "gpt", "llama"])
+@pytest.mark.parametrize("model", ["bert", "gpt", "llama", "t5"])
 def test_fold_is_exact_with_per_channel_omega(model):
     admin = admin_model(model, with_mlm=True) if model == "bert" else admin_model(model)
     inputs = padded_batch(segments=model == "bert")
@@ -184,3 +184,54 @@ def test_admin_depth_growth_is_approximate_and_says_so():
         big = kwiden.grow(small, 1, depth=2, allow_approximate=True, check=padded_batch())
     assert len([layer for layer in big.layers if isinstance(layer, AdminResidual)]) == 8
     assert not big.growth_report.ok
+
+
+def test_fold_with_negative_uniform_omega_flips_gamma():
+    model = branch_model(np.full(8, -1.5, "float32"))
+    plain = kwiden.admin.fold(model)
+    x = np.random.default_rng(2).normal(size=(2, 5, 8)).astype("float32")
+    a, b = outputs(model, x)[0], outputs(plain, x)[0]
+    assert np.max(np.abs(a - b)) <= RTOL * np.max(np.abs(a))
+
+
+def test_fold_names_zero_omega_and_refuses_a_zero_mean():
+    omega = np.ones(8, "float32")
+    omega[[2, 5]] = 0.0
+    with pytest.raises(ValueError, match=r"ω is 0 in channels \[2, 5\], where the layer ignores its stream"):
+        kwiden.admin.fold(branch_model(omega))
+    with pytest.raises(ValueError, match=r"ω averages 0"):
+        kwiden.admin.fold(branch_model(np.array([1, -1] * 4, "float32")), allow_approximate=True)
+
+
+def test_fold_refuses_to_rescale_outputs_read_elsewhere():
+    x = keras.Input((None, 8))
+    y = FeedForward(12, name="Block-FeedForward")(x)
+    out = AdminResidual(epsilon=EPS, name="Block-FeedForward-Norm")([x, y])
+    model = randomize(keras.Model(x, [out, y]))
+    model.get_layer("Block-FeedForward-Norm").omega.assign(np.full(8, 2.5, "float32"))
+    with pytest.raises(ValueError, match=r"the output of 'Block-FeedForward' is also read elsewhere"):
+        kwiden.admin.fold(model)
+
+
+def test_fold_does_not_divide_kernels_of_layers_called_twice():
+    """A reader of the normalised stream that is also called elsewhere cannot
+    absorb ω, so the per-channel fold does not apply."""
+    x = keras.Input((None, 8))
+    h = ExpandableLayerNormalization(epsilon=EPS, name="Input-Norm")(x)
+    shared = FeedForward(12, name="Block-FeedForward")
+    out = AdminResidual(epsilon=EPS, name="Block-FeedForward-Norm")([h, shared(h)])
+    model = randomize(keras.Model(x, [out, shared(x)]))
+    with pytest.raises(ValueError, match=r"ω differs from channel to channel"):
+        kwiden.admin.fold(model)
+
+
+def test_builders_called_directly_keep_their_defaults():
+    from kwiden.models import load_config
+    from kwiden.models.transformer import build_gpt
+
+    model = randomize(build_gpt(load_config(small_config())))
+    ids = padded_batch(segments=False)
+    changed = ids.copy()
+    changed[:, 5:] = 1
+    a, b = outputs(model, ids)[0], outputs(model, changed)[0]
+    np.testing.assert_allclose(a[:, :5], b[:, :5], rtol=1e-5, atol=1e-6)  # causal: the past ignores the future

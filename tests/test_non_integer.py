@@ -143,3 +143,59 @@ def test_optimizer_grows_under_unequal_copies_with_one_learning_rate():
                 rtol=1e-6,
             )
     assert int(grown.iterations) == int(optimizer.iterations)
+
+
+def test_grown_gradients_are_the_slots_grown_like_gradients():
+    """The slot rule checked against real gradients of a whole model: at the
+    growth point, each grown weight's gradient is `expand_gradient_like` of
+    the small one's (equal splits, unequal copy counts)."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("uses tf.GradientTape")
+    import tensorflow as tf
+
+    small = llama(num_key_value_heads=2)
+    growth = kwiden.Growth(Fraction(3, 2), heads="count")
+    big = kwiden.grow(small, hidden_size=24, heads="count")
+    ids = padded_batch(segments=False)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def gradients(model):
+        with tf.GradientTape() as tape:
+            value = loss(ids, model(ids))
+        grads = tape.gradient(value, model.trainable_variables)
+        return {v.path: tf.convert_to_tensor(g).numpy() for v, g in zip(model.trainable_variables, grads)}
+
+    axes = weight_axes(small, growth)
+    small_gradients, big_gradients = gradients(small), gradients(big)
+    for path, gradient in small_gradients.items():
+        expected = expand_gradient_like(gradient.astype(np.float64), axes[path])
+        scale = np.abs(expected).max()
+        assert np.abs(big_gradients[path] - expected).max() <= 1e-4 * scale, path
+
+
+def test_t5_with_grouped_query_heads_grows_exactly_by_count():
+    config = small_config(num_attention_heads=4, num_key_value_heads=2, relative_attention_num_buckets=8)
+    small = randomize(kwiden.build_transformer_model(config, model="t5"))
+    inputs = padded_batch(segments=False, lengths=(12, 5, 9))
+    for target in (32, 24):
+        assert_exact(small, kwiden.grow(small, hidden_size=target, heads="count"), inputs)
+
+
+def test_integer_head_count_growth_interleaves_whole_heads():
+    small = llama(num_key_value_heads=2)
+    big = kwiden.grow(small, 2, heads="count")
+    kernel = small.get_layer("Transformer-0-MultiHeadSelfAttention").query_kernel.numpy()
+    grown = big.get_layer("Transformer-0-MultiHeadSelfAttention").query_kernel.numpy()
+    for head in range(8):  # head h·k + c reads head h (DESIGN §1.6), rows split over copies
+        np.testing.assert_allclose(grown[0::2, head] + grown[1::2, head], kernel[:, head // 2] * 2**0.5, rtol=1e-5)
+
+
+def test_exact_growth_with_allow_approximate_measures_nothing():
+    small = llama()
+    big = kwiden.grow(small, hidden_size=24, heads="count", allow_approximate=True)
+    assert not hasattr(big, "growth_report")  # nothing approximate happened
+
+
+def test_numpy_float_factor():
+    small = llama()
+    assert kwiden.grow(small, np.float32(2.0)).get_layer("Embedding-Token").output_dim == 32

@@ -3,7 +3,7 @@ from keras import ops
 
 import numpy as np
 
-from kwiden.expansion import IN, OUT, Growth, GrowthError, Space, grown_size
+from kwiden.expansion import IN, OUT, Growth, GrowthError, Space, grown_size, query_head_space
 from kwiden.layers.expandable import Expandable, default_space
 from kwiden.layers.rotary_embedding import RotaryEmbedding
 
@@ -250,12 +250,9 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         return config
 
     def _head_spaces(self, growth):
-        """Heads axis spaces for `heads="count"`: whole heads copied, each an
-        exact copy (scale 1). Under grouped-query attention the query heads
-        are copied in their groups, so each copy still meets a copy of its
-        own key/value head, whatever the copy counts."""
-        group = 1 if self.key_value_heads is None else self.heads // self.key_value_heads
-        return {"query": Space.copy(growth.k, group), "key": Space.copy(growth.k), "value": Space.copy(growth.k)}
+        """Heads axis spaces for `heads="count"` (`query_head_space`)."""
+        query = query_head_space(growth.k, self.heads, self.key_value_heads)
+        return {"query": query, "key": Space.copy(growth.k), "value": Space.copy(growth.k)}
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
         if self.output_dim is None:

@@ -3,7 +3,7 @@ import dataclasses
 import keras
 from keras import ops
 
-from kwiden.expansion import OUT, Growth, Space
+from kwiden.expansion import OUT, Growth, Space, query_head_space
 from kwiden.layers.expandable import Expandable
 
 
@@ -26,6 +26,9 @@ class RelativePositionBias(Expandable, keras.layers.Layer):
             `bidirectional`).
         max_distance: distances at and beyond this share the last bucket.
         bidirectional: encoder (True) or decoder (False) buckets.
+        key_value_heads: the attention's key/value heads under grouped-query
+            attention, so that growth copies the biases as it copies the
+            query heads (`kwiden.expansion.query_head_space`).
         embeddings_initializer: initializer of the `(num_buckets, heads)` table.
 
     Example:
@@ -36,10 +39,18 @@ class RelativePositionBias(Expandable, keras.layers.Layer):
     """
 
     def __init__(
-        self, heads, num_buckets=32, max_distance=128, bidirectional=True, embeddings_initializer="uniform", **kwargs
+        self,
+        heads,
+        num_buckets=32,
+        max_distance=128,
+        bidirectional=True,
+        key_value_heads=None,
+        embeddings_initializer="uniform",
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.heads = heads
+        self.key_value_heads = key_value_heads
         self.num_buckets = num_buckets
         self.max_distance = max_distance
         self.bidirectional = bidirectional
@@ -82,6 +93,7 @@ class RelativePositionBias(Expandable, keras.layers.Layer):
             "num_buckets": self.num_buckets,
             "max_distance": self.max_distance,
             "bidirectional": self.bidirectional,
+            "key_value_heads": self.key_value_heads,
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
         }
 
@@ -91,11 +103,12 @@ class RelativePositionBias(Expandable, keras.layers.Layer):
             return self.get_config()
         return {**self.get_config(), "heads": self._heads_space(growth).grown_size(self.heads, f"RelativePositionBias '{self.name}' heads")}
 
-    @staticmethod
-    def _heads_space(growth):
+    def _heads_space(self, growth):
         # Each copied head keeps its source head's biases: the same copies as
-        # the attention's heads (DESIGN §1.6), on axis 1 of the bias.
-        return Space.copy(growth.k) if growth.heads == "count" else Space()
+        # the attention's query heads (DESIGN §1.6), on axis 1 of the bias.
+        if growth.heads == "size":
+            return Space()
+        return query_head_space(growth.k, self.heads, self.key_value_heads)
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
         return dataclasses.replace(self._heads_space(Growth.of(k)), axis=1)

@@ -80,7 +80,7 @@ def _block(x, mask, config, prefix, bias=None):
         name = f"{prefix}-{sublayer}"
         y = _norm(config, f"{name}-Norm")(x) if residual == "pre_ln" else x
         if sublayer == "MultiHeadSelfAttention":
-            causal = config.get("causal", False)
+            causal = config["causal"]
             y = _attention(config, name)(y, attention_mask=mask, use_causal_mask=causal, attention_bias=bias)
         else:
             y = _feed_forward(config, name)(y)
@@ -94,6 +94,12 @@ def _block(x, mask, config, prefix, bias=None):
     return x
 
 
+def _embedding_norm(config, x):
+    """Post-LN and Admin blocks take a normalised stream (as BERT's does);
+    Pre-LN blocks normalise it themselves."""
+    return x if config["residual"] == "pre_ln" else _norm(config, "Embedding-Norm")(x)
+
+
 def _stack(x, mask, config, bias=None):
     """The blocks, then, for Pre-LN, the final norm the stream needs."""
     for index in range(config["num_hidden_layers"]):
@@ -104,6 +110,7 @@ def _stack(x, mask, config, bias=None):
 
 
 def build_bert(config, with_mlm=False, with_pool=False, name="bert"):
+    config = {"residual": "post_ln", "causal": False, **config}
     token_ids = keras.Input((None,), dtype="int32", name="Input-Token")
     segment_ids = keras.Input((None,), dtype="int32", name="Input-Segment")
     token_embedding = _embedding(config, config["vocab_size"], "Embedding-Token")
@@ -147,14 +154,14 @@ def build_gpt(config, name="gpt"):
     """Pre-LN causal decoder: GPT-2 style, or LLaMA style with `norm="rms"`,
     `rotary_base`, `glu`, `num_key_value_heads`, `use_bias=False` and
     `tie_word_embeddings=False` in the config."""
+    config = {"residual": "pre_ln", "causal": True, **config}
     token_ids = keras.Input((None,), dtype="int32", name="Input-Token")
     token_embedding = _embedding(config, config["vocab_size"], "Embedding-Token")
     x = token_embedding(token_ids)
     if config.get("rotary_base") is None:
         positions = _embedding(config, config["max_position_embeddings"], "Embedding-Position", "position")
         x = keras.layers.Add(name="Embedding-Add")([x, positions(token_ids)])
-    if config["residual"] != "pre_ln":  # Post-LN blocks take a normalised stream
-        x = _norm(config, "Embedding-Norm")(x)
+    x = _embedding_norm(config, x)
     x = _dropout(config, "Embedding-Dropout")(x)
     x = _stack(x, _padding_mask(token_ids), config)
     if config.get("tie_word_embeddings", True):
@@ -170,14 +177,17 @@ def build_t5_encoder(config, name="t5"):
     """T5 v1.1's encoder: Pre-LN with RMSNorm, unscaled attention with a
     relative position bias shared by all blocks, gated-GeLU FFN, no biases,
     and an untied output head (`Output-Logits`)."""
+    config = {"residual": "pre_ln", "causal": False, **config}
     token_ids = keras.Input((None,), dtype="int32", name="Input-Token")
     x = _embedding(config, config["vocab_size"], "Embedding-Token")(token_ids)
+    x = _embedding_norm(config, x)
     x = _dropout(config, "Embedding-Dropout")(x)
     mask = _padding_mask(token_ids)
     bias = layers.RelativePositionBias(
         config["num_attention_heads"],
         num_buckets=config["relative_attention_num_buckets"],
         max_distance=config["relative_attention_max_distance"],
+        key_value_heads=config.get("num_key_value_heads"),
         embeddings_initializer=_initializer(config),
         name="Embedding-Relative-Position",
     )(token_ids)
@@ -254,11 +264,10 @@ def build_transformer_model(
         raise ValueError(f"`model` must be one of {sorted(BUILDERS)}, got model={model!r}.")
     defaults = {"llama": LLAMA_DEFAULTS, "t5": T5_DEFAULTS}.get(model)
     config = load_config(config, config_path, defaults=defaults, **overrides)
-    encoder = model in ("bert", "roformer", "t5")
-    config["residual"] = residual or ("post_ln" if model in ("bert", "roformer") else "pre_ln")
-    if config["residual"] not in RESIDUALS:
-        raise ValueError(f"`residual` must be one of {RESIDUALS}, got residual={residual!r}.")
-    config.setdefault("causal", not encoder)
+    if residual is not None:
+        if residual not in RESIDUALS:
+            raise ValueError(f"`residual` must be one of {RESIDUALS}, got residual={residual!r}.")
+        config["residual"] = residual
     if model == "roformer":
         config.setdefault("rotary_base", 10000.0)
         return build_bert(config, with_mlm=with_mlm, with_pool=with_pool, name="roformer")
