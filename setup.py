@@ -12,7 +12,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["kwiden", "kwiden.*"]),
     package_data={"kwiden": ["data/*.gz", "data/*.md"]},
-    install_requires=["keras>=3.8", "tensorflow>=2.18", "numpy", "tqdm"],
+    install_requires=["keras>=3.8", "tensorflow>=2.18", "numpy", "tqdm", "safetensors", "tokenizers"],
     extras_require={
         "test": ["pytest>=8", "jax[cpu]", "nbclient", "nbformat", "ipykernel"],
         "hub": ["keras-hub>=0.20"],

@@ -4,6 +4,7 @@ from kwiden import admin, layers, models, optimizers
 from kwiden.expansion import Growth, GrowthError, Space
 from kwiden.grow import grow, growth_scales
 from kwiden.models import build_transformer_model
+from kwiden.tokenizer import Tokenizer
 from kwiden.verify import verify
 
 __version__ = "0.1.0"
@@ -13,6 +14,7 @@ __all__ = [
     "Growth",
     "GrowthError",
     "Space",
+    "Tokenizer",
     "build_transformer_model",
     "grow",
     "growth_scales",

@@ -8,6 +8,7 @@ import keras
 from keras import ops
 
 from kwiden import layers
+from kwiden.checkpoints import load_bert_weights
 from kwiden.models.config import load_config
 
 
@@ -213,7 +214,14 @@ BUILDERS = {"bert": build_bert, "gpt": build_gpt, "llama": build_gpt, "roformer"
 
 
 def build_transformer_model(
-    config=None, config_path=None, model="bert", with_mlm=False, with_pool=False, residual=None, **overrides
+    config=None,
+    config_path=None,
+    checkpoint_path=None,
+    model="bert",
+    with_mlm=False,
+    with_pool=False,
+    residual=None,
+    **overrides,
 ):
     """Build a Transformer from a BERT-style config, as bert4keras does.
 
@@ -225,6 +233,9 @@ def build_transformer_model(
             `attention_probs_dropout_prob`, and `attention_head_size` where it
             differs from hidden / heads).
         config_path: a `config.json` to read; `config` and `overrides` win.
+        checkpoint_path: pretrained weights for `model="bert"`: a Hugging Face
+            folder (`model.safetensors`, read with numpy) or that file. Every
+            weight must be found with its shape, or nothing is loaded.
         model: `"bert"` (Post-LN encoder; inputs `token_ids`, `segment_ids`;
             output the sequence), `"roformer"` (BERT with rotary position
             embeddings in attention instead of a position table; config key
@@ -271,9 +282,12 @@ def build_transformer_model(
     if model == "roformer":
         config.setdefault("rotary_base", 10000.0)
         return build_bert(config, with_mlm=with_mlm, with_pool=with_pool, name="roformer")
+    if checkpoint_path is not None and model != "bert":
+        raise ValueError(f"checkpoint_path loads Hugging Face BERT weights (model='bert') so far, not model={model!r}.")
     if model == "bert":
         config["rotary_base"] = None
-        return build_bert(config, with_mlm=with_mlm, with_pool=with_pool)
+        built = build_bert(config, with_mlm=with_mlm, with_pool=with_pool)
+        return built if checkpoint_path is None else load_bert_weights(built, config, checkpoint_path)
 
     if with_mlm or with_pool:
         raise ValueError(f"`with_mlm` and `with_pool` apply to BERT-style models, not {model!r}.")
