@@ -1,6 +1,7 @@
 """kwiden: grow a trained Keras 3 Transformer into a wider one that computes the same function."""
 
 from kwiden import admin, layers, models, optimizers
+from kwiden.checkpoints import save_checkpoint
 from kwiden.expansion import Growth, GrowthError, Space
 from kwiden.grow import grow, growth_scales
 from kwiden.models import build_transformer_model
@@ -21,5 +22,6 @@ __all__ = [
     "layers",
     "models",
     "optimizers",
+    "save_checkpoint",
     "verify",
 ]

@@ -4,6 +4,8 @@ Layer names are stable (`Transformer-0-MultiHeadSelfAttention`, …): checkpoint
 loaders map onto them and `kwiden.grow` keeps them.
 """
 
+import pathlib
+
 import keras
 from keras import ops
 
@@ -210,6 +212,15 @@ LLAMA_DEFAULTS = dict(
 )  # fmt: skip
 
 
+def _config_beside(checkpoint_path):
+    folder = pathlib.Path(checkpoint_path)
+    folder = folder if folder.is_dir() else folder.parent
+    for name in ("config.json", "bert_config.json"):
+        if (folder / name).exists():
+            return folder / name
+    raise FileNotFoundError(f"No config.json or bert_config.json beside {checkpoint_path}; pass `config_path`.")
+
+
 BUILDERS = {"bert": build_bert, "gpt": build_gpt, "llama": build_gpt, "roformer": build_bert, "t5": build_t5_encoder}
 
 
@@ -221,6 +232,7 @@ def build_transformer_model(
     with_mlm=False,
     with_pool=False,
     residual=None,
+    keep_tokens=None,
     **overrides,
 ):
     """Build a Transformer from a BERT-style config, as bert4keras does.
@@ -233,9 +245,16 @@ def build_transformer_model(
             `attention_probs_dropout_prob`, and `attention_head_size` where it
             differs from hidden / heads).
         config_path: a `config.json` to read; `config` and `overrides` win.
-        checkpoint_path: pretrained weights for `model="bert"`: a Hugging Face
-            folder (`model.safetensors`, read with numpy) or that file. Every
-            weight must be found with its shape, or nothing is loaded.
+        checkpoint_path: pretrained weights for `model="bert"` or
+            `"roformer"`: a Hugging Face folder (`model.safetensors`, read with
+            numpy) or a Google TensorFlow checkpoint (a folder with
+            `bert_model.ckpt.*`, or its prefix); the format is detected from
+            the files. Every weight must be found with its shape, or nothing
+            is loaded. Without `config`/`config_path`, the folder's
+            `config.json` or `bert_config.json` is read.
+        keep_tokens: vocabulary ids to keep (bert4keras' option): the token
+            table and the MLM bias keep those rows, in that order, and
+            `vocab_size` becomes their number.
         model: `"bert"` (Post-LN encoder; inputs `token_ids`, `segment_ids`;
             output the sequence), `"roformer"` (BERT with rotary position
             embeddings in attention instead of a position table; config key
@@ -274,20 +293,27 @@ def build_transformer_model(
     if model not in BUILDERS:
         raise ValueError(f"`model` must be one of {sorted(BUILDERS)}, got model={model!r}.")
     defaults = {"llama": LLAMA_DEFAULTS, "t5": T5_DEFAULTS}.get(model)
+    if checkpoint_path is not None and config is None and config_path is None:
+        config_path = _config_beside(checkpoint_path)
+    if keep_tokens is not None:
+        overrides["vocab_size"] = len(keep_tokens)
     config = load_config(config, config_path, defaults=defaults, **overrides)
     if residual is not None:
         if residual not in RESIDUALS:
             raise ValueError(f"`residual` must be one of {RESIDUALS}, got residual={residual!r}.")
         config["residual"] = residual
-    if model == "roformer":
-        config.setdefault("rotary_base", 10000.0)
-        return build_bert(config, with_mlm=with_mlm, with_pool=with_pool, name="roformer")
-    if checkpoint_path is not None and model != "bert":
-        raise ValueError(f"checkpoint_path loads Hugging Face BERT weights (model='bert') so far, not model={model!r}.")
-    if model == "bert":
-        config["rotary_base"] = None
-        built = build_bert(config, with_mlm=with_mlm, with_pool=with_pool)
-        return built if checkpoint_path is None else load_bert_weights(built, config, checkpoint_path)
+    if (checkpoint_path is not None or keep_tokens is not None) and model not in ("bert", "roformer"):
+        raise ValueError(
+            f"checkpoint_path and keep_tokens load BERT-style weights (model='bert' or 'roformer'), not model={model!r}."
+        )
+    if model in ("bert", "roformer"):
+        config["rotary_base"] = (config.get("rotary_base") or 10000.0) if model == "roformer" else None
+        built = build_bert(config, with_mlm=with_mlm, with_pool=with_pool, name=model)
+        if checkpoint_path is None:
+            if keep_tokens is not None:
+                raise ValueError("`keep_tokens` selects rows of a checkpoint's vocabulary; pass `checkpoint_path` too.")
+            return built
+        return load_bert_weights(built, checkpoint_path, keep_tokens)
 
     if with_mlm or with_pool:
         raise ValueError(f"`with_mlm` and `with_pool` apply to BERT-style models, not {model!r}.")

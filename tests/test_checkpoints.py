@@ -1,0 +1,135 @@
+"""Google and Hugging Face BERT checkpoints: load, save, round trips, keep_tokens, errors."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import bert, outputs, padded_batch, randomize, small_config
+
+import kwiden
+
+RNG = np.random.default_rng(0)
+
+
+def google_checkpoint(folder, config, layers=2, positions=True):
+    """A Google-format BERT checkpoint written with TensorFlow's own op and the
+    real variable names, independently of kwiden's name table."""
+    h, f, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    shapes = {
+        "bert/embeddings/word_embeddings": (v, h),
+        "bert/embeddings/token_type_embeddings": (2, h),
+        "bert/embeddings/LayerNorm/gamma": (h,),
+        "bert/embeddings/LayerNorm/beta": (h,),
+        "bert/pooler/dense/kernel": (h, h),
+        "bert/pooler/dense/bias": (h,),
+        "cls/predictions/transform/dense/kernel": (h, h),
+        "cls/predictions/transform/dense/bias": (h,),
+        "cls/predictions/transform/LayerNorm/gamma": (h,),
+        "cls/predictions/transform/LayerNorm/beta": (h,),
+        "cls/predictions/output_bias": (v,),
+        "global_step": (),  # other variables in real checkpoints are ignored
+    }
+    if positions:
+        shapes["bert/embeddings/position_embeddings"] = (config["max_position_embeddings"], h)
+    for i in range(layers):
+        block = f"bert/encoder/layer_{i}"
+        for name, shape in {
+            "attention/self/query": (h, h), "attention/self/key": (h, h), "attention/self/value": (h, h),
+            "attention/output/dense": (h, h), "intermediate/dense": (h, f), "output/dense": (f, h),
+        }.items():  # fmt: skip
+            shapes[f"{block}/{name}/kernel"] = shape
+            shapes[f"{block}/{name}/bias"] = shape[1:]
+        for norm in ("attention/output/LayerNorm", "output/LayerNorm"):
+            shapes[f"{block}/{norm}/gamma"] = (h,)
+            shapes[f"{block}/{norm}/beta"] = (h,)
+    arrays = {name: RNG.normal(0, 0.5, shape).astype("float32") for name, shape in shapes.items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = str(folder / "bert_model.ckpt")
+    tf.raw_ops.SaveV2(
+        prefix=prefix, tensor_names=list(arrays), shape_and_slices=[""] * len(arrays),
+        tensors=[tf.constant(a) for a in arrays.values()],
+    )  # fmt: skip
+    (folder / "bert_config.json").write_text(json.dumps(config))
+    return arrays
+
+
+def test_google_checkpoint_loads_with_its_variable_names(tmp_path):
+    config = small_config()
+    arrays = google_checkpoint(tmp_path / "google", config)
+    model = kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", with_mlm=True, with_pool=True)
+    attention = model.get_layer("Transformer-1-MultiHeadSelfAttention")
+    np.testing.assert_array_equal(attention.query_kernel.numpy(), arrays["bert/encoder/layer_1/attention/self/query/kernel"].reshape(16, 2, 8))
+    np.testing.assert_array_equal(attention.output_kernel.numpy(), arrays["bert/encoder/layer_1/attention/output/dense/kernel"].reshape(2, 8, 16))
+    np.testing.assert_array_equal(attention.key_bias.numpy(), arrays["bert/encoder/layer_1/attention/self/key/bias"].reshape(2, 8))
+    np.testing.assert_array_equal(model.get_layer("MLM-Bias").bias.numpy(), arrays["cls/predictions/output_bias"])
+    np.testing.assert_array_equal(model.get_layer("Transformer-0-FeedForward").output_kernel.numpy(), arrays["bert/encoder/layer_0/output/dense/kernel"])
+
+
+def test_roformer_google_checkpoint_has_no_position_table(tmp_path):
+    google_checkpoint(tmp_path / "roformer", small_config(), positions=False)
+    model = kwiden.build_transformer_model(checkpoint_path=tmp_path / "roformer", model="roformer", with_mlm=True)
+    assert model.get_layer("Transformer-0-MultiHeadSelfAttention").rotary is not None
+    with pytest.raises(ValueError, match=r"no tensor 'bert/embeddings/position_embeddings' for 'Embedding-Position/embeddings'"):
+        kwiden.build_transformer_model(checkpoint_path=tmp_path / "roformer", model="bert")
+
+
+@pytest.mark.parametrize("format", ["hf", "google"])
+def test_save_then_load_gives_identical_outputs(tmp_path, format):
+    model = bert(with_mlm=True, with_pool=True)
+    folder = kwiden.save_checkpoint(model, tmp_path / format, format=format)
+    loaded = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True, with_pool=True)
+    for a, b in zip(outputs(model, padded_batch()), outputs(loaded, padded_batch())):
+        np.testing.assert_array_equal(a, b)
+    again = kwiden.save_checkpoint(loaded, tmp_path / f"{format}-again", format=format)
+    assert json.loads((again / kwiden.checkpoints.CONFIG_FILES[format]).read_text())["layer_norm_eps"] == 1e-3
+
+
+def test_hugging_face_names_and_layouts(tmp_path):
+    from safetensors.numpy import load_file
+
+    model = bert(with_mlm=True)
+    tensors = load_file(kwiden.save_checkpoint(model, tmp_path) / "model.safetensors")
+    query = model.get_layer("Transformer-0-MultiHeadSelfAttention").query_kernel.numpy()
+    np.testing.assert_array_equal(tensors["encoder.layer.0.attention.self.query.weight"], query.reshape(16, 16).T)
+    assert tensors["cls.predictions.bias"].shape == (97,) and "embeddings.LayerNorm.weight" in tensors
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "bert" and config["intermediate_size"] == 24 and config["hidden_act"] == "gelu"
+
+
+def test_a_grown_model_is_written_and_read_back(tmp_path):
+    small = bert()
+    big = kwiden.grow(small, 2)
+    folder = kwiden.save_checkpoint(big, tmp_path / "big")
+    loaded = kwiden.build_transformer_model(checkpoint_path=folder)
+    np.testing.assert_array_equal(outputs(big, padded_batch())[0], outputs(loaded, padded_batch())[0])
+    with pytest.warns(UserWarning, match=r"one layer_norm_eps; 0.0005 is written.*'MLM-Norm': 0.001"):
+        kwiden.save_checkpoint(kwiden.grow(bert(with_mlm=True), 2), tmp_path / "mlm")
+
+
+def test_keep_tokens_keeps_rows_in_order(tmp_path):
+    model = bert(with_mlm=True)
+    folder = kwiden.save_checkpoint(model, tmp_path)
+    keep = [0, 5, 3, 96]
+    small = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True, keep_tokens=keep)
+    assert small.get_layer("Embedding-Token").input_dim == 4
+    np.testing.assert_array_equal(small.get_layer("Embedding-Token").embeddings.numpy(), model.get_layer("Embedding-Token").embeddings.numpy()[keep])
+    np.testing.assert_array_equal(small.get_layer("MLM-Bias").bias.numpy(), model.get_layer("MLM-Bias").bias.numpy()[keep])
+    with pytest.raises(ValueError, match=r"`keep_tokens` selects rows of a checkpoint's vocabulary; pass `checkpoint_path`"):
+        kwiden.build_transformer_model(small_config(), keep_tokens=keep)
+
+
+def test_checkpoint_errors(tmp_path):
+    google_checkpoint(tmp_path / "google", small_config())
+    with pytest.raises(ValueError, match=r"'Transformer-0-FeedForward/inner_kernel' \(shape \(16, 30\)\) needs 'bert/encoder/layer_0/intermediate/dense/kernel' of shape \(16, 30\); the checkpoint's has \(16, 24\)"):
+        kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", intermediate_size=30)
+    with pytest.raises(FileNotFoundError, match=r"No config.json or bert_config.json beside"):
+        kwiden.build_transformer_model(checkpoint_path=tmp_path / "elsewhere.safetensors")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"No model.safetensors and no \*.ckpt.index in"):
+        kwiden.build_transformer_model(small_config(), checkpoint_path=tmp_path / "empty")
+    with pytest.raises(ValueError, match=r"`format` must be one of \('hf', 'google'\)"):
+        kwiden.save_checkpoint(bert(), tmp_path / "x", format="torch")
+    gpt = randomize(kwiden.build_transformer_model(small_config(), model="gpt"))
+    with pytest.raises(ValueError, match=r"has no place in a BERT checkpoint"):
+        kwiden.save_checkpoint(gpt, tmp_path / "gpt")
