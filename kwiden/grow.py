@@ -27,6 +27,7 @@ from kwiden.expansion import (
     growth_scale,
     is_positively_homogeneous,
 )
+from kwiden import hub
 from kwiden.depth import block_of, copies_per_block, find_blocks, new_indices, renamed, zero_output_weights
 from kwiden.layers.expandable import Expandable, expand_weights
 from kwiden.layers.feed_forward import FeedForward
@@ -73,7 +74,9 @@ def grow(
     Args:
         model: a functional `keras.Model` built from kwiden layers and Keras
             glue (Input, Dropout, Add, Activation, Multiply, Concatenate, and a
-            plain `Dense` head whose output width stays).
+            plain `Dense` head whose output width stays); or a KerasHub
+            `BertBackbone`, `RobertaBackbone`, `GPT2Backbone` or
+            `GPT2CausalLM`, returned as the same class (`kwiden.hub`).
         k: the width factor: an integer, or a `fractions.Fraction` (4/3
             grows hidden 384 to 512; DESIGN §1.9). Under unequal copy counts
             RMSNorm models stay exact; LayerNorm models need
@@ -140,6 +143,15 @@ def grow(
     growth = Growth(k, ffn_factor, heads, rope, allow_approximate)
     if spread < 0:
         raise ValueError(f"`spread` must be >= 0 (0: plain copies), got spread={spread!r}.")
+    if hub.is_keras_hub(model):
+        hub.check_options(optimizer=optimizer, depth=depth, num_layers=num_layers)
+        big = hub.grow_keras_hub(model, growth, spread, np.random.default_rng(seed))
+        if check is not None:
+            errors = hub.compare(model, big, check, growth)
+            tolerance = default_rtol(model) if rtol is None else rtol
+            if max(errors.values()) > tolerance:
+                raise GrowthError(f"The grown {type(model).__name__} is not exact: relative errors {errors}.")
+        return big
     _require_functional(model)
     steps, _ = walk(model, growth)
     deepening = depth is not None or num_layers is not None
@@ -227,6 +239,8 @@ def _factors(model, k, ffn_factor, hidden_size, intermediate_size):
         if k is not None:
             raise ValueError("Pass `k` (a factor) or `hidden_size` (a target size), not both.")
         k = _target_ratio(hidden_size, hidden_size_of(model), "hidden_size")
+    if k is None and intermediate_size is not None:
+        k = 1  # the feed-forward width alone
     if k is None:
         raise ValueError("kwiden.grow needs `k` (2 doubles the width) or a target `hidden_size`.")
     if intermediate_size is not None:
@@ -245,6 +259,8 @@ def _target_ratio(target, size, name):
 def hidden_size_of(model):
     """The width of `model`'s residual stream: of the first tensor the
     growth puts on the stream."""
+    if hub.is_keras_hub(model):
+        return hub.config_of(model)["hidden_dim"]
     steps, spaces = walk(model, 2)
     for node, _ in steps:
         for x in node.outputs:
@@ -255,6 +271,8 @@ def hidden_size_of(model):
 
 def intermediate_size_of(model):
     """The feed-forward width all of `model`'s FeedForward layers share."""
+    if hub.is_keras_hub(model):
+        return hub.config_of(model)["intermediate_dim"]
     sizes = {layer.intermediate_size for layer in model.layers if isinstance(layer, FeedForward)}
     if len(sizes) != 1:
         raise ValueError(

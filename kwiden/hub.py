@@ -1,0 +1,132 @@
+"""Growing KerasHub models: `BertBackbone`, `RobertaBackbone`, `GPT2Backbone`
+and `GPT2CausalLM` (its logits are tied to the token embedding).
+
+The grown model is the same KerasHub class built from the widened config; its
+weights are the source's expanded by the axes kwiden's own layers declare
+(an `ExpandableMultiHeadAttention` twin for KerasHub's attention, a
+`FeedForward` twin for its two dense layers, …), so the math is the one of
+DESIGN §1. KerasHub fixes each LayerNorm's epsilon in code rather than in the
+config; the grown model's norms get ε/k set on the live layers (exact), which
+a save and reload of the KerasHub model would put back to the class default
+(a change of order ε).
+"""
+
+import keras
+
+from kwiden.expansion import GrowthError, Space, expand, grown_size
+from kwiden.layers import (
+    ExpandableDense,
+    ExpandableEmbedding,
+    ExpandableLayerNormalization,
+    ExpandableMultiHeadAttention,
+    FeedForward,
+)
+
+BACKBONES = ("BertBackbone", "RobertaBackbone", "GPT2Backbone")
+TASKS = ("GPT2CausalLM",)
+
+
+def is_keras_hub(model):
+    return type(model).__module__.startswith("keras_hub")
+
+
+def grow_keras_hub(model, growth, spread=0.0, rng=None):
+    """A KerasHub model of `model`'s class, widened by `growth`, computing the same function."""
+    name = type(model).__name__
+    if name in TASKS:
+        backbone = grow_keras_hub(model.backbone, growth, spread, rng)
+        return type(model)(backbone=backbone, preprocessor=model.preprocessor)
+    if name not in BACKBONES:
+        raise GrowthError(
+            f"kwiden grows KerasHub's {', '.join(BACKBONES + TASKS)}; not {name}. Masked-LM tasks "
+            "(BertMaskedLM) and classifiers are not supported yet: grow their backbone and rebuild "
+            "the task on it."
+        )
+    config = model.get_config()
+    heads, hidden = config["num_heads"], config["hidden_dim"]
+    stream = Space.stream(growth.k)
+    twins = _twins(heads, hidden // heads, config["intermediate_dim"])
+    axes = [_axes_of(variable.path, twins, growth, stream) for variable in model.weights]
+    big_config = {
+        **config,
+        "hidden_dim": grown_size(hidden, growth.k, f"{name} hidden_dim"),
+        "intermediate_dim": grown_size(config["intermediate_dim"], growth.ffn_factor, f"{name} intermediate_dim"),
+    }
+    if growth.heads == "count":
+        big_config["num_heads"] = Space.copy(growth.k).grown_size(heads, f"{name} num_heads")
+    elif not isinstance(growth.k, int):
+        raise GrowthError(f"{name}: a non-integer factor grows the number of heads only: pass heads='count'.")
+    norm = twins["norm"]  # ε̃/ε for norms on the stream; raises where LayerNorm cannot stay exact
+    epsilon = norm.get_expanded_config(growth, stream)["epsilon"] / norm.epsilon
+    big = type(model).from_config(big_config)
+    big.set_weights([expand(keras.ops.convert_to_numpy(w), a, spread, rng) for w, a in zip(model.weights, axes)])
+    for layer in big._flatten_layers():
+        if isinstance(layer, keras.layers.LayerNormalization):
+            layer.epsilon = layer.epsilon * epsilon
+    return big
+
+
+def _twins(heads, head_size, intermediate):
+    """kwiden layers that say how each kind of KerasHub weight grows."""
+    return {
+        "attention": ExpandableMultiHeadAttention(heads, head_size),
+        "ffn": FeedForward(intermediate, activation="gelu"),
+        "norm": ExpandableLayerNormalization(epsilon=1.0),
+        "embedding": ExpandableEmbedding(1, 1),
+        "pooler": ExpandableDense(1, activation="tanh"),
+    }
+
+
+# Path suffix -> (twin, index among the twin's weights).
+SUFFIXES = {
+    "query/kernel": ("attention", 0), "query/bias": ("attention", 1),
+    "key/kernel": ("attention", 2), "key/bias": ("attention", 3),
+    "value/kernel": ("attention", 4), "value/bias": ("attention", 5),
+    "attention_output/kernel": ("attention", 6), "attention_output/bias": ("attention", 7),
+    "feedforward_intermediate_dense/kernel": ("ffn", 0), "feedforward_intermediate_dense/bias": ("ffn", 1),
+    "feedforward_output_dense/kernel": ("ffn", 2), "feedforward_output_dense/bias": ("ffn", 3),
+    "layer_norm/gamma": ("norm", 0), "layer_norm/beta": ("norm", 1),
+    "embedding/embeddings": ("embedding", 0),
+    "pooled_dense/kernel": ("pooler", 0), "pooled_dense/bias": ("pooler", 1),
+}  # fmt: skip
+
+
+def _axes_of(path, twins, growth, stream):
+    for suffix, (twin, index) in SUFFIXES.items():
+        if path.endswith(suffix):
+            return twins[twin].get_expanded_weight_axes(growth, stream)[index]
+    raise GrowthError(f"kwiden does not know how KerasHub's weight '{path}' grows.")
+
+
+def check_options(**options):
+    """Growth options that only kwiden's own functional models support."""
+    given = [name for name, value in options.items() if value]
+    if given:
+        raise GrowthError(f"kwiden.grow on a KerasHub model does not support {', '.join(given)} yet.")
+
+
+def config_of(model):
+    """The backbone config of a KerasHub backbone or task."""
+    return getattr(model, "backbone", model).get_config()
+
+
+def output_spaces(model, growth):
+    """How each output of a grown KerasHub model holds the small one's."""
+    if type(model).__name__ in TASKS:
+        return {None: Space()}  # tied logits: the vocabulary does not grow
+    # BertBackbone returns a dict; RobertaBackbone and GPT2Backbone the sequence.
+    return {"sequence_output": Space.stream(growth.k), "pooled_output": Space.copy(growth.k), None: Space.stream(growth.k)}
+
+
+def compare(small, big, inputs, growth):
+    """`{output: max relative error}` of `big` against `small` carried into its space."""
+    from kwiden.verify import _relative_error
+
+    def run(model):
+        values = model(inputs, training=False)
+        values = values if isinstance(values, dict) else {None: values}
+        return {key: keras.ops.convert_to_numpy(value) for key, value in values.items()}
+
+    small_values, big_values = run(small), run(big)
+    spaces = output_spaces(small, growth)
+    return {key: _relative_error(spaces[key].carry(value), big_values[key]) for key, value in small_values.items()}

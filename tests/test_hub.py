@@ -1,0 +1,72 @@
+"""`kwiden.grow` on KerasHub models: the same class back, wider, computing the same function."""
+
+from fractions import Fraction
+
+import keras
+import numpy as np
+import pytest
+from conftest import RTOL, randomize
+
+import kwiden
+from kwiden import GrowthError, Space
+
+keras_hub = pytest.importorskip("keras_hub", reason="needs the `hub` extra: pip install -e .[hub]")
+
+SIZES = dict(vocabulary_size=61, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=24, max_sequence_length=32)
+RNG = np.random.default_rng(0)
+
+
+def inputs(segments=True):
+    ids = RNG.integers(1, 61, (3, 9)).astype("int32")
+    mask = np.ones_like(ids, dtype=bool)
+    mask[1, 5:] = False
+    ids[~mask] = 0
+    batch = {"token_ids": ids, "padding_mask": mask}
+    if segments:
+        batch["segment_ids"] = (np.arange(9) >= 4).astype("int32")[None].repeat(3, 0)
+    return batch
+
+
+def assert_close(expected, value):
+    assert np.max(np.abs(expected - value)) <= RTOL * np.max(np.abs(expected)), np.max(np.abs(expected - value))
+
+
+@pytest.mark.parametrize("name", ["BertBackbone", "RobertaBackbone", "GPT2Backbone"])
+@pytest.mark.parametrize("k,heads", [(2, "size"), (3, "count"), (2, "count")])
+def test_backbones_grow_exactly(name, k, heads):
+    small = randomize(getattr(keras_hub.models, name)(**SIZES, dropout=0.0))
+    big = kwiden.grow(small, k, heads=heads, spread=1.0, seed=0)
+    assert type(big) is type(small)
+    config = big.get_config()
+    assert config["hidden_dim"] == 16 * k and config["intermediate_dim"] == 24 * k
+    assert config["num_heads"] == (2 * k if heads == "count" else 2)
+    batch = inputs(segments=name == "BertBackbone")
+    small_out, big_out = small(batch), big(batch)
+    if name != "BertBackbone":  # the others return the sequence alone
+        small_out, big_out = {"sequence_output": small_out}, {"sequence_output": big_out}
+    assert_close(Space.stream(k).carry(keras.ops.convert_to_numpy(small_out["sequence_output"])), keras.ops.convert_to_numpy(big_out["sequence_output"]))
+    if name == "BertBackbone":
+        assert_close(Space.copy(k).carry(keras.ops.convert_to_numpy(small_out["pooled_output"])), keras.ops.convert_to_numpy(big_out["pooled_output"]))
+    kwiden.grow(small, k, heads=heads, check=batch)  # the same comparison, inside grow
+
+
+def test_gpt2_causal_lm_grows_with_tied_logits():
+    backbone = randomize(keras_hub.models.GPT2Backbone(**SIZES, dropout=0.0))
+    small = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    big = kwiden.grow(small, 2, spread=1.0, seed=0)
+    assert isinstance(big, keras_hub.models.GPT2CausalLM) and big.backbone.get_config()["hidden_dim"] == 32
+    batch = inputs(segments=False)
+    assert_close(keras.ops.convert_to_numpy(small(batch)), keras.ops.convert_to_numpy(big(batch)))
+
+
+def test_target_sizes_and_refusals():
+    small = randomize(keras_hub.models.GPT2Backbone(**SIZES, dropout=0.0))
+    big = kwiden.grow(small, intermediate_size=40)
+    assert big.get_config()["intermediate_dim"] == 40 and big.get_config()["hidden_dim"] == 16
+    with pytest.raises(GrowthError, match=r"LayerNorm under the non-integer factor 3/2 is approximate"):
+        kwiden.grow(small, Fraction(3, 2), heads="count")
+    with pytest.raises(GrowthError, match=r"does not support optimizer, depth yet"):
+        kwiden.grow(small, 2, optimizer=keras.optimizers.Adam(), depth=2)
+    masked = keras_hub.models.BertMaskedLM(backbone=keras_hub.models.BertBackbone(**SIZES), preprocessor=None)
+    with pytest.raises(GrowthError, match=r"not BertMaskedLM.*grow their backbone"):
+        kwiden.grow(masked, 2)
