@@ -75,8 +75,8 @@ def grow(
         model: a functional `keras.Model` built from kwiden layers and Keras
             glue (Input, Dropout, Add, Activation, Multiply, Concatenate, and a
             plain `Dense` head whose output width stays); or a KerasHub
-            `BertBackbone`, `RobertaBackbone`, `GPT2Backbone` or
-            `GPT2CausalLM`, returned as the same class (`kwiden.hub`).
+            `BertBackbone`, `RobertaBackbone`, `GPT2Backbone`, `GPT2CausalLM`
+            or `BertMaskedLM`, returned as the same class (`kwiden.hub`).
         k: the width factor: an integer, or a `fractions.Fraction` (4/3
             grows hidden 384 to 512; DESIGN §1.9). Under unequal copy counts
             RMSNorm models stay exact; LayerNorm models need

@@ -1,5 +1,6 @@
-"""Growing KerasHub models: `BertBackbone`, `RobertaBackbone`, `GPT2Backbone`
-and `GPT2CausalLM` (its logits are tied to the token embedding).
+"""Growing KerasHub models: `BertBackbone`, `RobertaBackbone`, `GPT2Backbone`,
+and the tasks whose logits are tied to the token embedding, `GPT2CausalLM` and
+`BertMaskedLM`.
 
 The grown model is the same KerasHub class built from the widened config; its
 weights are the source's expanded by the axes kwiden's own layers declare
@@ -23,7 +24,7 @@ from kwiden.layers import (
 )
 
 BACKBONES = ("BertBackbone", "RobertaBackbone", "GPT2Backbone")
-TASKS = ("GPT2CausalLM",)
+TASKS = ("GPT2CausalLM", "BertMaskedLM")
 
 
 def is_keras_hub(model):
@@ -33,20 +34,14 @@ def is_keras_hub(model):
 def grow_keras_hub(model, growth, spread=0.0, rng=None):
     """A KerasHub model of `model`'s class, widened by `growth`, computing the same function."""
     name = type(model).__name__
-    if name in TASKS:
-        backbone = grow_keras_hub(model.backbone, growth, spread, rng)
-        return type(model)(backbone=backbone, preprocessor=model.preprocessor)
-    if name not in BACKBONES:
+    if name not in BACKBONES + TASKS:
         raise GrowthError(
-            f"kwiden grows KerasHub's {', '.join(BACKBONES + TASKS)}; not {name}. Masked-LM tasks "
-            "(BertMaskedLM) and classifiers are not supported yet: grow their backbone and rebuild "
-            "the task on it."
+            f"kwiden grows KerasHub's {', '.join(BACKBONES + TASKS)}; not {name}. For a classifier, "
+            "grow its backbone and build the task on the grown one."
         )
-    config = model.get_config()
+    backbone = model.backbone if name in TASKS else model
+    config = backbone.get_config()
     heads, hidden = config["num_heads"], config["hidden_dim"]
-    stream = Space.stream(growth.k)
-    twins = _twins(heads, hidden // heads, config["intermediate_dim"])
-    axes = [_axes_of(variable.path, twins, growth, stream) for variable in model.weights]
     big_config = {
         **config,
         "hidden_dim": grown_size(hidden, growth.k, f"{name} hidden_dim"),
@@ -56,14 +51,24 @@ def grow_keras_hub(model, growth, spread=0.0, rng=None):
         big_config["num_heads"] = Space.copy(growth.k).grown_size(heads, f"{name} num_heads")
     elif not isinstance(growth.k, int):
         raise GrowthError(f"{name}: a non-integer factor grows the number of heads only: pass heads='count'.")
-    norm = twins["norm"]  # ε̃/ε for norms on the stream; raises where LayerNorm cannot stay exact
-    epsilon = norm.get_expanded_config(growth, stream)["epsilon"] / norm.epsilon
-    big = type(model).from_config(big_config)
+    twins = _twins(heads, hidden // heads, config["intermediate_dim"])
+    axes = [_axes_of(variable.path, twins, growth) for variable in model.weights]
+    # ε̃/ε of each norm, by the space of its input (this also refuses LayerNorm where it cannot stay exact)
+    epsilons = {path: twins[twin].get_expanded_config(growth, space)["epsilon"] for path, (twin, space) in _norms(growth).items()}
+    big_backbone = type(backbone).from_config(big_config)
+    big = type(model)(backbone=big_backbone, preprocessor=model.preprocessor) if name in TASKS else big_backbone
     big.set_weights([expand(keras.ops.convert_to_numpy(w), a, spread, rng) for w, a in zip(model.weights, axes)])
     for layer in big._flatten_layers():
         if isinstance(layer, keras.layers.LayerNormalization):
-            layer.epsilon = layer.epsilon * epsilon
+            in_head = layer.gamma.path.startswith("mlm_head/")
+            layer.epsilon = layer.epsilon * epsilons["head" if in_head else "stream"]
     return big
+
+
+def _norms(growth):
+    """The twin norm and input space of the stream's norms and of the MLM head's
+    (after its GeLU dense: a pure copy, so its ε stays)."""
+    return {"stream": ("norm", Space.stream(growth.k)), "head": ("norm", Space.copy(growth.k))}
 
 
 def _twins(heads, head_size, intermediate):
@@ -74,27 +79,36 @@ def _twins(heads, head_size, intermediate):
         "norm": ExpandableLayerNormalization(epsilon=1.0),
         "embedding": ExpandableEmbedding(1, 1),
         "pooler": ExpandableDense(1, activation="tanh"),
+        "mlm_dense": ExpandableDense(1, activation="gelu"),
     }
 
 
-# Path suffix -> (twin, index among the twin's weights).
+# Path suffix -> (twin, index among the twin's weights, the twin's input space); first match wins.
 SUFFIXES = {
-    "query/kernel": ("attention", 0), "query/bias": ("attention", 1),
-    "key/kernel": ("attention", 2), "key/bias": ("attention", 3),
-    "value/kernel": ("attention", 4), "value/bias": ("attention", 5),
-    "attention_output/kernel": ("attention", 6), "attention_output/bias": ("attention", 7),
-    "feedforward_intermediate_dense/kernel": ("ffn", 0), "feedforward_intermediate_dense/bias": ("ffn", 1),
-    "feedforward_output_dense/kernel": ("ffn", 2), "feedforward_output_dense/bias": ("ffn", 3),
-    "layer_norm/gamma": ("norm", 0), "layer_norm/beta": ("norm", 1),
-    "embedding/embeddings": ("embedding", 0),
-    "pooled_dense/kernel": ("pooler", 0), "pooled_dense/bias": ("pooler", 1),
+    "mlm_head/intermediate_dense/kernel": ("mlm_dense", 0, "stream"),
+    "mlm_head/intermediate_dense/bias": ("mlm_dense", 1, "stream"),
+    "mlm_head/intermediate_layer_norm/gamma": ("norm", 0, "copy"),
+    "mlm_head/intermediate_layer_norm/beta": ("norm", 1, "copy"),
+    "mlm_head/output_bias": (None, None, None),  # the vocabulary does not grow
+    "query/kernel": ("attention", 0, "stream"), "query/bias": ("attention", 1, "stream"),
+    "key/kernel": ("attention", 2, "stream"), "key/bias": ("attention", 3, "stream"),
+    "value/kernel": ("attention", 4, "stream"), "value/bias": ("attention", 5, "stream"),
+    "attention_output/kernel": ("attention", 6, "stream"), "attention_output/bias": ("attention", 7, "stream"),
+    "feedforward_intermediate_dense/kernel": ("ffn", 0, "stream"), "feedforward_intermediate_dense/bias": ("ffn", 1, "stream"),
+    "feedforward_output_dense/kernel": ("ffn", 2, "stream"), "feedforward_output_dense/bias": ("ffn", 3, "stream"),
+    "layer_norm/gamma": ("norm", 0, "stream"), "layer_norm/beta": ("norm", 1, "stream"),
+    "embedding/embeddings": ("embedding", 0, "stream"),
+    "pooled_dense/kernel": ("pooler", 0, "stream"), "pooled_dense/bias": ("pooler", 1, "stream"),
 }  # fmt: skip
 
 
-def _axes_of(path, twins, growth, stream):
-    for suffix, (twin, index) in SUFFIXES.items():
+def _axes_of(path, twins, growth):
+    spaces = {"stream": Space.stream(growth.k), "copy": Space.copy(growth.k)}
+    for suffix, (twin, index, space) in SUFFIXES.items():
         if path.endswith(suffix):
-            return twins[twin].get_expanded_weight_axes(growth, stream)[index]
+            if twin is None:
+                return [None]
+            return twins[twin].get_expanded_weight_axes(growth, spaces[space])[index]
     raise GrowthError(f"kwiden does not know how KerasHub's weight '{path}' grows.")
 
 

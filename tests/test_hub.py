@@ -59,6 +59,18 @@ def test_gpt2_causal_lm_grows_with_tied_logits():
     assert_close(keras.ops.convert_to_numpy(small(batch)), keras.ops.convert_to_numpy(big(batch)))
 
 
+@pytest.mark.parametrize("heads", ["size", "count"])
+def test_bert_masked_lm_grows_with_its_head(heads):
+    backbone = randomize(keras_hub.models.BertBackbone(**SIZES, dropout=0.0))
+    small = randomize(keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None), seed=1)
+    big = kwiden.grow(small, 2, heads=heads, spread=1.0, seed=0)
+    assert isinstance(big, keras_hub.models.BertMaskedLM)
+    batch = {**inputs(), "mask_positions": np.array([[1, 3], [0, 4], [2, 8]], "int32")}
+    assert_close(keras.ops.convert_to_numpy(small(batch)), keras.ops.convert_to_numpy(big(batch)))
+    head_norm = next(layer for layer in big._flatten_layers() if layer.name == "intermediate_layer_norm")
+    assert head_norm.epsilon == 1e-5  # after the GeLU dense: a pure copy, ε stays
+
+
 def test_target_sizes_and_refusals():
     small = randomize(keras_hub.models.GPT2Backbone(**SIZES, dropout=0.0))
     big = kwiden.grow(small, intermediate_size=40)
@@ -67,6 +79,6 @@ def test_target_sizes_and_refusals():
         kwiden.grow(small, Fraction(3, 2), heads="count")
     with pytest.raises(GrowthError, match=r"does not support optimizer, depth yet"):
         kwiden.grow(small, 2, optimizer=keras.optimizers.Adam(), depth=2)
-    masked = keras_hub.models.BertMaskedLM(backbone=keras_hub.models.BertBackbone(**SIZES), preprocessor=None)
-    with pytest.raises(GrowthError, match=r"not BertMaskedLM.*grow their backbone"):
-        kwiden.grow(masked, 2)
+    classifier = keras_hub.models.BertTextClassifier(backbone=keras_hub.models.BertBackbone(**SIZES), num_classes=3, preprocessor=None)
+    with pytest.raises(GrowthError, match=r"not BertTextClassifier.*grow its backbone"):
+        kwiden.grow(classifier, 2)
