@@ -13,6 +13,7 @@ import collections
 import collections.abc
 import json
 import pathlib
+import re
 import warnings
 
 import numpy as np
@@ -89,6 +90,21 @@ def _skeleton(num_layers):
 
 
 HF_ROLES = {"kernel": "weight", "gamma": "weight", "table": "weight", "bias": "bias", "beta": "bias", "output_bias": "bias"}
+# Other names the same tensor has in Hugging Face files: older BERT checkpoints
+# (bert-base-uncased among them) keep LayerNorm's `gamma`/`beta`, and some MLM
+# files hold the output bias only as the decoder's.
+HF_ALTERNATIVES = {".LayerNorm.weight": ".LayerNorm.gamma", ".LayerNorm.bias": ".LayerNorm.beta",
+                   "cls.predictions.bias": "cls.predictions.decoder.bias"}  # fmt: skip
+
+
+def _find(name, tensors):
+    """`name`, or the alternative name under which `tensors` holds it."""
+    if name in tensors:
+        return name
+    for new, old in HF_ALTERNATIVES.items():
+        if name.endswith(new) and name[: -len(new)] + old in tensors:
+            return name[: -len(new)] + old
+    return None
 
 
 def tensor_names(num_layers, format, hf_prefix=""):
@@ -150,6 +166,9 @@ class _LazyTensors(collections.abc.Mapping):
             raise KeyError(name)
         return self.reader.get_tensor(name)
 
+    def __contains__(self, name):
+        return name in self.shapes
+
     def __iter__(self):
         return iter(self.shapes)
 
@@ -166,9 +185,18 @@ def load_bert_weights(model, checkpoint_path, keep_tokens=None):
     wrong shape.
     """
     format, path = detect_format(checkpoint_path)
+    if format == "hf" and model.get_layer("Transformer-0-MultiHeadSelfAttention").rotary is not None:
+        raise ValueError("RoFormer weights load from Google-format checkpoints (bert_model.ckpt.*); Hugging Face's roformer layout is not supported.")
     tensors = read_tensors(format, path)
     hf_prefix = "bert." if format == "hf" and "bert.embeddings.word_embeddings.weight" in tensors else ""
-    names = tensor_names(_num_blocks(model), format, hf_prefix)
+    blocks = _num_blocks(model)
+    extra = _blocks_in(tensors, format) - set(range(blocks))
+    if extra:
+        raise ValueError(
+            f"The checkpoint {checkpoint_path} has Transformer blocks {sorted(extra)} beyond the model's {blocks}: "
+            "loading would drop them. Build the model with the checkpoint's num_hidden_layers."
+        )
+    names = tensor_names(blocks, format, hf_prefix)
     values = []
     for layer in model.layers:
         for variable in layer.weights:
@@ -176,12 +204,13 @@ def load_bert_weights(model, checkpoint_path, keep_tokens=None):
             if key not in names:
                 raise ValueError(f"kwiden does not know which checkpoint tensor fills '{variable.path}'.")
             name, kind = names[key]
-            if name not in tensors:
+            found = _find(name, tensors)
+            if found is None:
                 head = " (build without that head, or use a checkpoint that has it)" if layer.name.startswith(("MLM", "Pooler")) else ""
                 raise ValueError(f"The checkpoint {checkpoint_path} has no tensor '{name}' for '{variable.path}'{head}.")
-            value = tensors[name]
+            value = tensors[found]
             if keep_tokens is not None and layer.name in ("Embedding-Token", "MLM-Bias"):
-                value = value[np.asarray(keep_tokens)]
+                value = value[_check_keep_tokens(keep_tokens, value.shape[0])]
             expected = checkpoint_shape(variable.shape, kind, format)
             if tuple(value.shape) != expected:
                 raise ValueError(
@@ -192,6 +221,18 @@ def load_bert_weights(model, checkpoint_path, keep_tokens=None):
     for variable, value in values:
         variable.assign(value.astype(variable.dtype))
     return model
+
+
+def _blocks_in(tensors, format):
+    pattern = re.compile(r"encoder\.layer\.(\d+)\." if format == "hf" else r"encoder/layer_(\d+)/")
+    return {int(m.group(1)) for name in tensors for m in [pattern.search(name)] if m}
+
+
+def _check_keep_tokens(keep_tokens, vocab):
+    keep = np.asarray(keep_tokens)
+    if keep.ndim != 1 or not np.issubdtype(keep.dtype, np.integer) or keep.size == 0 or keep.min() < 0 or keep.max() >= vocab:
+        raise ValueError(f"`keep_tokens` must be a non-empty list of vocabulary ids in [0, {vocab}); got {list(keep_tokens)[:8]}…")
+    return keep
 
 
 def _num_blocks(model):
@@ -208,7 +249,11 @@ def save_checkpoint(model, directory, format="hf"):
 
     BERT's config has one LayerNorm epsilon; a grown model's stream norms use
     ε/k and its MLM norm ε, so the most common value is written and a warning
-    names the norms that differ.
+    names the norms that differ. Google's own BERT code ignores the config's
+    ε (1e-12 there) and uses tanh-GeLU where kwiden's "gelu" is exact; Hugging
+    Face reads both from the config. RoFormers are written in Google's format
+    only; models with an MLM head are written as Hugging Face's
+    `BertForMaskedLM` (encoder under `bert.`).
 
     Example:
 
@@ -221,9 +266,9 @@ def save_checkpoint(model, directory, format="hf"):
     """
     if format not in FORMATS:
         raise ValueError(f"`format` must be one of {FORMATS}, got format={format!r}.")
-    directory = pathlib.Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    names = tensor_names(_num_blocks(model), format)
+    with_mlm = any(layer.name == "MLM-Bias" for layer in model.layers)
+    # Hugging Face's BertForMaskedLM expects its encoder under `bert.` beside `cls.`.
+    names = tensor_names(_num_blocks(model), format, hf_prefix="bert." if with_mlm else "")
     tensors = {}
     for layer in model.layers:
         for variable in layer.weights:
@@ -232,12 +277,16 @@ def save_checkpoint(model, directory, format="hf"):
                 raise ValueError(f"'{variable.path}' has no place in a BERT checkpoint; save_checkpoint writes BERT models.")
             name, kind = names[key]
             tensors[name] = np.ascontiguousarray(to_checkpoint(np.asarray(variable.numpy()), kind, format))
-    config = bert_config_of(model)
+    config = bert_config_of(model, format)
+    if with_mlm and format == "hf":
+        config["architectures"] = ["BertForMaskedLM"]
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / CONFIG_FILES[format]).write_text(json.dumps(config, indent=2) + "\n")
     if format == "hf":
         from safetensors.numpy import save_file
 
-        save_file(tensors, str(directory / SAFETENSORS))
+        save_file(tensors, str(directory / SAFETENSORS), metadata={"format": "pt"})
     else:
         import tensorflow as tf
 
@@ -250,7 +299,7 @@ def save_checkpoint(model, directory, format="hf"):
     return directory
 
 
-def bert_config_of(model):
+def bert_config_of(model, format="hf"):
     """The `config.json` of a kwiden BERT, with Hugging Face's keys."""
     from kwiden.layers import ExpandableLayerNormalization
 
@@ -282,7 +331,16 @@ def bert_config_of(model):
         "pad_token_id": 0,
     }
     if attention.head_size * attention.heads != token.output_dim:
-        config["attention_head_size"] = attention.head_size
+        raise ValueError(
+            f"Heads of size {attention.head_size} × {attention.heads} do not make the hidden size "
+            f"{token.output_dim}, which BERT's config assumes; save this model as .keras instead."
+        )
+    if format == "google" and epsilon != 1e-12:
+        warnings.warn(
+            f"Google's BERT code fixes LayerNorm's ε at 1e-12 whatever bert_config.json says; this "
+            f"model's is {epsilon:g} (kwiden and other readers honour the config).",
+            stacklevel=3,
+        )
     if attention.rotary_frequencies is not None:
         raise ValueError(
             "This RoFormer's rotary frequencies were set by growth (rope='exact') and a BERT "
@@ -290,6 +348,8 @@ def bert_config_of(model):
         )
     if attention.rotary is None:
         config["max_position_embeddings"] = model.get_layer("Embedding-Position").input_dim
+    elif format == "hf":
+        raise ValueError("A RoFormer saved as a Hugging Face BERT would lose its rotary attention; use format='google'.")
     else:
         config["rotary_base"] = attention.rotary.base
     return config

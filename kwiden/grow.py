@@ -146,11 +146,18 @@ def grow(
     if hub.is_keras_hub(model):
         hub.check_options(optimizer=optimizer, depth=depth, num_layers=num_layers)
         big = hub.grow_keras_hub(model, growth, spread, np.random.default_rng(seed))
-        if check is not None:
+        if check is not None or growth.approximations:
+            if check is None:
+                raise GrowthError(
+                    f"This growth of a KerasHub {type(model).__name__} is approximate "
+                    f"({', '.join(dict.fromkeys(growth.approximations))}); pass `check=` inputs to measure it."
+                )
             errors = hub.compare(model, big, check, growth)
-            tolerance = default_rtol(model) if rtol is None else rtol
-            if max(errors.values()) > tolerance:
-                raise GrowthError(f"The grown {type(model).__name__} is not exact: relative errors {errors}.")
+            big.growth_report = errors
+            if max(errors.values()) > (default_rtol(model) if rtol is None else rtol):
+                if not growth.allow_approximate:
+                    raise GrowthError(f"The grown {type(model).__name__} is not exact: relative errors {errors}.")
+                warnings.warn(f"kwiden.grow (allow_approximate=True): the grown model is approximate: {errors}", stacklevel=2)
         return big
     _require_functional(model)
     steps, _ = walk(model, growth)

@@ -43,7 +43,8 @@ class Tokenizer:
         return self._tokenizer.get_vocab_size()
 
     def tokenize(self, text):
-        """The word pieces of `text`, with [CLS] and [SEP]."""
+        """The word pieces of `text`, with [CLS] and [SEP], truncated to the default `maxlen`."""
+        self._truncate(None)
         return self._tokenizer.encode(text).tokens
 
     def encode(self, first, second=None, maxlen=None):
@@ -54,6 +55,8 @@ class Tokenizer:
     def __call__(self, texts, maxlen=None):
         """Padded `[token_ids, segment_ids]` arrays for a list of texts or of
         `(first, second)` pairs."""
+        if isinstance(texts, str):
+            raise ValueError("Call the tokenizer on a list of texts (or of pairs); for one text use `encode`.")
         self._truncate(maxlen)
         encodings = self._tokenizer.encode_batch(list(texts))
         length = max(len(e.ids) for e in encodings)

@@ -74,10 +74,15 @@ def test_roformer_google_checkpoint_has_no_position_table(tmp_path):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "roformer", model="bert")
 
 
+@pytest.mark.filterwarnings("ignore:Google's BERT code")
 @pytest.mark.parametrize("format", ["hf", "google"])
 def test_save_then_load_gives_identical_outputs(tmp_path, format):
     model = bert(with_mlm=True, with_pool=True)
-    folder = kwiden.save_checkpoint(model, tmp_path / format, format=format)
+    if format == "google":  # ε = 1e-3 here
+        with pytest.warns(UserWarning, match=r"Google's BERT code fixes LayerNorm's ε at 1e-12"):
+            folder = kwiden.save_checkpoint(model, tmp_path / format, format=format)
+    else:
+        folder = kwiden.save_checkpoint(model, tmp_path / format, format=format)
     loaded = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True, with_pool=True)
     for a, b in zip(outputs(model, padded_batch()), outputs(loaded, padded_batch())):
         np.testing.assert_array_equal(a, b)
@@ -88,13 +93,41 @@ def test_save_then_load_gives_identical_outputs(tmp_path, format):
 def test_hugging_face_names_and_layouts(tmp_path):
     from safetensors.numpy import load_file
 
+    from safetensors import safe_open
+
     model = bert(with_mlm=True)
-    tensors = load_file(kwiden.save_checkpoint(model, tmp_path) / "model.safetensors")
+    path = kwiden.save_checkpoint(model, tmp_path) / "model.safetensors"
+    tensors = load_file(path)
     query = model.get_layer("Transformer-0-MultiHeadSelfAttention").query_kernel.numpy()
-    np.testing.assert_array_equal(tensors["encoder.layer.0.attention.self.query.weight"], query.reshape(16, 16).T)
-    assert tensors["cls.predictions.bias"].shape == (97,) and "embeddings.LayerNorm.weight" in tensors
+    # BertForMaskedLM's names: the encoder under `bert.`, the head under `cls.`
+    np.testing.assert_array_equal(tensors["bert.encoder.layer.0.attention.self.query.weight"], query.reshape(16, 16).T)
+    assert tensors["cls.predictions.bias"].shape == (97,) and "bert.embeddings.LayerNorm.weight" in tensors
+    assert "cls.predictions.transform.dense.weight" in tensors
+    with safe_open(path, "np") as f:
+        assert f.metadata() == {"format": "pt"}
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "bert" and config["intermediate_size"] == 24 and config["hidden_act"] == "gelu"
+    assert config["architectures"] == ["BertForMaskedLM"]
+    plain = json.loads((kwiden.save_checkpoint(bert(), tmp_path / "plain") / "config.json").read_text())
+    assert plain["architectures"] == ["BertModel"]
+
+
+def test_older_hugging_face_names_load(tmp_path):
+    """LayerNorm `gamma`/`beta` (bert-base-uncased and other older files) and a
+    decoder-only MLM bias."""
+    from safetensors.numpy import load_file, save_file
+
+    model = bert(with_mlm=True)
+    folder = kwiden.save_checkpoint(model, tmp_path)
+    tensors = load_file(folder / "model.safetensors")
+    renamed = {}
+    for name, value in tensors.items():
+        name = name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+        renamed[name.replace("cls.predictions.bias", "cls.predictions.decoder.bias")] = value
+    save_file(renamed, str(folder / "model.safetensors"))
+    loaded = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True)
+    for a, b in zip(outputs(model, padded_batch()), outputs(loaded, padded_batch())):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_a_grown_model_is_written_and_read_back(tmp_path):
@@ -130,6 +163,13 @@ def test_checkpoint_errors(tmp_path):
         kwiden.build_transformer_model(small_config(), checkpoint_path=tmp_path / "empty")
     with pytest.raises(ValueError, match=r"`format` must be one of \('hf', 'google'\)"):
         kwiden.save_checkpoint(bert(), tmp_path / "x", format="torch")
+    with pytest.raises(ValueError, match=r"blocks \[1\] beyond the model's 1: loading would drop them"):
+        kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", num_hidden_layers=1)
+    with pytest.raises(ValueError, match=r"`keep_tokens` must be a non-empty list of vocabulary ids in \[0, 97\)"):
+        kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", keep_tokens=[3, -1])
+    roformer = kwiden.build_transformer_model(small_config(), model="roformer")
+    with pytest.raises(ValueError, match=r"would lose its rotary attention; use format='google'"):
+        kwiden.save_checkpoint(roformer, tmp_path / "roformer")
     gpt = randomize(kwiden.build_transformer_model(small_config(), model="gpt"))
     with pytest.raises(ValueError, match=r"has no place in a BERT checkpoint"):
         kwiden.save_checkpoint(gpt, tmp_path / "gpt")

@@ -77,6 +77,11 @@ def test_target_sizes_and_refusals():
     assert big.get_config()["intermediate_dim"] == 40 and big.get_config()["hidden_dim"] == 16
     with pytest.raises(GrowthError, match=r"LayerNorm under the non-integer factor 3/2 is approximate"):
         kwiden.grow(small, Fraction(3, 2), heads="count")
+    with pytest.raises(GrowthError, match=r"approximate .*pass `check=` inputs to measure it"):
+        kwiden.grow(small, Fraction(3, 2), heads="count", allow_approximate=True)
+    with pytest.warns(UserWarning, match="approximate"):
+        approximate = kwiden.grow(small, Fraction(3, 2), heads="count", allow_approximate=True, check=inputs(segments=False))
+    assert 1e-4 < approximate.growth_report[None] < 0.5
     with pytest.raises(GrowthError, match=r"does not support optimizer, depth yet"):
         kwiden.grow(small, 2, optimizer=keras.optimizers.Adam(), depth=2)
     classifier = keras_hub.models.BertTextClassifier(backbone=keras_hub.models.BertBackbone(**SIZES), num_classes=3, preprocessor=None)

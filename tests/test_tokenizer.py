@@ -42,6 +42,13 @@ def test_cased_tokenizer_keeps_case_and_accents(tmp_path):
     assert kwiden.Tokenizer(path).tokenize("Hello café")[1:3] == ["hello", "[UNK]"]
 
 
+def test_tokenize_does_not_depend_on_the_last_call(tokenizer):
+    tokenizer.encode("我爱北京", maxlen=4)
+    assert tokenizer.tokenize("我爱北京") == ["[CLS]", "我", "爱", "北", "京", "[SEP]"]
+    with pytest.raises(ValueError, match=r"on a list of texts .* for one text use `encode`"):
+        tokenizer("我爱北京")
+
+
 def test_too_short_maxlen_is_refused(tokenizer):
     with pytest.raises(ValueError, match=r"`maxlen` must leave room for \[CLS\] and \[SEP\], at least 3; got maxlen=2"):
         tokenizer.encode("我", maxlen=2)

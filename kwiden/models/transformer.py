@@ -246,8 +246,8 @@ def build_transformer_model(
             differs from hidden / heads).
         config_path: a `config.json` to read; `config` and `overrides` win.
         checkpoint_path: pretrained weights for `model="bert"` or
-            `"roformer"`: a Hugging Face folder (`model.safetensors`, read with
-            numpy) or a Google TensorFlow checkpoint (a folder with
+            `"roformer"` (Google format only): a Hugging Face folder
+            (`model.safetensors`, read with numpy) or a Google TensorFlow checkpoint (a folder with
             `bert_model.ckpt.*`, or its prefix); the format is detected from
             the files. Every weight must be found with its shape, or nothing
             is loaded. Without `config`/`config_path`, the folder's
@@ -292,6 +292,10 @@ def build_transformer_model(
     """
     if model not in BUILDERS:
         raise ValueError(f"`model` must be one of {sorted(BUILDERS)}, got model={model!r}.")
+    if (checkpoint_path is not None or keep_tokens is not None) and model not in ("bert", "roformer"):
+        raise ValueError(
+            f"checkpoint_path and keep_tokens load BERT-style weights (model='bert' or 'roformer'), not model={model!r}."
+        )
     defaults = {"llama": LLAMA_DEFAULTS, "t5": T5_DEFAULTS}.get(model)
     if checkpoint_path is not None and config is None and config_path is None:
         config_path = _config_beside(checkpoint_path)
@@ -302,10 +306,6 @@ def build_transformer_model(
         if residual not in RESIDUALS:
             raise ValueError(f"`residual` must be one of {RESIDUALS}, got residual={residual!r}.")
         config["residual"] = residual
-    if (checkpoint_path is not None or keep_tokens is not None) and model not in ("bert", "roformer"):
-        raise ValueError(
-            f"checkpoint_path and keep_tokens load BERT-style weights (model='bert' or 'roformer'), not model={model!r}."
-        )
     if model in ("bert", "roformer"):
         config["rotary_base"] = (config.get("rotary_base") or 10000.0) if model == "roformer" else None
         built = build_bert(config, with_mlm=with_mlm, with_pool=with_pool, name=model)
