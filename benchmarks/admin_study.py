@@ -104,6 +104,7 @@ def unigram_loss(ids_train, ids_valid):
 
 def plot_output_change(depths, changes):
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -114,6 +115,7 @@ def plot_output_change(depths, changes):
     ax.set(xlabel="layers N", ylabel="E‖F(x,w) − F(x,w+δ)‖²", xscale="log", yscale="log",
            title="Output change under a random 1% perturbation")  # fmt: skip
     ax.set_xticks(depths, [str(d) for d in depths])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend()
     fig.tight_layout()
     fig.savefig(RESULTS / "admin_output_change.png", dpi=120)
