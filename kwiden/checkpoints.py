@@ -198,29 +198,36 @@ def load_bert_weights(model, checkpoint_path, keep_tokens=None):
         )
     names = tensor_names(blocks, format, hf_prefix)
     values = []
-    for layer in model.layers:
-        for variable in layer.weights:
-            key = (layer.name, variable.name)
-            if key not in names:
-                raise ValueError(f"kwiden does not know which checkpoint tensor fills '{variable.path}'.")
-            name, kind = names[key]
-            found = _find(name, tensors)
-            if found is None:
-                head = " (build without that head, or use a checkpoint that has it)" if layer.name.startswith(("MLM", "Pooler")) else ""
-                raise ValueError(f"The checkpoint {checkpoint_path} has no tensor '{name}' for '{variable.path}'{head}.")
-            value = tensors[found]
-            if keep_tokens is not None and layer.name in ("Embedding-Token", "MLM-Bias"):
-                value = value[_check_keep_tokens(keep_tokens, value.shape[0])]
-            expected = checkpoint_shape(variable.shape, kind, format)
-            if tuple(value.shape) != expected:
-                raise ValueError(
-                    f"'{variable.path}' (shape {tuple(variable.shape)}) needs '{name}' of shape {expected}; "
-                    f"the checkpoint's has {tuple(value.shape)}: the config does not match the checkpoint."
-                )
-            values.append((variable, to_kwiden(value, tuple(variable.shape), kind, format)))
+    for layer, variable, name, kind in _placed(model, names):
+        found = _find(name, tensors)
+        if found is None:
+            head = " (build without that head, or use a checkpoint that has it)" if layer.name.startswith(("MLM", "Pooler")) else ""
+            raise ValueError(f"The checkpoint {checkpoint_path} has no tensor '{name}' for '{variable.path}'{head}.")
+        value = tensors[found]
+        if keep_tokens is not None and layer.name in ("Embedding-Token", "MLM-Bias"):
+            value = value[_check_keep_tokens(keep_tokens, value.shape[0])]
+        expected = checkpoint_shape(variable.shape, kind, format)
+        if tuple(value.shape) != expected:
+            raise ValueError(
+                f"'{variable.path}' (shape {tuple(variable.shape)}) needs '{name}' of shape {expected}; "
+                f"the checkpoint's has {tuple(value.shape)}: the config does not match the checkpoint."
+            )
+        values.append((variable, to_kwiden(value, tuple(variable.shape), kind, format)))
     for variable, value in values:
         variable.assign(value.astype(variable.dtype))
     return model
+
+
+def _placed(model, names):
+    """Each weight of `model` with its checkpoint tensor's name and kind."""
+    for layer in model.layers:
+        for variable in layer.weights:
+            if (layer.name, variable.name) not in names:
+                raise ValueError(
+                    f"'{variable.path}' has no place in a BERT checkpoint: checkpoints hold kwiden's "
+                    "Post-LN BERT and RoFormer (fold an Admin model first)."
+                )
+            yield (layer, variable, *names[layer.name, variable.name])
 
 
 def _blocks_in(tensors, format):
@@ -269,14 +276,10 @@ def save_checkpoint(model, directory, format="hf"):
     with_mlm = any(layer.name == "MLM-Bias" for layer in model.layers)
     # Hugging Face's BertForMaskedLM expects its encoder under `bert.` beside `cls.`.
     names = tensor_names(_num_blocks(model), format, hf_prefix="bert." if with_mlm else "")
-    tensors = {}
-    for layer in model.layers:
-        for variable in layer.weights:
-            key = (layer.name, variable.name)
-            if key not in names:
-                raise ValueError(f"'{variable.path}' has no place in a BERT checkpoint; save_checkpoint writes BERT models.")
-            name, kind = names[key]
-            tensors[name] = np.ascontiguousarray(to_checkpoint(np.asarray(variable.numpy()), kind, format))
+    tensors = {
+        name: np.ascontiguousarray(to_checkpoint(np.asarray(variable.numpy()), kind, format))
+        for _, variable, name, kind in _placed(model, names)
+    }
     config = bert_config_of(model, format)
     if with_mlm and format == "hf":
         config["architectures"] = ["BertForMaskedLM"]
