@@ -52,23 +52,17 @@ def grow_keras_hub(model, growth, spread=0.0, rng=None):
     elif not isinstance(growth.k, int):
         raise GrowthError(f"{name}: a non-integer factor grows the number of heads only: pass heads='count'.")
     twins = _twins(heads, hidden // heads, config["intermediate_dim"])
-    axes = [_axes_of(variable.path, twins, growth) for variable in model.weights]
-    # ε̃/ε of each norm, by the space of its input (this also refuses LayerNorm where it cannot stay exact)
-    epsilons = {path: twins[twin].get_expanded_config(growth, space)["epsilon"] for path, (twin, space) in _norms(growth).items()}
+    spaces = {"stream": Space.stream(growth.k), "copy": Space.copy(growth.k)}
+    axes = [_axes_of(variable.path, twins, growth, spaces) for variable in model.weights]
+    # ε̃/ε of a norm, by the space of its input (this also refuses LayerNorm where it cannot stay exact)
+    epsilons = {name: twins["norm"].get_expanded_config(growth, space)["epsilon"] for name, space in spaces.items()}
     big_backbone = type(backbone).from_config(big_config)
     big = type(model)(backbone=big_backbone, preprocessor=model.preprocessor) if name in TASKS else big_backbone
     big.set_weights([expand(keras.ops.convert_to_numpy(w), a, spread, rng) for w, a in zip(model.weights, axes)])
     for layer in big._flatten_layers():
         if isinstance(layer, keras.layers.LayerNormalization):
-            in_head = layer.gamma.path.startswith("mlm_head/")
-            layer.epsilon = layer.epsilon * epsilons["head" if in_head else "stream"]
+            layer.epsilon = layer.epsilon * epsilons[_entry(layer.gamma.path)[2]]
     return big
-
-
-def _norms(growth):
-    """The twin norm and input space of the stream's norms and of the MLM head's
-    (after its GeLU dense: a pure copy, so its ε stays)."""
-    return {"stream": ("norm", Space.stream(growth.k)), "head": ("norm", Space.copy(growth.k))}
 
 
 def _twins(heads, head_size, intermediate):
@@ -84,6 +78,7 @@ def _twins(heads, head_size, intermediate):
 
 
 # Path suffix -> (twin, index among the twin's weights, the twin's input space); first match wins.
+# The MLM head's norm reads its GeLU dense: a pure copy, so its ε stays.
 SUFFIXES = {
     "mlm_head/intermediate_dense/kernel": ("mlm_dense", 0, "stream"),
     "mlm_head/intermediate_dense/bias": ("mlm_dense", 1, "stream"),
@@ -102,14 +97,16 @@ SUFFIXES = {
 }  # fmt: skip
 
 
-def _axes_of(path, twins, growth):
-    spaces = {"stream": Space.stream(growth.k), "copy": Space.copy(growth.k)}
-    for suffix, (twin, index, space) in SUFFIXES.items():
+def _entry(path):
+    for suffix, entry in SUFFIXES.items():
         if path.endswith(suffix):
-            if twin is None:
-                return [None]
-            return twins[twin].get_expanded_weight_axes(growth, spaces[space])[index]
+            return entry
     raise GrowthError(f"kwiden does not know how KerasHub's weight '{path}' grows.")
+
+
+def _axes_of(path, twins, growth, spaces):
+    twin, index, space = _entry(path)
+    return [None] if twin is None else twins[twin].get_expanded_weight_axes(growth, spaces[space])[index]
 
 
 def check_options(**options):
