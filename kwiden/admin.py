@@ -15,7 +15,7 @@ import keras
 import numpy as np
 from keras import tree
 
-from kwiden.grow import _call, nodes_in_order
+from kwiden.grow import _call, fresh_inputs, model_like, nodes_in_order
 from kwiden.layers import (
     AdminResidual,
     ExpandableDense,
@@ -281,7 +281,7 @@ def _branch_end(branch, node, graph, name):
 
 def _rebuild(model, weights, epsilons):
     """`model` with each AdminResidual replaced by Add + LayerNorm, and `weights`."""
-    tensors = {id(x): keras.Input(batch_shape=x.shape, dtype=x.dtype, name=x.name) for x in model.inputs}
+    tensors = fresh_inputs(model)
     built = []  # (new layer, old layer name, weight paths in order)
     layers = {}
     for node in nodes_in_order(model):
@@ -298,11 +298,7 @@ def _rebuild(model, weights, epsilons):
             layers[id(layer)] = layer.__class__.from_config(layer.get_config())
             built.append((layers[id(layer)], layer.name, [v.path for v in getattr(layer, "weights", [])]))
         _call(layers[id(layer)], node, tensors)
-    folded = keras.Model(
-        tree.map_structure(lambda x: tensors[id(x)], model.input),
-        tree.map_structure(lambda x: tensors[id(x)], model.output),
-        name=model.name,
-    )
+    folded = model_like(model, tensors)
     for layer, name, paths in built:
         if paths:
             layer.set_weights([weights[name][path] for path in paths])

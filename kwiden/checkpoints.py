@@ -109,15 +109,14 @@ def _find(name, tensors):
 
 def tensor_names(num_layers, format, hf_prefix=""):
     """`{(layer, weight): (checkpoint tensor name, kind)}` for a BERT of `num_layers` blocks."""
+    block = "layer.{}" if format == "hf" else "layer_{}"
     names = {}
     for key, (path, role, kind) in _skeleton(num_layers).items():
-        parts = path.split()
+        parts = [block.format(p[1:]) if p.startswith("L") and p[1:].isdigit() else p for p in path.split()]
         if format == "hf":
-            parts = [f"layer.{p[1:]}" if p.startswith("L") and p[1:].isdigit() else p for p in parts]
             parts = [hf_prefix.rstrip(".")] * bool(hf_prefix) + parts[1:] if parts[0] == "bert" else parts
             name = ".".join(parts + [HF_ROLES[role]])
         else:
-            parts = [f"layer_{p[1:]}" if p.startswith("L") and p[1:].isdigit() else p for p in parts]
             name = "/".join(parts + ([] if role == "table" else [role]))
         names[key] = (name, kind)
     return names
