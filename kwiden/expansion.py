@@ -89,8 +89,7 @@ class Space:
 
     def copies(self, n):
         """For each new index, how many copies its source coordinate has."""
-        source = self.source(n)
-        return np.bincount(source, minlength=n)[source]
+        return copy_counts(self.source(n))
 
     def scales(self, n):
         """For each new index, its scale `s_i`."""
@@ -110,6 +109,11 @@ class Space:
             return "unchanged"
         scale = self.scale if isinstance(self.scale, str) else f"{self.scale:.6g}"
         return f"×{self.factor} copies at scale {scale}"
+
+
+def copy_counts(source):
+    """For each new index of a copy map `source`, how many copies its source has."""
+    return np.bincount(source)[source]
 
 
 def _along(vector, axis, ndim):
@@ -231,7 +235,7 @@ def spread_weights(shape, axis, source, spread=0.0, rng=None):
     copies receive different gradients from the first step on, under SGD and
     under Adam alike. A row with one copy keeps α = 1.
     """
-    copies = np.bincount(source)[source]
+    copies = copy_counts(source)
     if spread == 0.0 or copies.max() == 1:
         return _along(1.0 / copies, axis, len(shape))
     if rng is None:
