@@ -5,7 +5,7 @@ that ships with kwiden, grown x2 (hidden 128), and trained on from the same
 point in several ways. For each: the validation loss right after growth, after
 100 and after all steps, and the effective rank of a grown weight matrix (plain
 copies keep the small model's rank). The last two rows compare one learning
-rate for all tensors with the per-tensor multipliers of DESIGN §1.11b; the
+rate for all tensors with the per-tensor multipliers of docs/optimizer-state.md#learning-rate-multipliers; the
 last row is the big model trained from scratch for about the same FLOPs.
 
     python benchmarks/symmetry.py            # about 6 minutes on 2 cores

@@ -1,6 +1,6 @@
 """Admin (Liu et al., 2020, "Understanding the Difficulty of Training
 Transformers"): set the residual weights ω of a Post-LN model so that deep
-stacks train, and fold them away afterwards (DESIGN §1.12).
+stacks train, and fold them away afterwards (docs/admin.md).
 
 A Post-LN layer computes `LN(x + f(x))`; when the branch f outweighs the
 stream x, a small change of the weights changes the output a lot, more so the

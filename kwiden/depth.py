@@ -1,4 +1,4 @@
-"""Depth growth (DESIGN §1.10): more Transformer blocks, each new one a copy of
+"""Depth growth (docs/depth.md): more Transformer blocks, each new one a copy of
 its neighbour whose residual branches end in zeros.
 
 Blocks are recognised by their layer names, `Transformer-{i}-…`, as kwiden's
@@ -61,7 +61,7 @@ class Block:
 
 
 # Where a residual branch joins the stream. Only a plain Add keeps a zero
-# branch an identity; Admin's LN(ω ⊙ x + f) does not (DESIGN §1.10).
+# branch an identity; Admin's LN(ω ⊙ x + f) does not (docs/depth.md).
 RESIDUAL_MERGES = (keras.layers.Add, AdminResidual)
 
 

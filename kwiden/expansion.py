@@ -1,4 +1,4 @@
-"""The widening calculus (DESIGN §1), in numpy and nothing else.
+"""The widening calculus (docs/widening.md), in numpy and nothing else.
 
 Every activation vector `a` of the small model has a counterpart in the big
 model, `ã = s · P a`: `P` copies coordinate `j` into `factor` interleaved copies
@@ -14,7 +14,7 @@ import numpy as np
 
 # The scale of a stream grown by a non-integer factor: each copy of
 # coordinate j carries 1/√c_j, c_j its number of copies. That keeps `Q = sP`
-# an isometry (QᵀQ = I) when copy counts differ (DESIGN §1.9).
+# an isometry (QᵀQ = I) when copy counts differ (docs/non-integer.md).
 ISOMETRY = "1/√copies"
 
 
@@ -27,9 +27,9 @@ class Space:
     of every coordinate (new index `i` reads `i // factor`) at one `scale`; a
     `fractions.Fraction` (384 → 512 is 4/3) gives consecutive copies in
     unequal numbers, new index `i` reading `⌊i·n/n'⌋`, and `scale` may then
-    be `ISOMETRY`, `1/√c_j` for the copies of coordinate `j` (DESIGN §1.9).
+    be `ISOMETRY`, `1/√c_j` for the copies of coordinate `j` (docs/non-integer.md).
     With `group=2`, pairs are copied instead of single coordinates,
-    `[x1, x2, x1, x2, x3, x4, x3, x4]`, as rotary embeddings need (§1.8); with
+    `[x1, x2, x1, x2, x3, x4, x3, x4]`, as rotary embeddings need (docs/widening.md#rotary-position-embedding); with
     `group=G`, blocks of G (the query heads sharing one key/value head).
     `axis` is where the space lives in a tensor: the last axis for features,
     1 for the heads of a `(1, heads, queries, keys)` attention bias.
@@ -163,12 +163,12 @@ class Growth:
     """What one growth does to each kind of width.
 
     `k` multiplies the hidden size (residual stream, embeddings, norms); a
-    `Fraction` (4/3) gives unequal copy counts (DESIGN §1.9). `ffn` multiplies
+    `Fraction` (4/3) gives unequal copy counts (docs/non-integer.md). `ffn` multiplies
     the feed-forward width (default `k`). `heads="size"` multiplies each
-    attention head's size by `k` (§1.5); `heads="count"` multiplies the number
-    of heads instead (§1.6), and is what a non-integer `k` needs. `rope="exact"`
+    attention head's size by `k` (docs/widening.md#attention-wider-heads); `heads="count"` multiplies the number
+    of heads instead (docs/widening.md#attention-more-heads), and is what a non-integer `k` needs. `rope="exact"`
     keeps rotary frequencies copied pair-wise; `"standard"` gives grown heads
-    the standard schedule of their new size, which is approximate (§1.8).
+    the standard schedule of their new size, which is approximate (docs/widening.md#rotary-position-embedding).
     `allow_approximate` lets layers that cannot stay exact (that schedule,
     LayerNorm under unequal copies) grow anyway. Layers accept a `Growth`
     wherever they accept an integer `k`.
@@ -207,7 +207,7 @@ class Growth:
 
 
 def query_head_space(k, heads, key_value_heads=None):
-    """How whole heads are copied when their number grows (DESIGN §1.6): every
+    """How whole heads are copied when their number grows (docs/widening.md#attention-more-heads): every
     copy of a head exact (scale 1). With an integer factor copies interleave,
     head `h·k + c` reading head `h`, which keeps grouped-query attention's
     groups. Under unequal copy counts, query heads are copied in their groups
@@ -229,7 +229,7 @@ def spread_weights(shape, axis, source, spread=0.0, rng=None):
     gives the plain `1/c`, `c` the row's number of copies. Otherwise
     `α = (1 + spread·u)/c` with `u` drawn per element, uniform in [-1, 1],
     then centred over each row's copies (so triangular for two copies, and
-    α < 0 happens for spread ≥ 1/2, which stays exact; DESIGN §1.7): every
+    α < 0 happens for spread ≥ 1/2, which stays exact; docs/symmetry.md): every
     output still receives exactly the small model's input, but each copy of
     an input neuron reaches the outputs through different weights, so the
     copies receive different gradients from the first step on, under SGD and
@@ -266,10 +266,10 @@ def expand(weight, axes, spread=0.0, rng=None):
     `(space, role)`. An `OUT` axis is a space the weight writes into: it is
     copied and its scale multiplies the weight. An `IN` axis is a space the
     weight reads from: each row is spread over its copies with weights summing
-    to 1 (DESIGN §1.1; unequal when `spread > 0`, §1.7) and its scale divides
+    to 1 (docs/widening.md#linear-maps; unequal when `spread > 0`, docs/symmetry.md) and its scale divides
     the weight. So a Dense kernel `(in, out)` becomes
     `(s_out / s_in) · S_in W P_outᵀ` and a bias `s_out · P b`; with unequal
-    copy counts the scales and splits are per index (§1.9).
+    copy counts the scales and splits are per index (docs/non-integer.md).
     Computed in float64 and returned in the weight's dtype.
     """
     weight = np.asarray(weight)
@@ -306,13 +306,13 @@ def _copy(value, axes):
 
 def growth_scale(axes):
     """`c`: the grown tensor is its source copied and multiplied by `c` (with
-    equal splits). DESIGN §1.11b: Adam's learning rate for it times `c` keeps
+    equal splits). docs/optimizer-state.md#learning-rate-multipliers: Adam's learning rate for it times `c` keeps
     the first steps after growth on the small model's trajectory. Under
     unequal copy counts `c` differs from element to element: a `GrowthError`."""
     if not _even(axes):
         raise GrowthError(
             "Under a non-integer factor each element of a grown tensor has its own scale: "
-            "no one scale c describes the tensor (DESIGN §1.9, §1.11b)."
+            "no one scale c describes the tensor (docs/non-integer.md, docs/optimizer-state.md#learning-rate-multipliers)."
         )
     c = 1.0
     for spec in axes:
@@ -328,7 +328,7 @@ def copy_count(axes):
 
 
 def expand_gradient_like(value, axes, power=1):
-    """An optimizer slot grown with its weight (DESIGN §1.11).
+    """An optimizer slot grown with its weight (docs/optimizer-state.md#growing-the-moments).
 
     With equal splits the grown weight's gradient is the source's copied and
     multiplied, along each axis, by `s_i` where the weight reads the space

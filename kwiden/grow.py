@@ -1,7 +1,7 @@
 """The model walker: rebuild a functional model `k` times wider, same function.
 
 The walker knows no architecture. It follows the small model's graph node by
-node, tracks the `Space` of every tensor (DESIGN §1: which copies, at which
+node, tracks the `Space` of every tensor (docs/widening.md: which copies, at which
 scale), asks each kwiden layer for its grown config, output space and weights,
 applies a few rules for Keras' own glue layers (Dropout, Add, Activation, …),
 and copies verbatim whatever only sees tensors the growth leaves alone (token
@@ -78,7 +78,7 @@ def grow(
             `BertBackbone`, `RobertaBackbone`, `GPT2Backbone`, `GPT2CausalLM`
             or `BertMaskedLM`, returned as the same class (`kwiden.hub`).
         k: the width factor: an integer, or a `fractions.Fraction` (4/3
-            grows hidden 384 to 512; DESIGN §1.9). Under unequal copy counts
+            grows hidden 384 to 512; docs/non-integer.md). Under unequal copy counts
             RMSNorm models stay exact; LayerNorm models need
             `allow_approximate=True`, and attention must grow its number of
             heads (`heads="count"`).
@@ -89,13 +89,13 @@ def grow(
             rounding, 1e-5, or 1e-2 / 5e-2 for models computing in float16 /
             bfloat16 (the small and the big model round differently).
         ffn_factor: the feed-forward width's own factor (default `k`).
-        heads: `"size"` grows each attention head's size by `k` (DESIGN §1.5);
-            `"count"` grows the number of heads instead (§1.6).
+        heads: `"size"` grows each attention head's size by `k` (docs/widening.md#attention-wider-heads);
+            `"count"` grows the number of heads instead (docs/widening.md#attention-more-heads).
         rope: rotary attention with `heads="size"`: `"exact"` keeps the small
             model's frequencies, copied pair-wise (exact); `"standard"` gives
             the grown heads the standard schedule of their size, as the seed
             article does (approximate: needs `allow_approximate=True`).
-        spread: exact symmetry breaking (DESIGN §1.7): every linear map spreads
+        spread: exact symmetry breaking (docs/symmetry.md): every linear map spreads
             each input over its copies with unequal weights `(1 + spread·u)/k`,
             so the copies of a neuron train apart from the first step while the
             grown model still computes the same function. 0 gives plain copies;
@@ -103,13 +103,12 @@ def grow(
         seed: seed of the random splits (`spread > 0`).
         optimizer: the small model's optimizer. If given, `grow` returns
             `(big, big_optimizer)`: an optimizer of the same class whose slots
-            (momenta, second moments) were grown with the weights (DESIGN
-            §1.11) and, for kwiden's optimizers, whose parameter-wise learning
-            rates carry each tensor's growth scale (§1.11b), so that training
+            (momenta, second moments) were grown with the weights (docs/optimizer-state.md#growing-the-moments) and, for kwiden's optimizers, whose parameter-wise learning
+            rates carry each tensor's growth scale (docs/optimizer-state.md#learning-rate-multipliers), so that training
             goes on where the small model left off.
         scale_learning_rates: with `optimizer`, set those parameter-wise
             learning rates (kwiden optimizers only). False keeps one rate.
-        depth, num_layers: depth growth (DESIGN §1.10): `depth=2` doubles the
+        depth, num_layers: depth growth (docs/depth.md): `depth=2` doubles the
             number of Transformer blocks, `num_layers=N` makes it N. Each new
             block is a copy of the block before it whose residual branches end
             in zeros: exact for Pre-LN blocks (GPT); for Post-LN blocks (BERT)
@@ -159,7 +158,7 @@ def grow(
         if approximate and not allow_approximate:
             raise GrowthError(
                 f"Transformer blocks {approximate} are not Pre-LN: a LayerNorm sits on their "
-                "residual stream, so no new block can be an exact identity (DESIGN §1.10). Pass "
+                "residual stream, so no new block can be an exact identity (docs/depth.md). Pass "
                 "allow_approximate=True to stack copies anyway, and `check=` inputs to measure "
                 "the deviation."
             )
@@ -365,7 +364,7 @@ def weight_axes(model, k):
 
 def growth_scales(model, k, ffn_factor=None, heads="size"):
     """`{variable path: c}`: each grown tensor is its source copied and
-    multiplied by `c` (equal splits; DESIGN §1.11b)."""
+    multiplied by `c` (equal splits; docs/optimizer-state.md#learning-rate-multipliers)."""
     growth = Growth(k, ffn_factor, heads)
     return {path: growth_scale(axes) for path, axes in weight_axes(model, growth).items()}
 

@@ -6,7 +6,7 @@ The grown model is the same KerasHub class built from the widened config; its
 weights are the source's expanded by the axes kwiden's own layers declare
 (an `ExpandableMultiHeadAttention` twin for KerasHub's attention, a
 `FeedForward` twin for its two dense layers, …), so the math is the one of
-DESIGN §1. KerasHub fixes each LayerNorm's epsilon in code rather than in the
+docs/widening.md. KerasHub fixes each LayerNorm's epsilon in code rather than in the
 config; the grown model's norms get ε/k set on the live layers (exact), which
 a save and reload of the KerasHub model would put back to the class default
 (a change of order ε).

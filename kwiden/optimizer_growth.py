@@ -1,4 +1,4 @@
-"""Grow an optimizer with its model (DESIGN §1.11, §1.11b)."""
+"""Grow an optimizer with its model (docs/optimizer-state.md#growing-the-moments, docs/optimizer-state.md#learning-rate-multipliers)."""
 
 import keras
 
@@ -17,7 +17,7 @@ def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=Tru
     `optimizer`'s (built on `small`), its iteration count kept. For kwiden's
     optimizers, each variable's growth `(c, copies)` is recorded in
     `growth_scales`, from which the optimizer sets its step (and Adam's ε) so
-    that the first steps follow the small model's trajectory (DESIGN §1.11b).
+    that the first steps follow the small model's trajectory (docs/optimizer-state.md#learning-rate-multipliers).
     Keras' optimizers get their state grown but keep one learning rate.
 
     `sources` maps a big variable's path to `(small path, fresh)` where depth

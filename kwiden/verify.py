@@ -63,7 +63,7 @@ def verify(small, big, inputs, rtol=1e-5, k=None):
     """Check that `big` (grown from `small`) computes the same function.
 
     Each output of `small` is carried into the big model's space (logits as
-    they are; hidden states copied and scaled, DESIGN §1) and compared with
+    they are; hidden states copied and scaled, docs/widening.md) and compared with
     `big`'s; then every layer's output, in graph order, to find the first
     layer where the models part.
 

@@ -4,7 +4,7 @@ import pytest
 
 import kwiden
 
-# LayerNorm epsilon large enough to notice a wrong ε̃ (DESIGN §1.3).
+# LayerNorm epsilon large enough to notice a wrong ε̃ (docs/widening.md#layernorm-and-rmsnorm).
 EPS = 1e-3
 # "Exact" growth: float32 rounding.
 RTOL = 1e-5

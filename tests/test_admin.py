@@ -1,4 +1,4 @@
-"""Admin residuals: the layer, builders, `kwiden.admin.initialize` and `fold` (DESIGN §1.12)."""
+"""Admin residuals: the layer, builders, `kwiden.admin.initialize` and `fold` (docs/admin.md)."""
 
 import math
 

@@ -20,7 +20,7 @@ def test_stream_is_an_isometry():
 @pytest.mark.parametrize(
     "s_in, s_out, kernel_factor, bias_factor",
     [
-        # The seed's table for k=2, with its FFN second bias corrected (DESIGN §1.1).
+        # The seed's table for k=2, with its FFN second bias corrected (docs/widening.md#linear-maps).
         (Space.stream(2), Space.stream(2), 1 / 2, 2**-0.5),  # residual Dense
         (Space.stream(2), Space.copy(2), 2**-0.5, 1.0),  # FFN first Dense
         (Space.copy(2), Space.stream(2), 1 / (2 * 2**0.5), 2**-0.5),  # FFN second Dense

@@ -1,4 +1,4 @@
-"""Growth by non-integer ratios and to target sizes (DESIGN §1.9): hidden 16 → 24, 384 → 512."""
+"""Growth by non-integer ratios and to target sizes (docs/non-integer.md): hidden 16 → 24, 384 → 512."""
 
 from fractions import Fraction
 
@@ -186,7 +186,7 @@ def test_integer_head_count_growth_interleaves_whole_heads():
     big = kwiden.grow(small, 2, heads="count")
     kernel = small.get_layer("Transformer-0-MultiHeadSelfAttention").query_kernel.numpy()
     grown = big.get_layer("Transformer-0-MultiHeadSelfAttention").query_kernel.numpy()
-    for head in range(8):  # head h·k + c reads head h (DESIGN §1.6), rows split over copies
+    for head in range(8):  # head h·k + c reads head h (docs/widening.md#attention-more-heads), rows split over copies
         np.testing.assert_allclose(grown[0::2, head] + grown[1::2, head], kernel[:, head // 2] * 2**0.5, rtol=1e-5)
 
 

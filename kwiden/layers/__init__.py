@@ -1,4 +1,4 @@
-"""Keras 3 layers that know how to grow themselves (DESIGN §1)."""
+"""Keras 3 layers that know how to grow themselves (docs/widening.md)."""
 
 from kwiden.layers.admin_residual import AdminResidual
 from kwiden.layers.bias_add import BiasAdd

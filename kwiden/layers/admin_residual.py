@@ -17,7 +17,7 @@ class AdminResidual(ExpandableLayerNormalization):
     Post-LN. The normalisation is `ExpandableLayerNormalization`'s, with all
     its arguments.
 
-    Growth (DESIGN §1.12): x and f(x) arrive at the same scale, so copying ω
+    Growth (docs/admin.md): x and f(x) arrive at the same scale, so copying ω
     (`ω̃ = P ω`, scale 1) keeps the layer exact; the normalisation grows as
     LayerNorm does.
 

@@ -1,4 +1,4 @@
-"""What every kwiden layer tells the growth walker (DESIGN §1)."""
+"""What every kwiden layer tells the growth walker (docs/widening.md)."""
 
 import keras
 import numpy as np
@@ -30,7 +30,7 @@ class Expandable:
         raise NotImplementedError
 
     def get_expanded_weights(self, k, input_space=None, spread=0.0, seed=None):
-        """The grown weights; `spread > 0` splits inputs unequally (DESIGN §1.7)."""
+        """The grown weights; `spread > 0` splits inputs unequally (docs/symmetry.md)."""
         input_space = default_space(k, input_space)
         axes = self.get_expanded_weight_axes(k, input_space)
         return expand_weights(self.weights, axes, spread, np.random.default_rng(seed))

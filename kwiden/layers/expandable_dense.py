@@ -8,7 +8,7 @@ from kwiden.layers.expandable import Expandable
 class ExpandableDense(Expandable, keras.layers.Dense):
     """A `keras.layers.Dense` whose `units` grow with the hidden size.
 
-    Growth keeps the function exact (DESIGN §1.1): with a positively
+    Growth keeps the function exact (docs/widening.md#linear-maps): with a positively
     homogeneous activation (linear, ReLU) the output stays at the stream scale;
     with any other (GeLU, tanh) the output is a pure copy, since only a pure
     copy commutes with such an activation.

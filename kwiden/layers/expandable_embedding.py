@@ -17,7 +17,7 @@ class ExpandableEmbedding(Expandable, keras.layers.Layer):
     Called with `reverse=True`, the layer turns hidden states into tied output
     logits `h Eᵀ` (as Keras-Hub's `ReversibleEmbedding`).
 
-    Growth (DESIGN §1.2): the table's columns are copied at the stream scale;
+    Growth (docs/widening.md#embeddings): the table's columns are copied at the stream scale;
     tied logits stay exact because their input arrives at the stream scale.
 
     Args:

@@ -13,7 +13,7 @@ class ExpandableLayerNormalization(Expandable, keras.layers.Layer):
     not subtracted and the mean square replaces the variance. Statistics are
     computed in float32 whatever the dtype policy.
 
-    Growth (DESIGN §1.3): copies keep the mean and variance, and an input at
+    Growth (docs/widening.md#layernorm-and-rmsnorm): copies keep the mean and variance, and an input at
     scale `s` scales both, so the grown layer uses `ε·s²` and stays exact; γ
     and β are copied at the stream scale.
 
@@ -94,7 +94,7 @@ class ExpandableLayerNormalization(Expandable, keras.layers.Layer):
 
     def _check_exact(self, growth, input_space):
         """Under unequal copy counts only RMSNorm on the stream stays exact
-        (DESIGN §1.9): the mean of the grown vector weighs coordinates by
+        (docs/non-integer.md): the mean of the grown vector weighs coordinates by
         their number of copies."""
         if input_space.even:
             return
@@ -131,7 +131,7 @@ class ExpandableLayerNormalization(Expandable, keras.layers.Layer):
         gamma = out
         if input_space.scale == ISOMETRY:
             # The normalised input already carries 1/√c_i·√(n'/n) per copy;
-            # γ adds the uniform √(n/n') (DESIGN §1.3, §1.9).
+            # γ adds the uniform √(n/n') (docs/widening.md#layernorm-and-rmsnorm, docs/non-integer.md).
             gamma = Space(input_space.factor, float(input_space.factor) ** -0.5)
         axes = [[(gamma, OUT)]] if self.scale else []
         return axes + [[(out, OUT)]] * self.center

@@ -21,12 +21,12 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
     `use_causal_mask=True` for decoders, and an `attention_bias` added to the
     logits (T5's relative position bias, `(1, heads, queries, keys)`).
 
-    Growth (DESIGN §1.5): head size ×k with heads fixed; inside each head the
+    Growth (docs/widening.md#attention-wider-heads): head size ×k with heads fixed; inside each head the
     coordinates are interleaved copies. The query and key projections output
     `k^(-1/4)` (scaled) or `k^(-1/2)` (unscaled) so that the grown layer's own
     `1/sqrt(k·head_size)` gives the same scores; values and output are at the
     stream scale. With `Growth(k, heads="count")` the number of heads grows
-    instead and whole heads are copied (§1.6).
+    instead and whole heads are copied (docs/widening.md#attention-more-heads).
 
     Args:
         heads: number of attention heads.
@@ -242,7 +242,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
                 growth.refuse_approximation(
                     what,
                     "rope='standard' gives the grown heads their own frequency schedule, which "
-                    "changes the function (DESIGN §1.8).",
+                    "changes the function (docs/widening.md#rotary-position-embedding).",
                     "use rope='exact'",
                 )
                 config["rotary_frequencies"] = None
@@ -264,7 +264,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         k = growth.k
         out = self.get_expanded_output_space(growth, input_space)
         if growth.heads == "count":
-            # The output projection spreads each head over its copies (DESIGN §1.6).
+            # The output projection spreads each head over its copies (docs/widening.md#attention-more-heads).
             heads = self._head_spaces(growth)
             projection = {name: [(input_space, IN), (heads[name], OUT), None] for name in PROJECTIONS}
             bias = {name: [(heads[name], OUT), None] for name in PROJECTIONS}

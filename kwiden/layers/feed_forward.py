@@ -13,7 +13,7 @@ class FeedForward(Expandable, keras.layers.Layer):
     `y = (A(x W_g + b_g) ⊙ (x W_u + b_u)) W₂ + b₂` (GeGLU, SwiGLU). The output
     has the input's width.
 
-    Growth (DESIGN §1.4): the inner projections output pure copies, so any
+    Growth (docs/widening.md#feed-forward): the inner projections output pure copies, so any
     activation commutes with the copy; the output returns to the stream. The
     inner width grows by its own factor (`Growth.ffn`), `k` by default.
 

@@ -16,8 +16,7 @@ class RelativePositionBias(Expandable, keras.layers.Layer):
     Takes any `(batch, seq, ...)` tensor and returns a `(1, heads, seq, seq)`
     bias for `ExpandableMultiHeadAttention(..., attention_bias=...)`.
 
-    Growth: with the number of heads fixed the bias stays as it is (DESIGN
-    §1.5); when heads are copied (`heads="count"`, §1.6) each copy keeps its
+    Growth: with the number of heads fixed the bias stays as it is (docs/widening.md#attention-wider-heads); when heads are copied (`heads="count"`, docs/widening.md#attention-more-heads) each copy keeps its
     source head's biases.
 
     Args:
@@ -105,7 +104,7 @@ class RelativePositionBias(Expandable, keras.layers.Layer):
 
     def _heads_space(self, growth):
         # Each copied head keeps its source head's biases: the same copies as
-        # the attention's query heads (DESIGN §1.6), on axis 1 of the bias.
+        # the attention's query heads (docs/widening.md#attention-more-heads), on axis 1 of the bias.
         if growth.heads == "size":
             return Space()
         return query_head_space(growth.k, self.heads, self.key_value_heads)

@@ -17,7 +17,7 @@ class RotaryEmbedding(keras.layers.Layer):
 
     Input `(batch, seq, heads, head_size)`; positions are 0, 1, … along `seq`.
     The layer carries its frequencies in its config, so a grown layer can keep
-    the small model's (DESIGN §1.8: `θ̃ = repeat(θ, k)` keeps growth exact).
+    the small model's (docs/widening.md#rotary-position-embedding: `θ̃ = repeat(θ, k)` keeps growth exact).
 
     Args:
         frequencies: one θ per pair; or None with `head_size` (and `base`) for

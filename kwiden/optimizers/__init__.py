@@ -1,4 +1,4 @@
-"""Optimizers with gradient accumulation folded into momentum (DESIGN §2), and schedules."""
+"""Optimizers with gradient accumulation folded into momentum (docs/accumulation.md), and schedules."""
 
 from kwiden.optimizers.accumulating import AccumulatingOptimizer
 from kwiden.optimizers.adam import Adam, AdamW

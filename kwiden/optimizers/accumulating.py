@@ -1,6 +1,6 @@
 """The base of kwiden's optimizers: gradient accumulation folded into momentum.
 
-DESIGN §2. With `accum_steps = k`, micro-step `t` (counted from 1) adds `g_t / k`
+docs/accumulation.md. With `accum_steps = k`, micro-step `t` (counted from 1) adds `g_t / k`
 to the first moment, which decays by β only on the first micro-step of each
 cycle, and the parameters move on every k-th micro-step. After k micro-steps
 the moment holds `β·m + mean(g)`: the optimizer sees the mean gradient of the
@@ -41,7 +41,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
             multiplied by the multiplier of the first pattern found in its path
             (as bert4keras' `extend_with_parameter_wise_lr`). Saved in the config.
         growth_scales: `{variable path: (c, copies)}`, set by `kwiden.grow`
-            (DESIGN §1.11b): the variable was grown by copying each source
+            (docs/optimizer-state.md#learning-rate-multipliers): the variable was grown by copying each source
             element `copies` times and scaling by `c`. Each optimizer turns this
             into the step size (and, for Adam, the ε) that keep the grown model
             on the small model's trajectory; weight decay is not affected.

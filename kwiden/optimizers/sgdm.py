@@ -12,7 +12,7 @@ class SGDM(AccumulatingOptimizer):
     `m ← β·m + g₁/k`, then `m ← m + gᵢ/k`; on the last micro-step
     `θ ← θ − lr·m`. With `accum_steps=1` this is `keras.optimizers.SGD(lr,
     momentum=β)` (Keras keeps `−lr·m` in its slot; with a constant rate the two
-    are the same). DESIGN §2 writes the moment as an average, `(1 − β)/k · g`;
+    are the same). docs/accumulation.md writes the moment as an average, `(1 − β)/k · g`;
     that is this optimizer with `lr·(1 − β)`. No buffer beyond the momentum.
 
     Args:
