@@ -2,11 +2,11 @@
 
 from kwiden import admin, layers, models, optimizers
 from kwiden.checkpoints import save_checkpoint
-from kwiden.expansion import Growth, GrowthError, Space
-from kwiden.grow import grow, growth_scales
+from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
+from kwiden.growth import GrowthResult, grow, growth_scales
 from kwiden.models import build_transformer_model
 from kwiden.tokenizer import Tokenizer
-from kwiden.verify import verify
+from kwiden.verify import VerifyReport, verify
 
 __version__ = "0.1.0"
 
@@ -14,6 +14,9 @@ __all__ = [
     "admin",
     "Growth",
     "GrowthError",
+    "GrowthResult",
+    "IN",
+    "OUT",
     "Space",
     "Tokenizer",
     "build_transformer_model",
@@ -24,4 +27,5 @@ __all__ = [
     "optimizers",
     "save_checkpoint",
     "verify",
+    "VerifyReport",
 ]

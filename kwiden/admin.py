@@ -15,7 +15,8 @@ import keras
 import numpy as np
 from keras import tree
 
-from kwiden.grow import _call, fresh_inputs, model_like, nodes_in_order
+from kwiden import naming
+from kwiden.graph import Graph, Rebuild, nodes_in_order, probe
 from kwiden.layers import (
     AdminResidual,
     ExpandableDense,
@@ -23,6 +24,7 @@ from kwiden.layers import (
     ExpandableMultiHeadAttention,
     FeedForward,
 )
+from kwiden.verify import sample_inputs, verify
 
 METHODS = ("profile", "closed_form")
 
@@ -95,8 +97,7 @@ def _profile(model, nodes, batch):
     for node in nodes:
         node.operation.omega.assign(np.ones(node.operation.omega.shape, node.operation.omega.dtype))
     stream, _ = nodes[0].input_tensors
-    probe = keras.Model(model.input, [stream] + [node.input_tensors[1] for node in nodes])
-    values = [np.asarray(keras.ops.convert_to_numpy(v), np.float64) for v in probe(batch, training=True)]
+    values = probe(model, [stream] + [node.input_tensors[1] for node in nodes], batch, training=True)
     variances = [float(np.var(v)) for v in values]
     return list(np.sqrt(np.cumsum(variances[:-1])))
 
@@ -134,7 +135,7 @@ def fold(model, allow_approximate=False, check=None):
     """
     nodes = admin_nodes(model)
     weights = {layer.name: {v.path: keras.ops.convert_to_numpy(v).copy() for v in layer.weights} for layer in model.layers}
-    graph = _Graph(model)
+    graph = Graph(model)
     epsilons, approximate = {}, []
     for node in nodes:
         layer = node.operation
@@ -159,8 +160,6 @@ def fold(model, allow_approximate=False, check=None):
             weights[layer.name][layer.gamma.path] = -weights[layer.name][layer.gamma.path]
     folded = _rebuild(model, weights, epsilons)
     if approximate:
-        from kwiden.verify import sample_inputs, verify
-
         report = verify(model, folded, sample_inputs(model) if check is None else check, k=1)
         folded.fold_report = report
         warnings.warn(f"kwiden.admin.fold: {approximate} folded approximately.\n{report}", stacklevel=2)
@@ -183,43 +182,6 @@ def _not_foldable(layer, omega, allow_approximate):
         "Post-LN model computes the same function. Keep ω uniform (omega_trainable=False), "
         "put a LayerNorm before the first block, or pass allow_approximate=True to fold the mean of ω."
     )
-
-
-class _Graph:
-    """Who produces and who reads each tensor of a model, and how often each
-    layer is called."""
-
-    def __init__(self, model):
-        self.producer, self.readers, self.calls = {}, {}, {}
-        for node in nodes_in_order(model):
-            self.calls[id(node.operation)] = self.calls.get(id(node.operation), 0) + 1
-            for x in node.outputs:
-                self.producer[id(x)] = node
-            for x in node.input_tensors:
-                self.readers.setdefault(id(x), []).append(node)
-        self.outputs = {id(x) for x in model.outputs}
-
-    def upstream(self, tensor):
-        """The tensors a chain of Dropouts ending in `tensor` passes through
-        (`tensor` first), and the node that starts the chain."""
-        chain, node = [tensor], self.producer.get(id(tensor))
-        while node is not None and isinstance(node.operation, keras.layers.Dropout):
-            chain.append(node.input_tensors[0])
-            node = self.producer.get(id(chain[-1]))
-        return chain, node
-
-    def other_readers(self, chain, node):
-        """Who reads the tensors of `chain`, besides `node` and the chain's own
-        Dropouts; None if one of them is a model output."""
-        if any(id(x) in self.outputs for x in chain):
-            return None
-        inside = {id(x) for x in chain}
-        return [
-            reader
-            for x in chain
-            for reader in self.readers.get(id(x), [])
-            if reader is not node and not (reader.outputs and id(reader.outputs[0]) in inside)
-        ]
 
 
 def _fold_into_norm(node, stream, omega, weights, graph):
@@ -265,7 +227,7 @@ def _branch_end(branch, node, graph, name):
     (through Dropouts), is called once, and only this residual reads it."""
     chain, source = graph.upstream(branch)
     layer = None if source is None else source.operation
-    if layer is None or not hasattr(layer, "residual_output_weights"):
+    if layer is None or not getattr(layer, "residual_output_weights", ()):
         raise ValueError(
             f"AdminResidual '{name}': its branch does not end in a layer with "
             "`residual_output_weights` (ExpandableMultiHeadAttention, FeedForward), whose "
@@ -281,25 +243,22 @@ def _branch_end(branch, node, graph, name):
 
 def _rebuild(model, weights, epsilons):
     """`model` with each AdminResidual replaced by Add + LayerNorm, and `weights`."""
-    tensors = fresh_inputs(model)
-    built = []  # (new layer, old layer name, weight paths in order)
-    layers = {}
+    graph, norms, sources = Rebuild(model), [], {}  # norms: (new norm, its AdminResidual)
     for node in nodes_in_order(model):
-        layer = node.operation
-        if isinstance(layer, AdminResidual):
-            stream, branch = (tensors[id(x)] for x in node.input_tensors)
-            base = layer.name[: -len("-Norm")] if layer.name.endswith("-Norm") else layer.name
-            config = {key: value for key, value in layer.get_config().items() if not key.startswith("omega_")}
-            norm = ExpandableLayerNormalization.from_config({**config, "epsilon": epsilons.get(layer.name, layer.epsilon)})
-            tensors[id(node.outputs[0])] = norm(keras.layers.Add(name=f"{base}-Add")([stream, branch]))
-            built.append((norm, layer.name, [v.path for v in layer.weights if v.name != "omega"]))
+        layer = sources.setdefault(id(node.operation), node.operation)
+        if not isinstance(layer, AdminResidual):
+            graph.call(node, lambda: layer.__class__.from_config(layer.get_config()))
             continue
-        if id(layer) not in layers:
-            layers[id(layer)] = layer.__class__.from_config(layer.get_config())
-            built.append((layers[id(layer)], layer.name, [v.path for v in getattr(layer, "weights", [])]))
-        _call(layers[id(layer)], node, tensors)
-    folded = model_like(model, tensors)
-    for layer, name, paths in built:
+        config = {key: value for key, value in layer.get_config().items() if not key.startswith("omega_")}
+        norm = ExpandableLayerNormalization.from_config({**config, "epsilon": epsilons.get(layer.name, layer.epsilon)})
+        stream, branch = (graph.tensors[id(x)] for x in node.input_tensors)
+        added = keras.layers.Add(name=naming.with_part(layer.name, naming.ADD))([stream, branch])
+        graph.tensors[id(node.outputs[0])] = norm(added)
+        norms.append((norm, layer))
+    folded = graph.finish()
+    pairs = [(new, sources[key]) for key, new in graph.layers.items()] + norms
+    for new, old in pairs:
+        paths = [v.path for v in getattr(old, "weights", []) if v.name != "omega"]
         if paths:
-            layer.set_weights([weights[name][path] for path in paths])
+            new.set_weights([weights[old.name][path] for path in paths])
     return folded

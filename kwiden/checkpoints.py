@@ -242,9 +242,9 @@ def _check_keep_tokens(keep_tokens, vocab):
 
 
 def _num_blocks(model):
-    from kwiden.depth import block_of
+    from kwiden.naming import count_blocks
 
-    return len({block_of(layer.name) for layer in model.layers} - {None})
+    return count_blocks(layer.name for layer in model.layers)
 
 
 def save_checkpoint(model, directory, format="hf"):

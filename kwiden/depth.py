@@ -1,32 +1,28 @@
 """Depth growth (docs/depth.md): more Transformer blocks, each new one a copy of
 its neighbour whose residual branches end in zeros.
 
-Blocks are recognised by their layer names, `Transformer-{i}-…`, as kwiden's
-builders name them. In a Pre-LN block the stream only passes through residual
-`Add`s, so with the branches' output projections at zero the new block is an
-exact identity. In a Post-LN block a LayerNorm sits on the stream and no
-weights make it the identity: depth growth there is approximate.
+Blocks are found by structure. A residual merge is an `Add` (or Admin's
+`AdminResidual`) of the stream `x` and a branch `f(x)` computed from it; the
+merges along the stream, in order, fall into blocks by the smallest period
+with which their branches repeat (attention, feed-forward, attention, …).
+Names only serve to renumber copied layers (`kwiden.naming`). In a Pre-LN
+block the stream only passes through plain `Add`s, so with the branches'
+output projections at zero the new block is an exact identity. Where a
+LayerNorm sits on the stream (Post-LN, Admin) no weights make it the
+identity: depth growth there is approximate.
 """
 
-import collections
 import dataclasses
-import re
 
 import keras
 
+from kwiden import naming
 from kwiden.expansion import GrowthError
+from kwiden.graph import Graph
 from kwiden.layers.admin_residual import AdminResidual
 
-BLOCK_NAME = re.compile(r"^Transformer-(\d+)-")
-
-
-def block_of(name):
-    match = BLOCK_NAME.match(name)
-    return int(match.group(1)) if match else None
-
-
-def renamed(name, index):
-    return BLOCK_NAME.sub(f"Transformer-{index}-", name, count=1)
+# Where a residual branch joins the stream.
+RESIDUAL_MERGES = (keras.layers.Add, AdminResidual)
 
 
 def copies_per_block(blocks, depth=None, num_layers=None):
@@ -50,102 +46,160 @@ def new_indices(counts):
     return [list(range(start, start + count)) for start, count in zip(starts, counts)]
 
 
+def renamed(name, source_index, index):
+    """A block layer's name in block `index`: renumbered where the name says
+    its block (`Transformer-{i}-…`), else suffixed for copies."""
+    if naming.block_index(name) == source_index:
+        return naming.renumbered(name, index)
+    return name if index == source_index else f"{name}-{index}"
+
+
 @dataclasses.dataclass
 class Block:
     index: int
-    steps: list  # (node, plan) in graph order
+    nodes: list  # the small model's nodes of the block, in graph order
     stream_in: object  # the small model's tensor that enters the block
     stream_out: object  # the tensor the block hands on
     zeroed: set  # ids of the layers whose output weights end a residual branch
     exact: bool  # Pre-LN: with those zeroed, the block is the identity
 
 
-# Where a residual branch joins the stream. Only a plain Add keeps a zero
-# branch an identity; Admin's LN(ω ⊙ x + f) does not (docs/depth.md).
-RESIDUAL_MERGES = (keras.layers.Add, AdminResidual)
+@dataclasses.dataclass
+class _Merge:
+    node: object
+    stream: object  # the stream input x
+    branch: object  # the branch input f(x)
 
 
-def find_blocks(model, steps):
-    grouped = collections.defaultdict(list)
-    for node, plan in steps:
-        index = block_of(node.operation.name)
-        if index is not None:
-            grouped[index].append((node, plan))
-    if not grouped:
+def find_blocks(model):
+    """The Transformer blocks of `model`, in order (`GrowthError` if none)."""
+    graph = Graph(model)
+    merges = _residual_merges(graph)
+    if not merges:
         raise GrowthError(
-            "Depth growth needs Transformer blocks named 'Transformer-{i}-…' (as kwiden's "
-            "builders name them); this model has none."
+            f"Depth growth needs residual blocks (an Add of a stream and a branch computed from it); "
+            f"model '{model.name}' has none."
         )
-    if sorted(grouped) != list(range(len(grouped))):
-        raise GrowthError(f"Transformer blocks are not numbered 0..{len(grouped) - 1}: {sorted(grouped)}.")
-    return [_block(model, index, grouped[index]) for index in range(len(grouped))]
+    period = _period([_branch_kind(m, graph) for m in merges])
+    streams = [m.stream for m in merges] + [_after_last(merges, period, graph)]
+    blocks = []
+    for index in range(len(merges) // period):
+        own = merges[index * period : (index + 1) * period]
+        stream_in, stream_out = streams[index * period], streams[(index + 1) * period]
+        nodes = _between(graph, stream_in, stream_out)
+        exact = all(type(m.node.operation) is keras.layers.Add for m in own) and all(
+            id(a.node.outputs[0]) == id(b.stream) for a, b in zip(own, own[1:])
+        ) and id(own[-1].node.outputs[0]) == id(stream_out)
+        zeroed = {id(_branch_end(m.branch, graph, index)) for m in own}
+        blocks.append(Block(index, nodes, stream_in, stream_out, zeroed, exact))
+    return blocks
 
 
-def _block(model, index, steps):
-    produced = {id(x) for node, _ in steps for x in node.outputs}
-    inputs = {id(x): x for node, _ in steps for x in node.input_tensors if id(x) not in produced}
-    # The stream is what the block's residual Adds read from outside it.
-    added = {id(x) for node, _ in steps if isinstance(node.operation, RESIDUAL_MERGES) for x in node.input_tensors}
-    streams = [x for x in inputs.values() if id(x) in added]
-    consumed_inside = {id(x) for node, _ in steps for x in node.input_tensors}
-    model_outputs = {id(x) for x in model.outputs}
-    outputs = [
-        x for node, _ in steps for x in node.outputs if id(x) in model_outputs or id(x) not in consumed_inside
-    ]
-    if len(streams) != 1 or len(outputs) != 1:
-        raise GrowthError(
-            f"Transformer block {index} should take one stream tensor and hand on one; it "
-            f"takes {len(streams)} and hands on {len(outputs)}, so kwiden cannot copy it."
-        )
-    stream_in, stream_out = streams[0], outputs[0]
-    producer = {id(x): node for node, _ in steps for x in node.outputs}
-    consumers = collections.defaultdict(list)
-    for node, _ in steps:
-        for x in node.input_tensors:
-            consumers[id(x)].append(node)
-    zeroed, current, exact = set(), stream_in, True
-    while id(current) != id(stream_out):
-        adds = [n for n in consumers[id(current)] if isinstance(n.operation, keras.layers.Add)]
-        if len(adds) != 1:
-            exact = False
+def _residual_merges(graph):
+    """The residual merges of the stream, in graph order: an Add or
+    AdminResidual of two tensors, one computed from the other."""
+    merges = []
+    for node in graph.nodes:
+        if isinstance(node.operation, RESIDUAL_MERGES) and len(node.input_tensors) == 2:
+            a, b = node.input_tensors
+            if _depends_on(graph, b, a):
+                merges.append(_Merge(node, a, b))
+            elif _depends_on(graph, a, b) and not isinstance(node.operation, AdminResidual):
+                merges.append(_Merge(node, b, a))
+    return merges
+
+
+def _depends_on(graph, tensor, source):
+    """Whether `tensor` is computed from `source`."""
+    seen, todo = set(), [tensor]
+    while todo:
+        x = todo.pop()
+        if id(x) == id(source):
+            return True
+        node = graph.producer.get(id(x))
+        if node is not None and id(node) not in seen:
+            seen.add(id(node))
+            todo.extend(node.input_tensors)
+    return False
+
+
+def _branch_kind(merge, graph):
+    """What a branch computes, as far as blocks repeat: its end layer's class."""
+    node = _branch_source(merge.branch, graph)
+    return type(node.operation) if node is not None else None
+
+
+def _period(kinds):
+    """The smallest p dividing len(kinds) with kinds[i] == kinds[i + p]."""
+    for p in range(1, len(kinds) + 1):
+        if len(kinds) % p == 0 and all(kinds[i] == kinds[i + p] for i in range(len(kinds) - p)):
+            return p
+
+
+def _after_last(merges, period, graph):
+    """The stream the last block hands on: its last merge's output carried as
+    far as an earlier merge's output was carried to the next merge's stream
+    (through a Post-LN norm, say)."""
+    last = merges[-1].node.outputs[0]
+    if len(merges) < 2:
+        return last
+    previous, following = merges[-2], merges[-1]
+    chain, _ = _path(graph, previous.node.outputs[0], following.stream)
+    x = last
+    for kind in chain:
+        readers = [n for n in graph.readers.get(id(x), []) if type(n.operation) is kind and len(n.input_tensors) == 1]
+        if len(readers) != 1:
             break
-        add = adds[0]
-        for branch in add.input_tensors:
-            if id(branch) != id(current):
-                zeroed.add(id(_branch_end(branch, producer, index)))
-        current = add.outputs[0]
-    if not exact:
-        zeroed = {id(_branch_end(add_input, producer, index)) for add_input in _add_branches(steps, producer)}
-    return Block(index, steps, stream_in, stream_out, zeroed, exact)
+        x = readers[0].outputs[0]
+    return x
 
 
-def _add_branches(steps, producer):
-    """The branch inputs of every residual merge (Post-LN and Admin blocks)."""
-    for node, _ in steps:
-        if isinstance(node.operation, RESIDUAL_MERGES):
-            yield from (x for x in node.input_tensors if _branch_layer(x, producer) is not None)
+def _path(graph, start, end):
+    """The classes of the single-input layers leading from `start` to `end`."""
+    kinds, x = [], end
+    while id(x) != id(start):
+        node = graph.producer.get(id(x))
+        if node is None or len(node.input_tensors) != 1:
+            return [], None
+        kinds.append(type(node.operation))
+        x = node.input_tensors[0]
+    return kinds[::-1], x
 
 
-def _branch_layer(x, producer):
-    """The layer with `residual_output_weights` that produced `x`, through
-    Dropout and other weightless layers; None if there is none."""
-    node = producer.get(id(x))
-    while node is not None and not node.operation.weights:
-        node = producer.get(id(node.input_tensors[0]))
-    if node is None or not hasattr(node.operation, "residual_output_weights"):
-        return None
-    return node.operation
+def _between(graph, stream_in, stream_out):
+    """The nodes computed from `stream_in` that `stream_out` is computed from."""
+    downstream, ids = set(), {id(stream_in)}
+    for node in graph.nodes:
+        if any(id(x) in ids for x in node.input_tensors):
+            downstream.add(id(node))
+            ids.update(id(x) for x in node.outputs)
+    upstream, todo = set(), [stream_out]
+    while todo:
+        node = graph.producer.get(id(todo.pop()))
+        if node is not None and id(node) in downstream and id(node) not in upstream:
+            upstream.add(id(node))
+            todo.extend(node.input_tensors)
+    return [node for node in graph.nodes if id(node) in upstream]
 
 
-def _branch_end(x, producer, index):
-    layer = _branch_layer(x, producer)
-    if layer is None:
+def _branch_source(branch, graph):
+    """The node that computes `branch`, through Dropout and other weightless layers."""
+    node = graph.producer.get(id(branch))
+    while node is not None and not node.operation.weights and len(node.input_tensors) == 1:
+        node = graph.producer.get(id(node.input_tensors[0]))
+    return node
+
+
+def _branch_end(branch, graph, index):
+    """The layer with `residual_output_weights` that makes `branch`."""
+    node = _branch_source(branch, graph)
+    if node is None or not getattr(node.operation, "residual_output_weights", ()):
         raise GrowthError(
             f"A residual branch of Transformer block {index} does not end in a layer with "
             "`residual_output_weights` (as ExpandableMultiHeadAttention and FeedForward "
             "have), so kwiden cannot make a new block start as an identity."
         )
-    return layer
+    return node.operation
 
 
 def zero_output_weights(layer, weights):

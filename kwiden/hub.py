@@ -13,8 +13,10 @@ a save and reload of the KerasHub model would put back to the class default
 """
 
 import keras
+import numpy as np
 
 from kwiden.expansion import GrowthError, Space, expand, grown_size
+from kwiden.keras_internals import all_layers
 from kwiden.layers import (
     ExpandableDense,
     ExpandableEmbedding,
@@ -22,6 +24,7 @@ from kwiden.layers import (
     ExpandableMultiHeadAttention,
     FeedForward,
 )
+from kwiden.verify import VerifyReport, compare_output
 
 BACKBONES = ("BertBackbone", "RobertaBackbone", "GPT2Backbone")
 TASKS = ("GPT2CausalLM", "BertMaskedLM")
@@ -59,7 +62,7 @@ def grow_keras_hub(model, growth, spread=0.0, rng=None):
     big_backbone = type(backbone).from_config(big_config)
     big = type(model)(backbone=big_backbone, preprocessor=model.preprocessor) if name in TASKS else big_backbone
     big.set_weights([expand(keras.ops.convert_to_numpy(w), a, spread, rng) for w, a in zip(model.weights, axes)])
-    for layer in big._flatten_layers():
+    for layer in all_layers(big):
         if isinstance(layer, keras.layers.LayerNormalization):
             layer.epsilon = layer.epsilon * epsilons[_entry(layer.gamma.path)[2]]
     return big
@@ -77,23 +80,23 @@ def _twins(heads, head_size, intermediate):
     }
 
 
-# Path suffix -> (twin, index among the twin's weights, the twin's input space); first match wins.
+# Path suffix -> (twin, the twin's weight of that role, the twin's input space); first match wins.
 # The MLM head's norm reads its GeLU dense: a pure copy, so its ε stays.
 SUFFIXES = {
-    "mlm_head/intermediate_dense/kernel": ("mlm_dense", 0, "stream"),
-    "mlm_head/intermediate_dense/bias": ("mlm_dense", 1, "stream"),
-    "mlm_head/intermediate_layer_norm/gamma": ("norm", 0, "copy"),
-    "mlm_head/intermediate_layer_norm/beta": ("norm", 1, "copy"),
+    "mlm_head/intermediate_dense/kernel": ("mlm_dense", "kernel", "stream"),
+    "mlm_head/intermediate_dense/bias": ("mlm_dense", "bias", "stream"),
+    "mlm_head/intermediate_layer_norm/gamma": ("norm", "gamma", "copy"),
+    "mlm_head/intermediate_layer_norm/beta": ("norm", "beta", "copy"),
     "mlm_head/output_bias": (None, None, None),  # the vocabulary does not grow
-    "query/kernel": ("attention", 0, "stream"), "query/bias": ("attention", 1, "stream"),
-    "key/kernel": ("attention", 2, "stream"), "key/bias": ("attention", 3, "stream"),
-    "value/kernel": ("attention", 4, "stream"), "value/bias": ("attention", 5, "stream"),
-    "attention_output/kernel": ("attention", 6, "stream"), "attention_output/bias": ("attention", 7, "stream"),
-    "feedforward_intermediate_dense/kernel": ("ffn", 0, "stream"), "feedforward_intermediate_dense/bias": ("ffn", 1, "stream"),
-    "feedforward_output_dense/kernel": ("ffn", 2, "stream"), "feedforward_output_dense/bias": ("ffn", 3, "stream"),
-    "layer_norm/gamma": ("norm", 0, "stream"), "layer_norm/beta": ("norm", 1, "stream"),
-    "embedding/embeddings": ("embedding", 0, "stream"),
-    "pooled_dense/kernel": ("pooler", 0, "stream"), "pooled_dense/bias": ("pooler", 1, "stream"),
+    "query/kernel": ("attention", "query_kernel", "stream"), "query/bias": ("attention", "query_bias", "stream"),
+    "key/kernel": ("attention", "key_kernel", "stream"), "key/bias": ("attention", "key_bias", "stream"),
+    "value/kernel": ("attention", "value_kernel", "stream"), "value/bias": ("attention", "value_bias", "stream"),
+    "attention_output/kernel": ("attention", "output_kernel", "stream"), "attention_output/bias": ("attention", "output_bias", "stream"),
+    "feedforward_intermediate_dense/kernel": ("ffn", "inner_kernel", "stream"), "feedforward_intermediate_dense/bias": ("ffn", "inner_bias", "stream"),
+    "feedforward_output_dense/kernel": ("ffn", "output_kernel", "stream"), "feedforward_output_dense/bias": ("ffn", "output_bias", "stream"),
+    "layer_norm/gamma": ("norm", "gamma", "stream"), "layer_norm/beta": ("norm", "beta", "stream"),
+    "embedding/embeddings": ("embedding", "embeddings", "stream"),
+    "pooled_dense/kernel": ("pooler", "kernel", "stream"), "pooled_dense/bias": ("pooler", "bias", "stream"),
 }  # fmt: skip
 
 
@@ -105,8 +108,8 @@ def _entry(path):
 
 
 def _axes_of(path, twins, growth, spaces):
-    twin, index, space = _entry(path)
-    return [None] if twin is None else twins[twin].get_expanded_weight_axes(growth, spaces[space])[index]
+    twin, weight, space = _entry(path)
+    return [None] if twin is None else twins[twin].get_expanded_weight_axes(growth, spaces[space])[weight]
 
 
 def check_options(**options):
@@ -129,15 +132,19 @@ def output_spaces(model, growth):
     return {"sequence_output": Space.stream(growth.k), "pooled_output": Space.copy(growth.k), None: Space.stream(growth.k)}
 
 
-def compare(small, big, inputs, growth):
-    """`{output: max relative error}` of `big` against `small` carried into its space."""
-    from kwiden.verify import _relative_error
+def compare(small, big, inputs, growth, rtol):
+    """A `VerifyReport` of `big` against `small`, output by output, each carried
+    into its space (no layer-by-layer search: KerasHub's layers are nested)."""
 
     def run(model):
         values = model(inputs, training=False)
         values = values if isinstance(values, dict) else {None: values}
-        return {key: keras.ops.convert_to_numpy(value) for key, value in values.items()}
+        return {key: np.asarray(keras.ops.convert_to_numpy(value), np.float64) for key, value in values.items()}
 
     small_values, big_values = run(small), run(big)
     spaces = output_spaces(small, growth)
-    return {key: _relative_error(spaces[key].carry(value), big_values[key]) for key, value in small_values.items()}
+    outputs = [
+        compare_output(key or type(small).__name__, spaces[key], value, big_values[key])
+        for key, value in small_values.items()
+    ]
+    return VerifyReport(growth.k, rtol, outputs, None)

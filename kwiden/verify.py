@@ -6,12 +6,14 @@ import fractions
 
 import keras
 import numpy as np
-from keras import tree
 
-from kwiden.depth import block_of, copies_per_block, new_indices, renamed
+from kwiden import naming
+from kwiden.depth import copies_per_block, new_indices, renamed
 from kwiden.expansion import Growth, GrowthError, as_factor
-from kwiden.grow import nodes_in_order, walk
-from kwiden.layers import ExpandableMultiHeadAttention
+from kwiden.graph import nodes_in_order, probe
+from kwiden.keras_internals import producer
+from kwiden.layers import ExpandableEmbedding, ExpandableMultiHeadAttention
+from kwiden.plan import walk
 
 
 @dataclasses.dataclass
@@ -59,7 +61,7 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def verify(small, big, inputs, rtol=1e-5, k=None):
+def verify(small, big, inputs, rtol=1e-5, k=None, plan=None):
     """Check that `big` (grown from `small`) computes the same function.
 
     Each output of `small` is carried into the big model's space (logits as
@@ -72,39 +74,53 @@ def verify(small, big, inputs, rtol=1e-5, k=None):
         big: the grown model (layer names as `kwiden.grow` keeps them).
         inputs: model inputs, as `small(inputs)` takes them.
         rtol: the relative error accepted.
-        k: the width factor; inferred from the weight shapes if None.
+        k: the width factor; by default the one `big` was grown by.
+        plan: how `big` was grown (a `GrowthPlan`); by default
+            `big.growth_plan` when `big` was grown from `small` in this
+            process. Without one (a model loaded from disk), the factor, head
+            mode and block renaming are inferred from the weight shapes and
+            layer names.
 
     Returns:
         A `VerifyReport`; `report.ok` is a bool and `str(report)` a table.
     """
-    k = infer_factor(small, big) if k is None else as_factor(k)
-    _, spaces = walk(small, _carrying(k, small, big))
-    small_tensors, big_tensors, names = _matching_tensors(small, big)
-    small_values = _evaluate(small, small_tensors + small.outputs, inputs)
-    big_values = _evaluate(big, big_tensors + big.outputs, inputs)
+    plan = plan if plan is not None else getattr(big, "growth_plan", None)
+    if plan is not None and plan.source is not small:
+        plan = None  # grown from another model
+    if plan is not None and k is None:
+        k, spaces, rename = plan.growth.k, plan.spaces, plan.renamed
+    else:
+        k = infer_factor(small, big) if k is None else as_factor(k)
+        spaces, rename = walk(small, _carrying(k, small, big)).spaces, _block_renaming(small, big)
+    small_tensors, big_tensors, names = _matching_tensors(small, big, rename)
+    small_values = probe(small, small_tensors + small.outputs, inputs)
+    big_values = probe(big, big_tensors + big.outputs, inputs)
     count = len(small_tensors)
     first_departure = None
     for tensor, name, a, b in zip(small_tensors, names, small_values, big_values):
-        error = _relative_error(spaces[id(tensor)].carry(a), b)
+        error = relative_error(spaces[id(tensor)].carry(a), b)
         if error > rtol:
             first_departure = (name, error)
             break
-    outputs = []
-    for tensor, a, b in zip(small.outputs, small_values[count:], big_values[count:]):
-        space = spaces[id(tensor)]
-        carried = space.carry(a)
-        agreement = None
-        if not space.expanded and a.ndim > 1 and a.shape[-1] > 1:
-            agreement = float(np.mean(np.argmax(a, -1) == np.argmax(b, -1)))
-        outputs.append(
-            OutputComparison(
-                name=tensor._keras_history.operation.name,
-                max_absolute_error=float(np.max(np.abs(carried - b))),
-                max_relative_error=_relative_error(carried, b),
-                argmax_agreement=agreement,
-            )
-        )
+    outputs = [
+        compare_output(producer(tensor).name, spaces[id(tensor)], a, b)
+        for tensor, a, b in zip(small.outputs, small_values[count:], big_values[count:])
+    ]
     return VerifyReport(k, rtol, outputs, first_departure)
+
+
+def compare_output(name, space, small_value, big_value):
+    """One output of the big model against the small one's, carried into `space`."""
+    carried = space.carry(small_value)
+    agreement = None
+    if not space.expanded and small_value.ndim > 1 and small_value.shape[-1] > 1:
+        agreement = float(np.mean(np.argmax(small_value, -1) == np.argmax(big_value, -1)))
+    return OutputComparison(
+        name=name,
+        max_absolute_error=float(np.max(np.abs(carried - big_value))) if carried.shape == big_value.shape else float("inf"),
+        max_relative_error=relative_error(carried, big_value),
+        argmax_agreement=agreement,
+    )
 
 
 def _carrying(k, small=None, big=None):
@@ -141,7 +157,7 @@ def infer_factor(small, big):
     candidates = [r for r, _ in vector_ratios.most_common()] + [r for r, _ in other_ratios.most_common()]
     for k in dict.fromkeys(candidates + [1]):
         try:
-            _, spaces = walk(small, _carrying(k, small, big))
+            spaces = walk(small, _carrying(k, small, big)).spaces
             widths = [(spaces[id(x)].grown_size(x.shape[-1]), y.shape[-1]) for x, y in zip(small.outputs, big.outputs)]
         except GrowthError:
             continue  # some width of the model does not grow by k
@@ -150,14 +166,13 @@ def infer_factor(small, big):
     return 1
 
 
-def _matching_tensors(small, big):
+def _matching_tensors(small, big, rename):
     """Float outputs of the layers both models have, in the small model's order."""
     big_outputs = collections.defaultdict(list)
     for node in nodes_in_order(big):
         big_outputs[node.operation.name].append(node.outputs)
     seen = collections.Counter()
     small_tensors, big_tensors, names = [], [], []
-    rename = _block_renaming(small, big)
     for node in nodes_in_order(small):
         name = rename(node.operation.name)
         calls = big_outputs.get(name, [])
@@ -173,25 +188,23 @@ def _matching_tensors(small, big):
 
 
 def _block_renaming(small, big):
-    """After depth growth, the name each of `small`'s block layers has in `big`."""
-    count = lambda model: len({block_of(layer.name) for layer in model.layers} - {None})  # noqa: E731
-    blocks, grown_blocks = count(small), count(big)
+    """After depth growth, the name each of `small`'s block layers has in
+    `big`, from the layer names alone (for models grown elsewhere)."""
+    blocks = naming.count_blocks(layer.name for layer in small.layers)
+    grown_blocks = naming.count_blocks(layer.name for layer in big.layers)
     if blocks == grown_blocks or not blocks or grown_blocks < blocks:
         return lambda name: name
     indices = new_indices(copies_per_block(blocks, num_layers=grown_blocks))
-    return lambda name: name if block_of(name) is None else renamed(name, indices[block_of(name)][0])
+
+    def rename(name):
+        index = naming.block_index(name)
+        return name if index is None else renamed(name, index, indices[index][0])
+
+    return rename
 
 
-def _evaluate(model, tensors, inputs):
-    probe = keras.Model(model.input, tensors)
-    return tree.flatten(_as_numpy(probe(inputs, training=False)))
-
-
-def _as_numpy(values):
-    return tree.map_structure(lambda v: np.asarray(keras.ops.convert_to_numpy(v), np.float64), values)
-
-
-def _relative_error(reference, value):
+def relative_error(reference, value):
+    """`max|reference − value| / max|reference|` (inf when the shapes differ)."""
     reference = np.asarray(reference, np.float64)
     value = np.asarray(value, np.float64)
     if reference.shape != value.shape:
@@ -205,8 +218,6 @@ def _relative_error(reference, value):
 def sample_inputs(model, batch_size=2, length=16, seed=0):
     """Random valid inputs for `model`: ids below the smallest table each input
     feeds, at most as long as its position table; random normals for floats."""
-    from kwiden.layers import ExpandableEmbedding
-
     rng = np.random.default_rng(seed)
     bounds = collections.defaultdict(list)
     for node in nodes_in_order(model):

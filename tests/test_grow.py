@@ -172,7 +172,7 @@ def test_lambda_layer_is_refused():
     small = bert()
     x = keras.layers.Lambda(lambda t: t[:, 0], name="first-token")(small.output)
     model = keras.Model(small.inputs, x)
-    with pytest.raises(GrowthError, match=r"'first-token' is a Lambda layer.*SelectToken.*get_expanded_weights"):
+    with pytest.raises(GrowthError, match=r"'first-token' is a Lambda layer.*SelectToken.*kwiden.layers.Expandable"):
         kwiden.grow(model, 2)
 
 
@@ -181,7 +181,7 @@ def test_unknown_layer_on_grown_tensor_is_refused():
     x = keras.layers.LayerNormalization(name="keras-norm")(small.output)
     model = keras.Model(small.inputs, x)
     with pytest.raises(
-        GrowthError, match=r"cannot grow layer 'keras-norm' \(LayerNormalization\).*implement `get_expanded_weights`"
+        GrowthError, match=r"cannot grow layer 'keras-norm' \(LayerNormalization\).*implement `get_expanded_weight_axes`"
     ):
         kwiden.grow(model, 2)
 
@@ -401,7 +401,7 @@ def test_depth_argument_errors():
     with pytest.raises(ValueError, match=r"`depth` must be a positive integer"):
         kwiden.grow(gpt(), 2, depth=0)
     x_in = keras.Input((None, 8))
-    with pytest.raises(GrowthError, match=r"needs Transformer blocks named"):
+    with pytest.raises(GrowthError, match=r"Depth growth needs residual blocks"):
         kwiden.grow(keras.Model(x_in, ExpandableDense(8)(x_in)), 2, depth=2)
 
 

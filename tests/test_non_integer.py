@@ -11,7 +11,7 @@ import kwiden
 from kwiden import GrowthError, Space
 from kwiden.expansion import IN, OUT, expand, expand_gradient_like
 from kwiden.optimizers import Adam
-from kwiden.grow import weight_axes
+from kwiden.growth import weight_axes
 from kwiden.verify import infer_factor
 
 RNG = np.random.default_rng(0)

@@ -73,4 +73,4 @@ class AdminResidual(ExpandableLayerNormalization):
 
     def get_expanded_weight_axes(self, k, input_space):
         # ω multiplies a tensor already at the stream scale: a pure copy.
-        return super().get_expanded_weight_axes(k, input_space) + [[(Space.copy(input_space.factor), OUT)]]
+        return {**super().get_expanded_weight_axes(k, input_space), "omega": [(Space.copy(input_space.factor), OUT)]}

@@ -44,4 +44,4 @@ class BiasAdd(Expandable, keras.layers.Layer):
         return default_space(k, input_space)
 
     def get_expanded_weight_axes(self, k, input_space):
-        return [[(input_space, OUT)]]
+        return {"bias": [(input_space, OUT)]}

@@ -38,7 +38,7 @@ class ExpandableDense(Expandable, keras.layers.Dense):
 
     def get_expanded_weight_axes(self, k, input_space):
         out = self.get_expanded_output_space(k, input_space)
-        axes = [[(input_space, IN), (out, OUT)]]
+        axes = {"kernel": [(input_space, IN), (out, OUT)]}
         if self.use_bias:
-            axes.append([(out, OUT)])
+            axes["bias"] = [(out, OUT)]
         return axes

@@ -105,4 +105,4 @@ class ExpandableEmbedding(Expandable, keras.layers.Layer):
         return Space()
 
     def get_expanded_weight_axes(self, k, input_space):
-        return [[None, (Space.stream(Growth.of(k).k), OUT)]]
+        return {"embeddings": [None, (Space.stream(Growth.of(k).k), OUT)]}

@@ -133,5 +133,7 @@ class ExpandableLayerNormalization(Expandable, keras.layers.Layer):
             # The normalised input already carries 1/√c_i·√(n'/n) per copy;
             # γ adds the uniform √(n/n') (docs/widening.md#layernorm-and-rmsnorm, docs/non-integer.md).
             gamma = Space(input_space.factor, float(input_space.factor) ** -0.5)
-        axes = [[(gamma, OUT)]] if self.scale else []
-        return axes + [[(out, OUT)]] * self.center
+        axes = {"gamma": [(gamma, OUT)]} if self.scale else {}
+        if self.center:
+            axes["beta"] = [(out, OUT)]
+        return axes

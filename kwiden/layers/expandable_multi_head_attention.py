@@ -279,12 +279,11 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
             projection = {name: [(input_space, IN), None, (spaces[name], OUT)] for name in PROJECTIONS}
             bias = {name: [None, (spaces[name], OUT)] for name in PROJECTIONS}
             output = [None, (spaces["value"], IN), (out, OUT)]
-        axes = []
+        axes = {"output_kernel": output}
         for name in PROJECTIONS:
-            axes.append(projection[name])
+            axes[f"{name}_kernel"] = projection[name]
             if self.use_bias:
-                axes.append(bias[name])
-        axes.append(output)
+                axes[f"{name}_bias"] = bias[name]
         if self.use_bias:
-            axes.append([(out, OUT)])
+            axes["output_bias"] = [(out, OUT)]
         return axes

@@ -112,12 +112,11 @@ class FeedForward(Expandable, keras.layers.Layer):
         check_elementwise(keras.activations.serialize(self.activation), f"FeedForward '{self.name}'")
         inner = Space.copy(Growth.of(k).ffn_factor)
         out = self.get_expanded_output_space(k, input_space)
-        axes = []
-        for _ in self.inner_names:
-            axes.append([(input_space, IN), (inner, OUT)])
+        axes = {"output_kernel": [(inner, IN), (out, OUT)]}
+        for name in self.inner_names:
+            axes[f"{name}_kernel"] = [(input_space, IN), (inner, OUT)]
             if self.use_bias:
-                axes.append([(inner, OUT)])
-        axes.append([(inner, IN), (out, OUT)])
+                axes[f"{name}_bias"] = [(inner, OUT)]
         if self.use_bias:
-            axes.append([(out, OUT)])
+            axes["output_bias"] = [(out, OUT)]
         return axes

@@ -114,4 +114,4 @@ class RelativePositionBias(Expandable, keras.layers.Layer):
 
     def get_expanded_weight_axes(self, k, input_space):
         heads = self._heads_space(Growth.of(k))
-        return [[None, (heads, OUT) if heads.expanded else None]]
+        return {"embeddings": [None, (heads, OUT) if heads.expanded else None]}

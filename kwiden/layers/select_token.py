@@ -31,4 +31,4 @@ class SelectToken(Expandable, keras.layers.Layer):
         return default_space(k, input_space)
 
     def get_expanded_weight_axes(self, k, input_space):
-        return []
+        return {}

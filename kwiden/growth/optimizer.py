@@ -1,14 +1,12 @@
-"""Grow an optimizer with its model (docs/optimizer-state.md#growing-the-moments, docs/optimizer-state.md#learning-rate-multipliers)."""
+"""Stage 5 of `grow`: grow an optimizer with its model (docs/optimizer-state.md#growing-the-moments, docs/optimizer-state.md#learning-rate-multipliers)."""
 
 import keras
 
 from kwiden.expansion import GrowthError, copy_count, expand_gradient_like, growth_scale
+from kwiden.keras_internals import optimizer_slots, slot_of
 from kwiden.optimizers import AccumulatingOptimizer
 
-# The optimizers whose slots kwiden knows how to grow: first moments like
-# gradients (power 1), second moments like their squares (power 2). Keras' SGD
-# keeps −lr·m, still linear in the gradients.
-SLOTS = {"momentums": 1, "_momentums": 1, "velocities": 2, "_velocities": 2, "_velocity_hats": 2}
+# The optimizers whose slots kwiden knows how to grow (`keras_internals.OPTIMIZER_SLOTS`).
 SUPPORTED = (AccumulatingOptimizer, keras.optimizers.SGD, keras.optimizers.Adam)
 
 
@@ -58,15 +56,15 @@ def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=Tru
     grown = optimizer.__class__.from_config(config)
     grown.build(big_variables)
     grown.iterations.assign(optimizer.iterations)
-    for name, power in SLOTS.items():
-        small_slots, big_slots = getattr(optimizer, name, None), getattr(grown, name, None)
-        if not small_slots or not big_slots:
+    big_slots = {name: slots for name, slots, _ in optimizer_slots(grown)}
+    for name, small_slots, power in optimizer_slots(optimizer):
+        if name not in big_slots:
             continue
         for variable in big_variables:
             small_path, fresh = source[variable.path]
             if fresh:
                 continue
-            slot = small_slots[optimizer._get_variable_index(small_variables[small_path])]
+            slot = slot_of(optimizer, small_slots, small_variables[small_path])
             value = expand_gradient_like(keras.ops.convert_to_numpy(slot), axes_by_path[small_path], power)
-            big_slots[grown._get_variable_index(variable)].assign(value)
+            slot_of(grown, big_slots[name], variable).assign(value)
     return grown

@@ -1,0 +1,193 @@
+"""`kwiden.grow`: a functional model `k` times wider (and deeper), same function.
+
+`grow` is a pipeline of named stages, each in its own module:
+
+1. `options.resolve`: the arguments, checked, as one `GrowthOptions`;
+2. `plan.plan_growth`: the `GrowthPlan` (every call's grown config, output
+   space and weight axes; the blocks to copy), computed once;
+3. `rebuild.rebuild`: the grown functional model, laid along the small one;
+4. `transfer.transfer`: the grown weights into it;
+5. `optimizer.grow_optimizer`: the optimizer's state grown with the weights;
+6. `check.check`: the grown model measured against the small one.
+"""
+
+import typing
+
+from kwiden import hub
+from kwiden.expansion import Growth, GrowthError, growth_scale
+from kwiden.growth.check import check as check_growth
+from kwiden.growth.check import needs_check
+from kwiden.growth.optimizer import grow_optimizer
+from kwiden.growth.options import GrowthOptions, resolve
+from kwiden.growth.plan import GrowthPlan, plan_growth
+from kwiden.growth.rebuild import rebuild
+from kwiden.growth.transfer import transfer, variable_sources
+from kwiden.keras_internals import is_functional
+from kwiden.plan import walk
+
+
+class GrowthResult(typing.NamedTuple):
+    """What `grow(..., optimizer=...)` returns: unpacks as `(model, optimizer)`."""
+
+    model: object
+    optimizer: object
+
+    @property
+    def report(self):
+        """The `VerifyReport`, when the grown model was measured."""
+        return getattr(self.model, "growth_report", None)
+
+    @property
+    def plan(self):
+        """The `GrowthPlan`: how the model was grown."""
+        return getattr(self.model, "growth_plan", None)
+
+
+def grow(
+    model,
+    k=None,
+    check=None,
+    rtol=None,
+    ffn_factor=None,
+    heads="size",
+    rope="exact",
+    spread=0.0,
+    seed=None,
+    optimizer=None,
+    scale_learning_rates=True,
+    depth=None,
+    num_layers=None,
+    allow_approximate=False,
+    hidden_size=None,
+    intermediate_size=None,
+):
+    """Return a new functional model `k` times wider computing the same function.
+
+    Hidden size, FFN size, head size (or, with `heads="count"`, the number of
+    heads) and embedding widths are multiplied by `k`; the number of layers,
+    the vocabulary and the model inputs stay. The source model is not modified; `k=1` returns an equal copy.
+
+    Args:
+        model: a functional `keras.Model` built from kwiden layers and Keras
+            glue (Input, Dropout, Add, Activation, Multiply, Concatenate, and a
+            plain `Dense` head whose output width stays); or a KerasHub
+            `BertBackbone`, `RobertaBackbone`, `GPT2Backbone`, `GPT2CausalLM`
+            or `BertMaskedLM`, returned as the same class (`kwiden.hub`).
+        k: the width factor: an integer, or a `fractions.Fraction` (4/3
+            grows hidden 384 to 512; docs/non-integer.md). Under unequal copy counts
+            RMSNorm models stay exact; LayerNorm models need
+            `allow_approximate=True`, and attention must grow its number of
+            heads (`heads="count"`).
+        check: optional model inputs; if given, the grown model is compared
+            with `model` on them (`kwiden.verify`) and a `GrowthError` carrying
+            the report is raised if it departs by more than `rtol`.
+        rtol: the relative error `check` accepts; by default float32
+            rounding, 1e-5, or 1e-2 / 5e-2 for models computing in float16 /
+            bfloat16 (the small and the big model round differently).
+        ffn_factor: the feed-forward width's own factor (default `k`).
+        heads: `"size"` grows each attention head's size by `k` (docs/widening.md#attention-wider-heads);
+            `"count"` grows the number of heads instead (docs/widening.md#attention-more-heads).
+        rope: rotary attention with `heads="size"`: `"exact"` keeps the small
+            model's frequencies, copied pair-wise (exact); `"standard"` gives
+            the grown heads the standard schedule of their size, as the seed
+            article does (approximate: needs `allow_approximate=True`).
+        spread: exact symmetry breaking (docs/symmetry.md): every linear map spreads
+            each input over its copies with unequal weights `(1 + spread·u)/k`,
+            so the copies of a neuron train apart from the first step while the
+            grown model still computes the same function. 0 gives plain copies;
+            values of order 1 are where to start.
+        seed: seed of the random splits (`spread > 0`).
+        optimizer: the small model's optimizer. If given, `grow` returns
+            `(big, big_optimizer)`: an optimizer of the same class whose slots
+            (momenta, second moments) were grown with the weights (docs/optimizer-state.md#growing-the-moments) and, for kwiden's optimizers, whose parameter-wise learning
+            rates carry each tensor's growth scale (docs/optimizer-state.md#learning-rate-multipliers), so that training
+            goes on where the small model left off.
+        scale_learning_rates: with `optimizer`, set those parameter-wise
+            learning rates (kwiden optimizers only). False keeps one rate.
+        depth, num_layers: depth growth (docs/depth.md): `depth=2` doubles the
+            number of Transformer blocks, `num_layers=N` makes it N. Each new
+            block is a copy of the block before it whose residual branches end
+            in zeros: exact for Pre-LN blocks (GPT); for Post-LN blocks (BERT)
+            only approximate, allowed with `allow_approximate=True` (`check`
+            then measures by how much). Blocks are found by the residual
+            merges on the stream; layers named `Transformer-{i}-…` are renumbered.
+        allow_approximate: accept a growth that is not exact (Post-LN depth,
+            `rope="standard"`, LayerNorm under a non-integer factor). When
+            such a growth happens, the grown model is compared with `model`
+            (on `check`, or on random inputs) and the `VerifyReport` is kept
+            as `big.growth_report`, with a warning if it departs beyond `rtol`.
+        hidden_size, intermediate_size: target sizes instead of `k` and
+            `ffn_factor`: the factor is the target over the model's size.
+
+    Returns:
+        The grown `keras.Model` (same layer names, dtype policies and trainable
+        flags), or, when `optimizer` is given, a `GrowthResult`: a
+        `(model, optimizer)` pair that also has `.report` and `.plan`. The
+        grown model keeps its `GrowthPlan` as `big.growth_plan` (what `verify`
+        reads) and, when it was compared with `model`, the `VerifyReport` as
+        `big.growth_report`.
+
+    Example:
+
+    >>> import kwiden, numpy as np
+    >>> small = kwiden.build_transformer_model(
+    ...     dict(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+    ...          num_attention_heads=2), model="gpt")
+    >>> big = kwiden.grow(small, 2, check=np.array([[5, 6, 7]]))
+    >>> big.get_layer("Embedding-Token").output_dim
+    16
+    """
+    options = resolve(
+        model, k, ffn_factor, heads, rope, allow_approximate, hidden_size, intermediate_size,
+        spread=spread, seed=seed, depth=depth, num_layers=num_layers, check=check, rtol=rtol,
+        optimizer=optimizer, scale_learning_rates=scale_learning_rates,
+    )  # fmt: skip
+    if hub.is_keras_hub(model):
+        return _grow_keras_hub(model, options)
+    _require_functional(model)
+    plan = plan_growth(model, options)
+    big, placed = rebuild(plan)
+    transfer(placed, options.spread, options.rng())
+    big.growth_plan = plan
+    if needs_check(options, plan.approximations):
+        check_growth(model, big, options, plan, plan.approximations)
+    if options.optimizer is None:
+        return big
+    axes = plan.walk.weight_axes()
+    grown = grow_optimizer(options.optimizer, model, big, axes, options.scale_learning_rates, variable_sources(placed))
+    return GrowthResult(big, grown)
+
+
+def _grow_keras_hub(model, options):
+    """KerasHub models: the same class, wider (`kwiden.hub`); width only."""
+    hub.check_options(optimizer=options.optimizer, depth=options.depth, num_layers=options.num_layers)
+    big = hub.grow_keras_hub(model, options.growth, options.spread, options.rng())
+    if needs_check(options, options.growth.approximations):
+        check_growth(model, big, options, approximations=options.growth.approximations)
+    return big
+
+
+def _require_functional(model):
+    if not is_functional(model):
+        raise GrowthError(
+            f"kwiden.grow needs a functional model (keras.Model(inputs, outputs)); "
+            f"'{getattr(model, 'name', model)}' is a {type(model).__name__}, whose graph "
+            "cannot be walked. Rebuild it functionally (kwiden.build_transformer_model "
+            "does) and copy its weights over."
+        )
+
+
+def weight_axes(model, k):
+    """`{variable path: axes}`: how each weight of `model` grows by `k` (an
+    integer or a `Growth`)."""
+    return walk(model, k).weight_axes()
+
+
+def growth_scales(model, k, ffn_factor=None, heads="size"):
+    """`{variable path: c}`: each grown tensor is its source copied and
+    multiplied by `c` (equal splits; docs/optimizer-state.md#learning-rate-multipliers)."""
+    growth = Growth(k, ffn_factor, heads)
+    return {path: growth_scale(axes) for path, axes in weight_axes(model, growth).items()}
+
+
+__all__ = ["GrowthOptions", "GrowthPlan", "GrowthResult", "grow", "growth_scales", "weight_axes"]

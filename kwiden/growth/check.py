@@ -1,0 +1,43 @@
+"""Stage 6 of `grow`: measure the grown model against the small one."""
+
+import warnings
+
+from kwiden import hub
+from kwiden.expansion import GrowthError
+from kwiden.verify import sample_inputs, verify
+
+ROUNDING = {"float16": 1e-2, "bfloat16": 5e-2}
+
+
+def default_rtol(model):
+    """1e-5 for float32 models; what their rounding allows for half precision."""
+    dtypes = {getattr(layer, "compute_dtype", "float32") for layer in model.layers}
+    return max([ROUNDING.get(d, 1e-5) for d in dtypes], default=1e-5)
+
+
+def needs_check(options, approximations):
+    return options.check is not None or bool(approximations)
+
+
+def check(small, big, options, plan=None, approximations=()):
+    """Measure `big` against `small` and keep the `VerifyReport` as
+    `big.growth_report`: raise if an exact growth is not, warn if an
+    approximate one departs."""
+    rtol = default_rtol(small) if options.rtol is None else options.rtol
+    inputs = options.check
+    if hub.is_keras_hub(small):
+        if inputs is None:
+            raise GrowthError(
+                f"This growth of a KerasHub {type(small).__name__} is approximate "
+                f"({', '.join(dict.fromkeys(approximations))}); pass `check=` inputs to measure it."
+            )
+        report = hub.compare(small, big, inputs, options.growth, rtol)
+    else:
+        report = verify(small, big, sample_inputs(small) if inputs is None else inputs, rtol=rtol, plan=plan)
+    big.growth_report = report
+    if report.ok:
+        return report
+    if not options.growth.allow_approximate:
+        raise GrowthError(f"The grown model is not exact:\n{report}")
+    warnings.warn(f"kwiden.grow (allow_approximate=True): the grown model is approximate.\n{report}", stacklevel=3)
+    return report

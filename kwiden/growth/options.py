@@ -1,0 +1,63 @@
+"""Stage 1 of `grow`: resolve its arguments into one `GrowthOptions`."""
+
+import dataclasses
+import fractions
+
+import numpy as np
+
+from kwiden.expansion import Growth
+from kwiden.growth.plan import hidden_size_of, intermediate_size_of
+
+
+@dataclasses.dataclass
+class GrowthOptions:
+    """Everything `grow` was asked to do, checked."""
+
+    growth: Growth
+    spread: float = 0.0
+    seed: int | None = None
+    depth: int | None = None
+    num_layers: int | None = None
+    check: object = None
+    rtol: float | None = None
+    optimizer: object = None
+    scale_learning_rates: bool = True
+
+    @property
+    def deepening(self):
+        return self.depth is not None or self.num_layers is not None
+
+    def rng(self):
+        return np.random.default_rng(self.seed)
+
+
+def resolve(model, k, ffn_factor, heads, rope, allow_approximate, hidden_size, intermediate_size, **rest):
+    """`GrowthOptions` from `grow`'s arguments."""
+    k, ffn_factor = _factors(model, k, ffn_factor, hidden_size, intermediate_size)
+    options = GrowthOptions(Growth(k, ffn_factor, heads, rope, allow_approximate), **rest)
+    if options.spread < 0:
+        raise ValueError(f"`spread` must be >= 0 (0: plain copies), got spread={options.spread!r}.")
+    return options
+
+
+def _factors(model, k, ffn_factor, hidden_size, intermediate_size):
+    """`(k, ffn_factor)` from factors or from target sizes."""
+    if hidden_size is not None:
+        if k is not None:
+            raise ValueError("Pass `k` (a factor) or `hidden_size` (a target size), not both.")
+        k = _target_ratio(hidden_size, hidden_size_of(model), "hidden_size")
+    if k is None and intermediate_size is not None:
+        k = 1  # the feed-forward width alone
+    if k is None:
+        raise ValueError("kwiden.grow needs `k` (2 doubles the width) or a target `hidden_size`.")
+    if intermediate_size is not None:
+        if ffn_factor is not None:
+            raise ValueError("Pass `ffn_factor` or `intermediate_size` (a target size), not both.")
+        ffn_factor = _target_ratio(intermediate_size, intermediate_size_of(model), "intermediate_size")
+    return k, ffn_factor
+
+
+def _target_ratio(target, size, name):
+    if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or target < size:
+        raise ValueError(f"`{name}` must be an integer >= the model's {size}, got {name}={target!r}.")
+    return fractions.Fraction(int(target), size)

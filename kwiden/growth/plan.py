@@ -1,0 +1,92 @@
+"""Stage 2 of `grow`: the plan, computed once and kept on the grown model.
+
+`GrowthPlan` records how the model was grown: the `Growth` (factor, FFN
+factor, head mode, RoPE mode), the plan of every call and the space of every
+tensor (`kwiden.plan.walk`), the blocks and their new indices for depth
+growth, and what was accepted as approximate. The later stages read it;
+`kwiden.verify` reads it from `big.growth_plan` instead of guessing.
+"""
+
+import dataclasses
+
+from kwiden import depth as depth_growth
+from kwiden import hub
+from kwiden.expansion import GrowthError, Space
+from kwiden.layers.feed_forward import FeedForward
+from kwiden.plan import walk
+
+
+@dataclasses.dataclass
+class GrowthPlan:
+    source: object  # the small model
+    growth: object  # the Growth
+    walk: object  # kwiden.plan.Walk of the small model
+    blocks: list = dataclasses.field(default_factory=list)  # depth.Block, when deepening
+    indices: list = dataclasses.field(default_factory=list)  # new block indices per source block
+
+    @property
+    def spaces(self):
+        return self.walk.spaces
+
+    @property
+    def approximations(self):
+        return list(self.growth.approximations) + [f"Post-LN block {b.index} copied" for b in self.copied_inexactly]
+
+    @property
+    def copied_inexactly(self):
+        return [b for b, new in zip(self.blocks, self.indices) if len(new) > 1 and not b.exact]
+
+    def renamed(self, name):
+        """A small-model layer's name in the grown model."""
+        block = self._block_of_layer.get(name)
+        if block is None:
+            return name
+        return depth_growth.renamed(name, block.index, self.indices[block.index][0])
+
+    @property
+    def _block_of_layer(self):
+        return {node.operation.name: block for block in self.blocks for node in block.nodes}
+
+
+def plan_growth(model, options):
+    """The `GrowthPlan` of a kwiden functional model under `options`."""
+    plan = GrowthPlan(model, options.growth, walk(model, options.growth))
+    if options.deepening:
+        plan.blocks = depth_growth.find_blocks(model)
+        counts = depth_growth.copies_per_block(len(plan.blocks), options.depth, options.num_layers)
+        plan.indices = depth_growth.new_indices(counts)
+        inexact = [b.index for b in plan.copied_inexactly]
+        if inexact and not options.growth.allow_approximate:
+            raise GrowthError(
+                f"Transformer blocks {inexact} are not Pre-LN: a LayerNorm sits on their "
+                "residual stream, so no new block can be an exact identity (docs/depth.md). Pass "
+                "allow_approximate=True to stack copies anyway, and `check=` inputs to measure "
+                "the deviation."
+            )
+    return plan
+
+
+def hidden_size_of(model):
+    """The width of `model`'s residual stream: of the first tensor the
+    growth puts on the stream."""
+    if hub.is_keras_hub(model):
+        return hub.config_of(model)["hidden_dim"]
+    model_walk = walk(model, 2)
+    for node, _ in model_walk.steps:
+        for x in node.outputs:
+            if model_walk.spaces[id(x)] == Space.stream(2):
+                return x.shape[-1]
+    raise GrowthError(f"Model '{model.name}' has no residual stream that kwiden grows; pass `k` instead.")
+
+
+def intermediate_size_of(model):
+    """The feed-forward width all of `model`'s FeedForward layers share."""
+    if hub.is_keras_hub(model):
+        return hub.config_of(model)["intermediate_dim"]
+    sizes = {layer.intermediate_size for layer in model.layers if isinstance(layer, FeedForward)}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"`intermediate_size` needs FeedForward layers of one width; model '{model.name}' has "
+            f"{sorted(sizes) or 'none'}. Pass `ffn_factor` instead."
+        )
+    return sizes.pop()

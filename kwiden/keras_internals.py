@@ -1,0 +1,49 @@
+"""Every use of Keras internals in kwiden, in one small module.
+
+Walking a functional graph, finding the layer that made a tensor and reading
+an optimizer's slots need attributes Keras does not export. When Keras
+changes them, this file is the one to mend.
+"""
+
+from keras.src.models.functional import Functional
+
+# An optimizer's slot lists, and how each grows with its variable: first
+# moments like gradients (power 1), second moments like their squares (power
+# 2). Keras' SGD keeps −lr·m, still linear in the gradients.
+OPTIMIZER_SLOTS = {"momentums": 1, "_momentums": 1, "velocities": 2, "_velocities": 2, "_velocity_hats": 2}
+
+
+def is_functional(model):
+    """Whether `model` is a functional model, whose graph can be walked."""
+    return isinstance(model, Functional)
+
+
+def nodes_by_depth(model):
+    """`{depth: [node]}` of a functional model; inputs at the deepest level."""
+    return model._nodes_by_depth
+
+
+def producer(tensor):
+    """The layer whose call made the symbolic `tensor`."""
+    return tensor._keras_history.operation
+
+
+def all_layers(model):
+    """Every layer of `model`, nested ones included."""
+    return model._flatten_layers()
+
+
+def optimizer_slots(optimizer):
+    """`[(name, slot variables, power)]` of the slot lists `optimizer` keeps."""
+    slots = []
+    for name, power in OPTIMIZER_SLOTS.items():
+        variables = getattr(optimizer, name, None)
+        if variables:
+            slots.append((name, variables, power))
+    return slots
+
+
+def slot_of(optimizer, slots, variable):
+    """The slot in `slots` (one of `optimizer`'s lists) that belongs to `variable`."""
+    return slots[optimizer._get_variable_index(variable)]
+
