@@ -18,6 +18,9 @@ import warnings
 
 import numpy as np
 
+from kwiden.layers import ExpandableLayerNormalization
+from kwiden.naming import count_blocks
+
 FORMATS = ("hf", "google")
 SAFETENSORS = "model.safetensors"
 GOOGLE_PREFIX = "bert_model.ckpt"
@@ -242,8 +245,6 @@ def _check_keep_tokens(keep_tokens, vocab):
 
 
 def _num_blocks(model):
-    from kwiden.naming import count_blocks
-
     return count_blocks(layer.name for layer in model.layers)
 
 
@@ -303,8 +304,6 @@ def save_checkpoint(model, directory, format="hf"):
 
 def bert_config_of(model, format="hf"):
     """The `config.json` of a kwiden BERT, with Hugging Face's keys."""
-    from kwiden.layers import ExpandableLayerNormalization
-
     token = model.get_layer("Embedding-Token")
     attention = model.get_layer("Transformer-0-MultiHeadSelfAttention")
     ffn = model.get_layer("Transformer-0-FeedForward")

@@ -1,0 +1,129 @@
+"""The package's dependencies point one way (docs/architecture.md)."""
+
+import ast
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "kwiden"
+
+# Lower layers know nothing of higher ones: the calculus no Keras model, layers
+# no graph, the graph no growth, growth no KerasHub-free public API, … .
+LAYERS = [
+    ("kwiden.expansion", "kwiden.naming", "kwiden.keras_internals", "kwiden.corpus", "kwiden.tokenizer"),
+    ("kwiden.layers", "kwiden.optimizers"),
+    ("kwiden.graph",),
+    ("kwiden.plan", "kwiden.depth"),
+    ("kwiden.verify", "kwiden.checkpoints"),
+    ("kwiden.models", "kwiden.hub"),
+    ("kwiden.growth",),
+    ("kwiden.admin",),
+    ("kwiden",),
+    ("kwiden.cli", "kwiden.demo"),
+]
+
+
+def rank(module):
+    """The layer of `module`: its longest prefix in LAYERS."""
+    best = None
+    for level, names in enumerate(LAYERS):
+        for name in names:
+            if module == name or module.startswith(name + "."):
+                if best is None or len(name) > best[1]:
+                    best = (level, len(name))
+    assert best is not None, f"{module} has no place in LAYERS: add it where it belongs."
+    return best[0]
+
+
+def modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, path
+
+
+def is_module(name):
+    path = PACKAGE.parent / pathlib.Path(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def imports(path, name):
+    """`[(imported kwiden module, imported names, inside a function)]` of a module."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.Import):
+                found.extend((a.name, [], nested) for a in child.names if a.name.split(".")[0] == "kwiden")
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - child.level + 1] + ([base] if base else []))
+                if base.split(".")[0] == "kwiden":
+                    for alias in child.names:
+                        target = f"{base}.{alias.name}"
+                        found.append((target if is_module(target) else base, [alias.name], nested))
+            visit(child, nested)
+
+    visit(tree, False)
+    return found
+
+
+GRAPH = {name: imports(path, name) for name, path in modules()}
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_imports_point_down(module):
+    for target, _, _ in GRAPH[module]:
+        if target == module or module.startswith(target + "."):
+            continue  # a package's own modules
+        assert rank(target) <= rank(module), f"{module} (layer {rank(module)}) imports {target} (layer {rank(target)})"
+
+
+def test_no_import_cycles():
+    edges = {m: {t for t, _, _ in deps if t != m and not m.startswith(t + ".") and t in GRAPH} for m, deps in GRAPH.items()}
+    state = {}
+
+    def visit(module, path):
+        if state.get(module) == "done":
+            return
+        assert state.get(module) != "open", "import cycle: " + " -> ".join(path + [module])
+        state[module] = "open"
+        for target in sorted(edges[module]):
+            visit(target, path + [module])
+        state[module] = "done"
+
+    for module in sorted(edges):
+        visit(module, [])
+
+
+def test_no_kwiden_imports_inside_functions_but_the_commands():
+    nested = [(m, t) for m, deps in GRAPH.items() for t, _, inside in deps if inside and m != "kwiden.cli"]
+    assert not nested, nested
+
+
+def test_no_private_names_imported_across_modules():
+    private = [(m, t, n) for m, deps in GRAPH.items() for t, names, _ in deps for n in names if n.startswith("_")]
+    assert not private, private
+
+
+def test_keras_internals_live_in_one_module():
+    pattern = ("_nodes_by_depth", "keras.src", "_keras_history", "_flatten_layers")
+    for name, path in modules():
+        if name != "kwiden.keras_internals":
+            text = path.read_text()
+            assert not [p for p in pattern if p in text], f"{name} reaches into Keras internals"
+
+
+def test_importing_kwiden_on_jax_imports_no_tensorflow():
+    code = "import sys, kwiden; print('tensorflow' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "KERAS_BACKEND": "jax"}, check=True
+    )
+    assert result.stdout.strip() == "False", result.stderr
