@@ -1,6 +1,6 @@
 """kwiden: grow a trained Keras 3 Transformer into a wider one that computes the same function."""
 
-from kwiden import admin, layers, models, optimizers
+from kwiden import admin, layers, models, optimizers, testing
 from kwiden.checkpoints import save_checkpoint
 from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
 from kwiden.growth import GrowthResult, grow, growth_scales
@@ -26,6 +26,7 @@ __all__ = [
     "models",
     "optimizers",
     "save_checkpoint",
+    "testing",
     "verify",
     "VerifyReport",
 ]

@@ -20,7 +20,7 @@ LAYERS = [
     ("kwiden.verify", "kwiden.checkpoints"),
     ("kwiden.models", "kwiden.hub"),
     ("kwiden.growth",),
-    ("kwiden.admin",),
+    ("kwiden.admin", "kwiden.testing"),
     ("kwiden",),
     ("kwiden.cli", "kwiden.demo"),
 ]

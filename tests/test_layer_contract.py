@@ -1,0 +1,98 @@
+"""Every exported layer meets kwiden's layer contract (`kwiden.testing`):
+config and serialization round trips, .keras save/load, exact growth."""
+
+import numpy as np
+import pytest
+
+from kwiden import Growth, layers, testing
+
+RNG_SEED = 0
+
+
+def stream(seed=RNG_SEED, shape=(2, 5, 8)):
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+def ids(seed=RNG_SEED, vocab=20, shape=(2, 5)):
+    return np.random.default_rng(seed).integers(1, vocab, shape).astype("int32")
+
+
+MASK = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+
+# One or more examples per exported layer: (layer factory, inputs, check_layer options).
+EXAMPLES = {
+    "AdminResidual": [(lambda: layers.AdminResidual(epsilon=1e-3), lambda: [stream(0), stream(1)], {})],
+    "BiasAdd": [(lambda: layers.BiasAdd(), stream, {})],
+    "ExpandableDense": [
+        (lambda: layers.ExpandableDense(6, activation="gelu"), stream, {}),
+        (lambda: layers.ExpandableDense(6), stream, {"k": 3}),
+    ],
+    "ExpandableEmbedding": [
+        (lambda: layers.ExpandableEmbedding(20, 8), ids, {}),
+        (lambda: layers.ExpandableEmbedding(20, 8, mode="position"), ids, {}),
+    ],
+    "ExpandableLayerNormalization": [
+        (lambda: layers.ExpandableLayerNormalization(epsilon=1e-3), stream, {}),
+        (lambda: layers.ExpandableLayerNormalization(epsilon=1e-3, rms=True, center=False), stream, {"k": Growth(2)}),
+    ],
+    "ExpandableMultiHeadAttention": [
+        (lambda: layers.ExpandableMultiHeadAttention(2, 4), stream, {"call_kwargs": {"attention_mask": MASK}}),
+        (
+            lambda: layers.ExpandableMultiHeadAttention(4, 2, rotary_base=10000.0, key_value_heads=2),
+            stream,
+            {"call_kwargs": {"use_causal_mask": True}, "k": Growth(2, heads="count")},
+        ),
+        (lambda: layers.ExpandableMultiHeadAttention(2, 4, rotary_base=10000.0, use_bias=False), stream, {}),
+    ],
+    "FeedForward": [
+        (lambda: layers.FeedForward(12, activation="gelu"), stream, {}),
+        (lambda: layers.FeedForward(12, activation="silu", glu=True, use_bias=False), stream, {"k": Growth(2, ffn=3)}),
+    ],
+    "RelativePositionBias": [
+        (lambda: layers.RelativePositionBias(2, num_buckets=8, max_distance=16), ids, {}),
+        (lambda: layers.RelativePositionBias(2, num_buckets=8, max_distance=16), ids, {"k": Growth(2, heads="count")}),
+    ],
+    "RotaryEmbedding": [(lambda: layers.RotaryEmbedding(head_size=4), lambda: stream(shape=(2, 5, 3, 4)), {})],
+    "SelectToken": [(lambda: layers.SelectToken(0), stream, {})],
+}
+
+LAYER_CLASSES = [name for name in layers.__all__ if name != "Expandable"]
+
+
+def test_every_exported_layer_has_a_contract_example():
+    assert sorted(EXAMPLES) == sorted(LAYER_CLASSES), "add an example for each exported layer to EXAMPLES"
+
+
+@pytest.mark.parametrize(
+    "make, inputs, options",
+    [pytest.param(*example, id=f"{name}-{i}") for name in LAYER_CLASSES for i, example in enumerate(EXAMPLES.get(name, []))],
+)
+def test_layer_contract(make, inputs, options):
+    report = testing.assert_layer_contract(make(), inputs(), **options)
+    assert set(report.problems) >= {"config", "serialization", "save/load"}
+
+
+def test_check_layer_names_a_broken_contract():
+    class Forgetful(layers.ExpandableDense):
+        """Grows its units but declares no axes for its bias."""
+
+        def get_expanded_weight_axes(self, k, input_space):
+            return {"kernel": super().get_expanded_weight_axes(k, input_space)["kernel"]}
+
+    report = testing.check_layer(Forgetful(4), stream())
+    assert not report.ok
+    assert "no axes for ['bias']" in report.problems["growth"]
+    assert "register the class" in report.problems["serialization"]
+    with pytest.raises(AssertionError, match="FAILED"):
+        testing.assert_layer_contract(Forgetful(4), stream())
+
+
+def test_check_layer_catches_inexact_growth():
+    class WrongScale(layers.BiasAdd):
+        """Claims its output stays the small one's: it does not."""
+
+        def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
+            return input_space.__class__(input_space.factor, 1.0)
+
+    report = testing.check_layer(WrongScale(), stream())
+    assert "departs from the small one" in report.problems["growth"]
