@@ -6,11 +6,12 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from conftest import bert, padded_batch
+from conftest import bert, padded_batch, randomize
 
 import kwiden
 from kwiden import corpus
 from kwiden.cli import main
+from kwiden.verify import sample_inputs
 
 
 def test_grow_command_writes_an_exact_model(tmp_path, capsys):
@@ -96,8 +97,6 @@ def test_grow_command_does_not_save_a_model_that_fails_its_check(tmp_path, capsy
 
 
 def test_sample_inputs_cover_every_segment_and_avoid_padding_tokens():
-    from kwiden.verify import sample_inputs
-
     ids, segments = sample_inputs(bert(), batch_size=8, length=16)
     assert ids.min() >= 1 and ids.max() < 97
     assert set(np.unique(segments)) == {0, 1}
@@ -126,3 +125,18 @@ def test_grow_command_takes_target_sizes(tmp_path, capsys):
     assert big.get_layer("Transformer-0-FeedForward").intermediate_size == 40
     assert main(["grow", str(src), str(dst), "--factor", "4/3", "--heads", "count"]) == 1
     assert "'Embedding-Token' output_dim is 16, and 16 × 4/3 = 21.33 is not a whole number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["BertBackbone", "GPT2Backbone"])
+def test_grow_command_checks_keras_hub_models(tmp_path, capsys, name):
+    keras_hub = pytest.importorskip("keras_hub")
+    sizes = dict(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=12)
+    small = randomize(getattr(keras_hub.models, name)(**sizes, dropout=0.0))
+    small.save(tmp_path / "small.keras")
+    assert main(["grow", str(tmp_path / "small.keras"), str(tmp_path / "big.keras"), "--factor", "2", "--check"]) == 0
+    printed = capsys.readouterr().out
+    assert "kwiden.verify (×2, rtol=1e-05): OK" in printed and "outputs only" in printed
+    big = keras.saving.load_model(tmp_path / "big.keras")
+    assert type(big).__name__ == name and big.get_config()["hidden_dim"] == 16
+    inputs = sample_inputs(small)
+    assert set(inputs) >= {"token_ids", "padding_mask"} and inputs["token_ids"].shape == (2, 12)
