@@ -1,6 +1,8 @@
 """Every exported layer meets kwiden's layer contract (`kwiden.testing`):
 config and serialization round trips, .keras save/load, exact growth."""
 
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,13 @@ def test_check_layer_catches_inexact_growth():
 
     report = testing.check_layer(WrongScale(), stream())
     assert "departs from the small one" in report.problems["growth"]
+
+
+def test_the_worked_example_in_the_docs_meets_the_contract():
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    blocks = [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+    runnable = "\n".join(block for block in blocks if block.startswith("import"))
+    namespace = {}
+    exec(compile(runnable, "docs/extending.md", "exec"), namespace)  # noqa: S102 - the docs' own example
+    assert namespace["report"].ok, str(namespace["report"])
+    assert set(namespace["report"].problems) == {"config", "serialization", "save/load", "growth"}
