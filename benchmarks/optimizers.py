@@ -18,11 +18,10 @@ import time
 
 import keras
 import numpy as np
+from common import table
 
 import kwiden
 from kwiden import corpus, optimizers
-
-from common import table
 
 
 def print_table(title, header, rows):

@@ -247,7 +247,7 @@ def _rebuild(model, weights, epsilons):
     for node in nodes_in_order(model):
         layer = sources.setdefault(id(node.operation), node.operation)
         if not isinstance(layer, AdminResidual):
-            graph.call(node, lambda: layer.__class__.from_config(layer.get_config()))
+            graph.call(node, lambda layer=layer: layer.__class__.from_config(layer.get_config()))
             continue
         config = {key: value for key, value in layer.get_config().items() if not key.startswith("omega_")}
         norm = ExpandableLayerNormalization.from_config({**config, "epsilon": epsilons.get(layer.name, layer.epsilon)})

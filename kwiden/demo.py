@@ -13,7 +13,6 @@ import numpy as np
 import kwiden
 from kwiden import corpus, optimizers
 
-
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 

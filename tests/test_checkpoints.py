@@ -91,9 +91,8 @@ def test_save_then_load_gives_identical_outputs(tmp_path, format):
 
 
 def test_hugging_face_names_and_layouts(tmp_path):
-    from safetensors.numpy import load_file
-
     from safetensors import safe_open
+    from safetensors.numpy import load_file
 
     model = bert(with_mlm=True)
     path = kwiden.save_checkpoint(model, tmp_path) / "model.safetensors"

@@ -10,8 +10,8 @@ from conftest import EPS, assert_exact, bert, gpt, padded_batch, randomize, smal
 import kwiden
 from kwiden import GrowthError, Space
 from kwiden.expansion import IN, OUT, expand, expand_gradient_like
-from kwiden.optimizers import Adam
 from kwiden.growth import weight_axes
+from kwiden.optimizers import Adam
 from kwiden.verify import infer_factor
 
 RNG = np.random.default_rng(0)

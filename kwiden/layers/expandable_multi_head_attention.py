@@ -1,7 +1,6 @@
 import keras
-from keras import ops
-
 import numpy as np
+from keras import ops
 
 from kwiden.expansion import IN, OUT, Growth, GrowthError, Space, grown_size, query_head_space
 from kwiden.layers.expandable import Expandable, default_space
