@@ -48,7 +48,7 @@ def new_indices(counts):
 
 def renamed(name, source_index, index):
     """A block layer's name in block `index`: renumbered where the name says
-    its block (`Transformer-{i}-…`), else suffixed for copies."""
+    its block (`kwiden.naming.block`), else suffixed for copies."""
     if naming.block_index(name) == source_index:
         return naming.renumbered(name, index)
     return name if index == source_index else f"{name}-{index}"
@@ -125,7 +125,7 @@ def _depends_on(graph, tensor, source):
 
 def _branch_kind(merge, graph):
     """What a branch computes, as far as blocks repeat: its end layer's class."""
-    node = _branch_source(merge.branch, graph)
+    _, node = graph.upstream(merge.branch)
     return type(node.operation) if node is not None else None
 
 
@@ -182,17 +182,10 @@ def _between(graph, stream_in, stream_out):
     return [node for node in graph.nodes if id(node) in upstream]
 
 
-def _branch_source(branch, graph):
-    """The node that computes `branch`, through Dropout and other weightless layers."""
-    node = graph.producer.get(id(branch))
-    while node is not None and not node.operation.weights and len(node.input_tensors) == 1:
-        node = graph.producer.get(id(node.input_tensors[0]))
-    return node
-
-
 def _branch_end(branch, graph, index):
-    """The layer with `residual_output_weights` that makes `branch`."""
-    node = _branch_source(branch, graph)
+    """The layer with `residual_output_weights` that makes `branch` (through
+    Dropouts, which pass zeros on: `Graph.upstream`, as `admin.fold` reads it)."""
+    _, node = graph.upstream(branch)
     if node is None or not getattr(node.operation, "residual_output_weights", ()):
         raise GrowthError(
             f"A residual branch of Transformer block {index} does not end in a layer with "

@@ -110,7 +110,7 @@ def grow(
             in zeros: exact for Pre-LN blocks (GPT); for Post-LN blocks (BERT)
             only approximate, allowed with `allow_approximate=True` (`check`
             then measures by how much). Blocks are found by the residual
-            merges on the stream; layers named `Transformer-{i}-…` are renumbered.
+            merges on the stream; block layers are renumbered (`kwiden.naming`).
         allow_approximate: accept a growth that is not exact (Post-LN depth,
             `rope="standard"`, LayerNorm under a non-integer factor). When
             such a growth happens, the grown model is compared with `model`

@@ -1,4 +1,5 @@
-"""Stage 5 of `grow`: grow an optimizer with its model (docs/optimizer-state.md#growing-the-moments, docs/optimizer-state.md#learning-rate-multipliers)."""
+"""Stage 5 of `grow`: grow an optimizer with its model
+(docs/optimizer-state.md#growing-the-moments, docs/optimizer-state.md#learning-rate-multipliers)."""
 
 import keras
 
@@ -40,22 +41,36 @@ def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=Tru
     source = {v.path: (sources or {}).get(v.path, (v.path, False)) for v in big_variables}
     config = optimizer.get_config()
     if scale_learning_rates and isinstance(optimizer, AccumulatingOptimizer):
-        scales = {}
-        for variable in big_variables:
-            small_path = source[variable.path][0]
-            axes = axes_by_path[small_path]
-            c, copies = optimizer.growth_scales.get(small_path, (1.0, 1))
-            try:
-                scales[variable.path] = (c * growth_scale(axes), copies * copy_count(axes))
-            except GrowthError as error:
-                raise GrowthError(
-                    f"{error} So no one learning-rate multiplier fits '{variable.path}': grow the "
-                    "optimizer with scale_learning_rates=False, or grow by an integer factor."
-                ) from None
-        config["growth_scales"] = scales
+        config["growth_scales"] = _learning_rate_scales(optimizer, big_variables, source, axes_by_path)
     grown = optimizer.__class__.from_config(config)
     grown.build(big_variables)
     grown.iterations.assign(optimizer.iterations)
+    _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path)
+    return grown
+
+
+def _learning_rate_scales(optimizer, big_variables, source, axes_by_path):
+    """`{big variable path: (c, copies)}`: each variable's growth scale, on
+    top of what earlier growths recorded (docs/optimizer-state.md#learning-rate-multipliers)."""
+    scales = {}
+    for variable in big_variables:
+        small_path = source[variable.path][0]
+        axes = axes_by_path[small_path]
+        c, copies = optimizer.growth_scales.get(small_path, (1.0, 1))
+        try:
+            scales[variable.path] = (c * growth_scale(axes), copies * copy_count(axes))
+        except GrowthError as error:
+            raise GrowthError(
+                f"{error} So no one learning-rate multiplier fits '{variable.path}': grow the "
+                "optimizer with scale_learning_rates=False, or grow by an integer factor."
+            ) from None
+    return scales
+
+
+def _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path):
+    """Each slot of `grown` from its source variable's slot in `optimizer`,
+    grown like a gradient (first moments) or its square (second moments);
+    fresh variables keep zeros."""
     big_slots = {name: slots for name, slots, _ in optimizer_slots(grown)}
     for name, small_slots, power in optimizer_slots(optimizer):
         if name not in big_slots:
@@ -67,4 +82,3 @@ def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=Tru
             slot = slot_of(optimizer, small_slots, small_variables[small_path])
             value = expand_gradient_like(keras.ops.convert_to_numpy(slot), axes_by_path[small_path], power)
             slot_of(grown, big_slots[name], variable).assign(value)
-    return grown
