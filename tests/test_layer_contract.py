@@ -8,6 +8,8 @@ import pytest
 
 from kwiden import Growth, layers, testing
 
+pytestmark = pytest.mark.backends
+
 RNG_SEED = 0
 
 
