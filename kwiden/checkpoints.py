@@ -1,35 +1,39 @@
-"""Pretrained BERT weights in and out of kwiden's models, in the two formats
-BERT ships in: Hugging Face folders (`config.json` + `model.safetensors`, read
-with numpy only) and Google's TensorFlow checkpoints (`bert_config.json` +
-`bert_model.ckpt.*`, read and written with TensorFlow's checkpoint ops).
+"""Checkpoint formats: Hugging Face folders (`config.json` + `model.safetensors`,
+read with numpy only) and Google's TensorFlow checkpoints (`bert_config.json` +
+`bert_model.ckpt.*`, read and written with TensorFlow's checkpoint ops,
+TensorFlow imported only then).
 
-Each kwiden variable is named by its layer and weight
-(`Transformer-0-MultiHeadSelfAttention/query_kernel`); `tensor_names` says
-which checkpoint tensor holds it in each format. Loading is all or nothing: a
-missing tensor or a wrong shape raises before any weight is assigned.
+This module knows the files; the model's family (`kwiden.models.Family`) knows
+the rest: which tensor holds each weight (`checkpoint_names`) and the
+`config.json` (`to_hf_config`). Each kwiden variable is named by its layer
+and weight (`kwiden.naming`). Loading is all or nothing: a missing tensor or a
+wrong shape raises before any weight is assigned.
 """
 
-import collections
 import collections.abc
 import json
 import pathlib
-import re
-import warnings
 
 import numpy as np
 
-from kwiden.layers import ExpandableLayerNormalization
-from kwiden.naming import count_blocks
+from kwiden import naming
+from kwiden.models.family import FAMILIES, family_of, get_family
 
 FORMATS = ("hf", "google")
 SAFETENSORS = "model.safetensors"
 GOOGLE_PREFIX = "bert_model.ckpt"
 CONFIG_FILES = {"hf": "config.json", "google": "bert_config.json"}
+FORMAT_TITLES = {"hf": "Hugging Face's (model.safetensors)", "google": "Google's (bert_model.ckpt.*)"}
 
 # How a kwiden weight relates to its checkpoint tensor. Kernels are (in, out)
 # in kwiden and Google checkpoints, (out, in) in Hugging Face's; attention
 # splits its kernels by heads, checkpoints keep them flat.
 KERNEL_KINDS = ("linear", "heads_out", "heads_in")
+
+# The layers whose rows are the vocabulary (`keep_tokens` selects them), and
+# the optional heads a checkpoint may lack.
+VOCABULARY_ROWS = (naming.EMBEDDING_TOKEN, naming.MLM_BIAS)
+HEADS = (naming.POOLER_DENSE, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS)
 
 
 def _flat_shape(shape, kind):
@@ -58,42 +62,7 @@ def to_checkpoint(value, kind, format):
     return value.T if format == "hf" and kind in KERNEL_KINDS else value
 
 
-def _skeleton(num_layers):
-    """`{(layer, weight): (module path, role, kind)}`, format-neutral; "L{i}"
-    stands for block i."""
-
-    def norm(layer, path):
-        return {(layer, "gamma"): (path, "gamma", None), (layer, "beta"): (path, "beta", None)}
-
-    def dense(layer, path, kernel="kernel", bias="bias", kind="linear", bias_kind=None):
-        return {(layer, kernel): (path, "kernel", kind), (layer, bias): (path, "bias", bias_kind)}
-
-    entries = {
-        ("Embedding-Token", "embeddings"): ("bert embeddings word_embeddings", "table", None),
-        ("Embedding-Segment", "embeddings"): ("bert embeddings token_type_embeddings", "table", None),
-        ("Embedding-Position", "embeddings"): ("bert embeddings position_embeddings", "table", None),
-        **norm("Embedding-Norm", "bert embeddings LayerNorm"),
-        **dense("Pooler-Dense", "bert pooler dense"),
-        **dense("MLM-Dense", "cls predictions transform dense"),
-        **norm("MLM-Norm", "cls predictions transform LayerNorm"),
-        ("MLM-Bias", "bias"): ("cls predictions", "output_bias", None),
-    }
-    for i in range(num_layers):
-        block, attention, ffn = f"bert encoder L{i}", f"Transformer-{i}-MultiHeadSelfAttention", f"Transformer-{i}-FeedForward"
-        for projection in ("query", "key", "value"):
-            entries.update(
-                dense(attention, f"{block} attention self {projection}", f"{projection}_kernel", f"{projection}_bias", "heads_out", "heads_bias")
-            )
-        entries.update(dense(attention, f"{block} attention output dense", "output_kernel", "output_bias", "heads_in"))
-        entries.update(norm(f"{attention}-Norm", f"{block} attention output LayerNorm"))
-        entries.update(dense(ffn, f"{block} intermediate dense", "inner_kernel", "inner_bias"))
-        entries.update(dense(ffn, f"{block} output dense", "output_kernel", "output_bias"))
-        entries.update(norm(f"{ffn}-Norm", f"{block} output LayerNorm"))
-    return entries
-
-
-HF_ROLES = {"kernel": "weight", "gamma": "weight", "table": "weight", "bias": "bias", "beta": "bias", "output_bias": "bias"}
-# Other names the same tensor has in Hugging Face files: older BERT checkpoints
+# Other names the same tensor has in Hugging Face files: older checkpoints
 # (bert-base-uncased among them) keep LayerNorm's `gamma`/`beta`, and some MLM
 # files hold the output bias only as the decoder's.
 HF_ALTERNATIVES = {".LayerNorm.weight": ".LayerNorm.gamma", ".LayerNorm.bias": ".LayerNorm.beta",
@@ -110,19 +79,14 @@ def _find(name, tensors):
     return None
 
 
-def tensor_names(num_layers, format, hf_prefix=""):
-    """`{(layer, weight): (checkpoint tensor name, kind)}` for a BERT of `num_layers` blocks."""
-    block = "layer.{}" if format == "hf" else "layer_{}"
-    names = {}
-    for key, (path, role, kind) in _skeleton(num_layers).items():
-        parts = [block.format(p[1:]) if p.startswith("L") and p[1:].isdigit() else p for p in path.split()]
-        if format == "hf":
-            parts = [hf_prefix.rstrip(".")] * bool(hf_prefix) + parts[1:] if parts[0] == "bert" else parts
-            name = ".".join(parts + [HF_ROLES[role]])
-        else:
-            name = "/".join(parts + ([] if role == "table" else [role]))
-        names[key] = (name, kind)
-    return names
+def config_beside(checkpoint_path):
+    """The `config.json` or `bert_config.json` in a checkpoint's folder."""
+    folder = pathlib.Path(checkpoint_path)
+    folder = folder if folder.is_dir() else folder.parent
+    for name in CONFIG_FILES.values():
+        if (folder / name).exists():
+            return folder / name
+    raise FileNotFoundError(f"No config.json or bert_config.json beside {checkpoint_path}; pass `config_path`.")
 
 
 def detect_format(checkpoint_path):
@@ -146,14 +110,18 @@ def detect_format(checkpoint_path):
 
 
 def read_tensors(format, path):
+    """`{tensor name: array}`; a Google checkpoint's are read when asked for."""
     if format == "hf":
         from safetensors.numpy import load_file
 
         return load_file(str(path))
-    import tensorflow as tf
+    return _read_google(path)
 
-    reader = tf.train.load_checkpoint(str(path))
-    return _LazyTensors(reader)
+
+def _read_google(path):
+    import tensorflow as tf  # only Google-format files need TensorFlow
+
+    return _LazyTensors(tf.train.load_checkpoint(str(path)))
 
 
 class _LazyTensors(collections.abc.Mapping):
@@ -178,63 +146,125 @@ class _LazyTensors(collections.abc.Mapping):
         return len(self.shapes)
 
 
-def load_bert_weights(model, checkpoint_path, keep_tokens=None):
-    """Fill every weight of the kwiden BERT (or RoFormer) `model` from a checkpoint.
+def _family(model, family):
+    """`family` (a name or a Family), or the one the model's name says."""
+    return family_of(model) if family is None else get_family(family)
+
+
+def _num_blocks(model):
+    return naming.count_blocks(layer.name for layer in model.layers)
+
+
+def _check_format(family, format):
+    """Raise unless the family has checkpoint names in `format`."""
+    if family.checkpoint_names is None:
+        raise ValueError(_no_place(family))
+    if format not in family.formats:
+        kept = " and ".join(FORMAT_TITLES[f] for f in family.formats)
+        raise ValueError(f"{family.title} weights are kept in {kept} checkpoints only, not {FORMAT_TITLES[format]}.")
+
+
+def _names(family, num_blocks, format, prefix=""):
+    """The family's name map for `format`."""
+    _check_format(family, format)
+    return family.checkpoint_names(num_blocks, format, prefix)
+
+
+def _no_place(family):
+    kept = ", ".join(other.title for other in FAMILIES.values() if other.to_hf_config is not None)
+    return (
+        f"A {family.title} model has no place in a BERT checkpoint: kwiden reads and writes checkpoints "
+        f"of {kept}; save it as a .keras model instead."
+    )
+
+
+def load_weights(model, checkpoint_path, keep_tokens=None, family=None):
+    """Fill every weight of `model` (a BERT or RoFormer) from a checkpoint.
 
     `keep_tokens`: the vocabulary ids to keep, in their new order (the model
-    was built with `vocab_size=len(keep_tokens)`). Raises, naming the
-    variable, before assigning anything if a tensor is missing or has the
-    wrong shape.
+    was built with `vocab_size=len(keep_tokens)`). `family`: the model's (a
+    name or a `Family`); by default the one named like the model. Raises,
+    naming the variable, before assigning anything if a tensor is missing or
+    has the wrong shape.
     """
+    family = _family(model, family)
     format, path = detect_format(checkpoint_path)
-    if format == "hf" and model.get_layer("Transformer-0-MultiHeadSelfAttention").rotary is not None:
-        raise ValueError("RoFormer weights load from Google-format checkpoints (bert_model.ckpt.*); Hugging Face's roformer layout is not supported.")
+    _check_format(family, format)
     tensors = read_tensors(format, path)
-    hf_prefix = "bert." if format == "hf" and "bert.embeddings.word_embeddings.weight" in tensors else ""
     blocks = _num_blocks(model)
-    extra = _blocks_in(tensors, format) - set(range(blocks))
-    if extra:
-        raise ValueError(
-            f"The checkpoint {checkpoint_path} has Transformer blocks {sorted(extra)} beyond the model's {blocks}: "
-            "loading would drop them. Build the model with the checkpoint's num_hidden_layers."
-        )
-    names = tensor_names(blocks, format, hf_prefix)
-    values = []
-    for layer, variable, name, kind in _placed(model, names):
-        found = _find(name, tensors)
-        if found is None:
-            head = " (build without that head, or use a checkpoint that has it)" if layer.name.startswith(("MLM", "Pooler")) else ""
-            raise ValueError(f"The checkpoint {checkpoint_path} has no tensor '{name}' for '{variable.path}'{head}.")
-        value = tensors[found]
-        if keep_tokens is not None and layer.name in ("Embedding-Token", "MLM-Bias"):
-            value = value[_check_keep_tokens(keep_tokens, value.shape[0])]
-        expected = checkpoint_shape(variable.shape, kind, format)
-        if tuple(value.shape) != expected:
-            raise ValueError(
-                f"'{variable.path}' (shape {tuple(variable.shape)}) needs '{name}' of shape {expected}; "
-                f"the checkpoint's has {tuple(value.shape)}: the config does not match the checkpoint."
-            )
-        values.append((variable, to_kwiden(value, tuple(variable.shape), kind, format)))
-    for variable, value in values:
+    prefix = _hf_prefix(family, tensors, blocks) if format == "hf" else ""
+    _check_blocks(family, tensors, blocks, format, prefix, checkpoint_path)
+    values = [
+        (variable, _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint_path))
+        for layer, variable, name, kind in _placed(model, family, _names(family, blocks, format, prefix))
+    ]
+    for variable, value in values:  # only once every weight has its value
         variable.assign(value.astype(variable.dtype))
     return model
 
 
-def _placed(model, names):
+def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint_path):
+    """The checkpoint's value for `variable`, checked and in kwiden's layout."""
+    found = _find(name, tensors)
+    if found is None:
+        head = " (build without that head, or use a checkpoint that has it)" if layer.name in HEADS else ""
+        raise ValueError(f"The checkpoint {checkpoint_path} has no tensor '{name}' for '{variable.path}'{head}.")
+    value = tensors[found]
+    if keep_tokens is not None and layer.name in VOCABULARY_ROWS:
+        value = value[_check_keep_tokens(keep_tokens, value.shape[0])]
+    expected = checkpoint_shape(variable.shape, kind, format)
+    if tuple(value.shape) != expected:
+        raise ValueError(
+            f"'{variable.path}' (shape {tuple(variable.shape)}) needs '{name}' of shape {expected}; "
+            f"the checkpoint's has {tuple(value.shape)}: the config does not match the checkpoint."
+        )
+    return to_kwiden(value, tuple(variable.shape), kind, format)
+
+
+def _check_blocks(family, tensors, blocks, format, prefix, checkpoint_path):
+    """Raise if the checkpoint has blocks the model lacks: loading would drop them."""
+    extra = _extra_blocks(family, tensors, blocks, format, prefix)
+    if extra:
+        raise ValueError(
+            f"The checkpoint {checkpoint_path} has Transformer blocks {extra} beyond the model's {blocks}: "
+            "loading would drop them. Build the model with the checkpoint's num_hidden_layers."
+        )
+
+
+def _hf_prefix(family, tensors, blocks):
+    """What a Hugging Face file puts before the base model's names: `bert.`
+    in a task model's (`BertForMaskedLM`), nothing in a base model's. Read off
+    the token table's name."""
+    token = family.checkpoint_names(blocks, "hf", "").get((naming.EMBEDDING_TOKEN, "embeddings"))
+    if token is None or token[0] in tensors:
+        return ""
+    for name in tensors:
+        if name.endswith("." + token[0]):
+            return name[: -len(token[0])]
+    return ""
+
+
+def _extra_blocks(family, tensors, blocks, format, prefix):
+    """The blocks from `blocks` on that the checkpoint holds tensors of."""
+    extra = []
+    while True:
+        index = blocks + len(extra)
+        names = family.checkpoint_names(index + 1, format, prefix)
+        if not any(_find(name, tensors) for (layer, _), (name, _) in names.items() if naming.block_index(layer) == index):
+            return extra
+        extra.append(index)
+
+
+def _placed(model, family, names):
     """Each weight of `model` with its checkpoint tensor's name and kind."""
     for layer in model.layers:
         for variable in layer.weights:
             if (layer.name, variable.name) not in names:
                 raise ValueError(
-                    f"'{variable.path}' has no place in a BERT checkpoint: checkpoints hold kwiden's "
-                    "Post-LN BERT and RoFormer (fold an Admin model first)."
+                    f"'{variable.path}' has no place in a {family.title} checkpoint: checkpoints hold kwiden's "
+                    f"Post-LN {family.title} (fold an Admin model first)."
                 )
             yield (layer, variable, *names[layer.name, variable.name])
-
-
-def _blocks_in(tensors, format):
-    pattern = re.compile(r"encoder\.layer\.(\d+)\." if format == "hf" else r"encoder/layer_(\d+)/")
-    return {int(m.group(1)) for name in tensors for m in [pattern.search(name)] if m}
 
 
 def _check_keep_tokens(keep_tokens, vocab):
@@ -244,15 +274,16 @@ def _check_keep_tokens(keep_tokens, vocab):
     return keep
 
 
-def _num_blocks(model):
-    return count_blocks(layer.name for layer in model.layers)
-
-
-def save_checkpoint(model, directory, format="hf"):
-    """Write a kwiden BERT (built, loaded, fine-tuned or grown) as a checkpoint
-    other tools load: `format="hf"` writes `config.json` and
+def save_checkpoint(model, directory, format="hf", family=None):
+    """Write a kwiden BERT or RoFormer (built, loaded, fine-tuned or grown) as
+    a checkpoint other tools load: `format="hf"` writes `config.json` and
     `model.safetensors`, `"google"` writes `bert_config.json` and
     `bert_model.ckpt.*`. Returns the directory.
+
+    `family`: the model's (a name or a `kwiden.models.Family`); by default the
+    registered family named like the model (kwiden's builders name models
+    after their family, and growth keeps the name). The family writes the
+    config (`to_hf_config`) and names the tensors (`checkpoint_names`).
 
     BERT's config has one LayerNorm epsilon; a grown model's stream norms use
     ε/k and its MLM norm ε, so the most common value is written and a warning
@@ -273,84 +304,45 @@ def save_checkpoint(model, directory, format="hf"):
     """
     if format not in FORMATS:
         raise ValueError(f"`format` must be one of {FORMATS}, got format={format!r}.")
-    with_mlm = any(layer.name == "MLM-Bias" for layer in model.layers)
-    # Hugging Face's BertForMaskedLM expects its encoder under `bert.` beside `cls.`.
-    names = tensor_names(_num_blocks(model), format, hf_prefix="bert." if with_mlm else "")
+    family = _family(model, family)
+    if family.to_hf_config is None:
+        raise ValueError(_no_place(family))
+    config = family.to_hf_config(model, format)
+    names = _names(family, _num_blocks(model), format, _written_prefix(config))
     tensors = {
         name: np.ascontiguousarray(to_checkpoint(np.asarray(variable.numpy()), kind, format))
-        for _, variable, name, kind in _placed(model, names)
+        for _, variable, name, kind in _placed(model, family, names)
     }
-    config = bert_config_of(model, format)
-    if with_mlm and format == "hf":
-        config["architectures"] = ["BertForMaskedLM"]
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / CONFIG_FILES[format]).write_text(json.dumps(config, indent=2) + "\n")
     if format == "hf":
-        from safetensors.numpy import save_file
-
-        save_file(tensors, str(directory / SAFETENSORS), metadata={"format": "pt"})
+        _write_safetensors(tensors, directory / SAFETENSORS)
     else:
-        import tensorflow as tf
-
-        tf.raw_ops.SaveV2(
-            prefix=str(directory / GOOGLE_PREFIX),
-            tensor_names=list(tensors),
-            shape_and_slices=[""] * len(tensors),
-            tensors=[tf.constant(v) for v in tensors.values()],
-        )
+        _write_google(tensors, directory / GOOGLE_PREFIX)
     return directory
 
 
-def bert_config_of(model, format="hf"):
-    """The `config.json` of a kwiden BERT, with Hugging Face's keys."""
-    token = model.get_layer("Embedding-Token")
-    attention = model.get_layer("Transformer-0-MultiHeadSelfAttention")
-    ffn = model.get_layer("Transformer-0-FeedForward")
-    norms = {layer.name: layer.epsilon for layer in model.layers if isinstance(layer, ExpandableLayerNormalization)}
-    epsilon = collections.Counter(norms.values()).most_common(1)[0][0]
-    different = {name: value for name, value in norms.items() if value != epsilon}
-    if different:
-        warnings.warn(
-            f"BERT's config has one layer_norm_eps; {epsilon:g} is written, and these norms differ: "
-            f"{different} (after growth the MLM norm keeps the small model's ε).",
-            stacklevel=3,
-        )
-    config = {
-        "architectures": ["BertModel"],
-        "model_type": "bert",
-        "vocab_size": token.input_dim,
-        "hidden_size": token.output_dim,
-        "num_hidden_layers": _num_blocks(model),
-        "num_attention_heads": attention.heads,
-        "intermediate_size": ffn.intermediate_size,
-        "hidden_act": ffn.get_config()["activation"],
-        "hidden_dropout_prob": model.get_layer("Embedding-Dropout").rate,
-        "attention_probs_dropout_prob": attention.dropout,
-        "type_vocab_size": model.get_layer("Embedding-Segment").input_dim,
-        "layer_norm_eps": epsilon,
-        "pad_token_id": 0,
-    }
-    if attention.head_size * attention.heads != token.output_dim:
-        raise ValueError(
-            f"Heads of size {attention.head_size} × {attention.heads} do not make the hidden size "
-            f"{token.output_dim}, which BERT's config assumes; save this model as .keras instead."
-        )
-    if format == "google" and epsilon != 1e-12:
-        warnings.warn(
-            f"Google's BERT code fixes LayerNorm's ε at 1e-12 whatever bert_config.json says; this "
-            f"model's is {epsilon:g} (kwiden and other readers honour the config).",
-            stacklevel=3,
-        )
-    if attention.rotary_frequencies is not None:
-        raise ValueError(
-            "This RoFormer's rotary frequencies were set by growth (rope='exact') and a BERT "
-            "config can only say `rotary_base`; save it as a .keras model instead."
-        )
-    if attention.rotary is None:
-        config["max_position_embeddings"] = model.get_layer("Embedding-Position").input_dim
-    elif format == "hf":
-        raise ValueError("A RoFormer saved as a Hugging Face BERT would lose its rotary attention; use format='google'.")
-    else:
-        config["rotary_base"] = attention.rotary.base
-    return config
+def _written_prefix(config):
+    """Hugging Face task models (`BertForMaskedLM`) hold the base model under
+    its `model_type` (`bert.`) beside their heads; base models (`BertModel`) at the top."""
+    architecture = (config.get("architectures") or ["Model"])[0]
+    return "" if architecture.endswith("Model") else f"{config['model_type']}."
+
+
+def _write_safetensors(tensors, path):
+    from safetensors.numpy import save_file
+
+    # "pt": the metadata Hugging Face's loaders look for.
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def _write_google(tensors, prefix):
+    import tensorflow as tf  # only Google-format files need TensorFlow
+
+    tf.raw_ops.SaveV2(
+        prefix=str(prefix),
+        tensor_names=list(tensors),
+        shape_and_slices=[""] * len(tensors),
+        tensors=[tf.constant(v) for v in tensors.values()],
+    )

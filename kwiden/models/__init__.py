@@ -1,6 +1,31 @@
-"""Model builders (BERT, GPT) in the spirit of bert4keras."""
+"""Model builders in the spirit of bert4keras, one module per family (BERT,
+RoFormer, GPT, LLaMA, T5) over the shared parts in `kwiden.models.blocks`.
 
+A family (`Family`) is one object: its builder, defaults, config translation
+and checkpoint names. `build_transformer_model(model=…)` takes a registered
+family's name or a family; `register_family` adds one.
+"""
+
+from kwiden.models import bert, gpt, llama, roformer, t5
+from kwiden.models.bert import build_bert
 from kwiden.models.config import load_config
-from kwiden.models.transformer import build_bert, build_gpt, build_transformer_model
+from kwiden.models.family import FAMILIES, Family, family_of, get_family, register_family
+from kwiden.models.gpt import build_gpt
+from kwiden.models.t5 import build_t5_encoder
+from kwiden.models.transformer import build_transformer_model
 
-__all__ = ["build_bert", "build_gpt", "build_transformer_model", "load_config"]
+for _family in (bert.BERT, gpt.GPT, llama.LLAMA, roformer.ROFORMER, t5.T5):
+    register_family(_family)
+
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "build_bert",
+    "build_gpt",
+    "build_t5_encoder",
+    "build_transformer_model",
+    "family_of",
+    "get_family",
+    "load_config",
+    "register_family",
+]

@@ -1,4 +1,10 @@
-"""Reading a BERT-style `config.json` into the sizes a builder needs."""
+"""Reading a `config.json` into the sizes a builder needs.
+
+A config comes from up to three sources: a file, a dict and keyword
+overrides, later ones winning. A family translates each source from Hugging
+Face's keys to kwiden's on its own (`Family.from_hf_config`), so that an
+override in kwiden's words beats the file's key in Hugging Face's.
+"""
 
 import json
 
@@ -16,36 +22,70 @@ DEFAULTS = {
 }
 
 
-def load_config(config=None, config_path=None, defaults=None, **overrides):
-    """Merge a config dict, a `config.json` file and keyword overrides.
-
-    Later sources win: the file, then `config`, then `overrides`; `defaults`
-    (a model family's own) fill what none of them gives. Keys the builders do
-    not use are kept (a Hugging Face config has many).
-    """
-    merged = {}
+def config_sources(config=None, config_path=None, overrides=None):
+    """The file's dict, `config` and `overrides`, in the order they apply."""
+    sources = []
     if config_path is not None:
         with open(config_path, encoding="utf-8") as f:
-            merged.update(json.load(f))
-    merged.update(config or {})
-    merged.update(overrides)
-    missing = [key for key in REQUIRED if merged.get(key) is None]
+            sources.append(json.load(f))
+    return sources + [dict(config or {}), dict(overrides or {})]
+
+
+def renamed(config, names):
+    """`config` with each key of `names` (Hugging Face's) also given under its
+    value (kwiden's); a key given in Hugging Face's words wins, as the file
+    that spells it that way means it.
+
+    >>> renamed({"rms_norm_eps": 1e-5, "layer_norm_eps": 1e-12}, {"rms_norm_eps": "layer_norm_eps"})
+    {'rms_norm_eps': 1e-05, 'layer_norm_eps': 1e-05}
+    """
+    config = dict(config)
+    for hf_key, key in names.items():
+        if config.get(hf_key) is not None:
+            config[key] = config[hf_key]
+    return config
+
+
+def complete_config(config, defaults=None):
+    """Check the required sizes and fill what `config` leaves out: `defaults`
+    (a family's own) first, then BERT's. Keys the builders do not use are
+    kept (a Hugging Face config has many)."""
+    missing = [key for key in REQUIRED if config.get(key) is None]
     if missing:
         raise ValueError(
             f"The transformer config lacks {', '.join(missing)}; give them in "
             "`config`, in the file at `config_path`, or as keyword arguments."
         )
+    config = dict(config)
     for key, value in {**DEFAULTS, **(defaults or {})}.items():
-        if merged.get(key) is None:
-            merged[key] = value
-    if merged["intermediate_size"] is None:
-        merged["intermediate_size"] = 4 * merged["hidden_size"]
-    if merged["attention_head_size"] is None:
-        hidden, heads = merged["hidden_size"], merged["num_attention_heads"]
-        if hidden % heads:
-            raise ValueError(
-                f"hidden_size={hidden} is not a multiple of num_attention_heads="
-                f"{heads}; give `attention_head_size` explicitly."
-            )
-        merged["attention_head_size"] = hidden // heads
-    return merged
+        if config.get(key) is None:
+            config[key] = value
+    if config["intermediate_size"] is None:
+        config["intermediate_size"] = 4 * config["hidden_size"]
+    if config["attention_head_size"] is None:
+        config["attention_head_size"] = _head_size(config["hidden_size"], config["num_attention_heads"])
+    return config
+
+
+def _head_size(hidden, heads):
+    if hidden % heads:
+        raise ValueError(
+            f"hidden_size={hidden} is not a multiple of num_attention_heads="
+            f"{heads}; give `attention_head_size` explicitly."
+        )
+    return hidden // heads
+
+
+def load_config(config=None, config_path=None, defaults=None, **overrides):
+    """Merge a config dict, a `config.json` file and keyword overrides.
+
+    Later sources win: the file, then `config`, then `overrides`; `defaults`
+    (a model family's own) fill what none of them gives, then BERT's.
+
+    >>> load_config(dict(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2))["attention_head_size"]
+    4
+    """
+    merged = {}
+    for source in config_sources(config, config_path, overrides):
+        merged.update(source)
+    return complete_config(merged, defaults)

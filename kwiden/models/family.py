@@ -1,0 +1,129 @@
+"""A model family as one object, and the registry `build_transformer_model` reads.
+
+A `Family` holds all kwiden knows of one kind of model: how to build it, the
+config values it has where BERT's differ, how its `config.json` translates
+to kwiden's keys and back, and, for the families kwiden reads and writes
+checkpoints of, which checkpoint tensor holds each weight. `kwiden.checkpoints`
+takes the last two from the family and knows only the file formats.
+
+This module imports only `kwiden.models.config` (which imports nothing of
+kwiden's), so `kwiden.checkpoints` can import it while `kwiden.models` (which
+loads weights through `kwiden.checkpoints`) is still being imported.
+"""
+
+import dataclasses
+from typing import Callable, Optional
+
+from kwiden.models.config import complete_config, config_sources
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One kind of model.
+
+    Attributes:
+        name: the registry key, `model=`'s value and the built model's name
+            (`save_checkpoint` finds a model's family by it).
+        build: `build(config, name=…, **flags) -> keras.Model`, given a
+            complete config (`Family.config`'s); `build_transformer_model`
+            passes the family's `name`.
+        title: how messages spell the family (`"BERT"`); `name` by default.
+        defaults: config values the family has where BERT's
+            (`kwiden.models.config.DEFAULTS`) differ or which BERT lacks.
+        flags: the keyword flags `build` takes besides the config
+            (`("with_mlm", "with_pool")` for BERT).
+        from_hf_config: a config with Hugging Face's keys (a whole
+            `config.json` or part of one) to one with kwiden's; other keys
+            are kept. A copy where the two agree.
+        to_hf_config: `to_hf_config(model, format) -> dict`, the
+            `config.json` of a built model; None where the family cannot be
+            written.
+        checkpoint_names: `checkpoint_names(num_blocks, format, prefix)`:
+            `{(layer name, weight name): (tensor name, kind)}`, `kind` as
+            `kwiden.checkpoints.KERNEL_KINDS` says (None: same layout);
+            `prefix` goes before the base model's names in Hugging Face
+            files (`"bert."` in `BertForMaskedLM`'s). None where the family
+            has no checkpoint format.
+        formats: the checkpoint formats (`kwiden.checkpoints.FORMATS`) the
+            names cover.
+
+    Example: BERT with RMSNorm, built without registering it:
+
+    >>> import kwiden
+    >>> from kwiden import naming
+    >>> from kwiden.models import bert
+    >>> rms_bert = Family("rms-bert", bert.build_bert, defaults={**bert.DEFAULTS, "norm": "rms"}, flags=bert.FLAGS)
+    >>> model = kwiden.build_transformer_model(
+    ...     dict(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2), model=rms_bert)
+    >>> model.name, model.get_layer(naming.EMBEDDING_NORM).rms
+    ('rms-bert', True)
+    """
+
+    name: str
+    build: Callable
+    title: Optional[str] = None
+    defaults: dict = dataclasses.field(default_factory=dict)
+    flags: tuple = ()
+    from_hf_config: Callable = dict
+    to_hf_config: Optional[Callable] = None
+    checkpoint_names: Optional[Callable] = None
+    formats: tuple = ()
+
+    def __post_init__(self):
+        if self.title is None:
+            object.__setattr__(self, "title", self.name)
+        if bool(self.formats) != (self.checkpoint_names is not None):
+            raise ValueError(f"Family {self.name!r}: give `checkpoint_names` and the `formats` they cover, or neither.")
+
+    def config(self, config=None, config_path=None, **overrides):
+        """The complete config `build` takes: the file, `config` and
+        `overrides` (later ones win), each translated by `from_hf_config`,
+        then the family's defaults and BERT's where none gives a value.
+
+        >>> from kwiden.models import llama
+        >>> config = llama.LLAMA.config(dict(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+        ...     num_attention_heads=2, rms_norm_eps=1e-5))
+        >>> config["layer_norm_eps"], config["norm"], config["attention_head_size"]
+        (1e-05, 'rms', 4)
+        """
+        merged = {}
+        for source in config_sources(config, config_path, overrides):
+            merged.update(self.from_hf_config(source))
+        return complete_config(merged, self.defaults)
+
+
+FAMILIES = {}
+
+
+def register_family(family, replace=False):
+    """Make `family` buildable by name (`model="…"`) and findable by
+    `save_checkpoint`. Returns the family.
+
+    >>> from kwiden.models import bert
+    >>> register_family(bert.BERT)
+    Traceback (most recent call last):
+    ...
+    ValueError: A family named 'bert' is registered already; pass replace=True to replace it.
+    """
+    if not isinstance(family, Family):
+        raise TypeError(f"register_family takes a kwiden.models.Family, got {type(family).__name__}.")
+    if family.name in FAMILIES and not replace:
+        raise ValueError(f"A family named {family.name!r} is registered already; pass replace=True to replace it.")
+    FAMILIES[family.name] = family
+    return family
+
+
+def get_family(model):
+    """The family `model` names (a registered name), or `model` itself if it is a `Family`."""
+    if isinstance(model, Family):
+        return model
+    if not isinstance(model, str) or model not in FAMILIES:
+        raise ValueError(f"`model` must be one of {sorted(FAMILIES)}, got model={model!r}.")
+    return FAMILIES[model]
+
+
+def family_of(model):
+    """The family of a built keras `model`, found by the name kwiden's builders
+    give it (growth keeps it); models of other names are read as BERT, as
+    kwiden read every model before it had families."""
+    return FAMILIES.get(model.name, FAMILIES["bert"])
