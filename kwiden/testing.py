@@ -1,5 +1,7 @@
-"""Check a layer against kwiden's contract: the checks kwiden runs on its own
-layers, for yours (docs/extending.md).
+"""Test helpers: kwiden's layer contract for your own layers
+(docs/extending.md), and what its growth tests rest on — random non-zero
+weights, a LayerNorm ε large enough to notice, padded batches, and an
+exactness assertion.
 
 >>> import numpy as np, kwiden
 >>> x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
@@ -18,9 +20,72 @@ from keras import tree
 
 from kwiden.expansion import UNCHANGED, Growth, Space
 from kwiden.layers.expandable import Expandable, axes_in_order
+from kwiden.verify import verify
 
 # Growth is exact when it is within float32 rounding.
 RTOL = 1e-5
+# A LayerNorm ε large enough that a wrong grown ε shows (docs/widening.md#layernorm-and-rmsnorm);
+# 1e-12 would hide it.
+NOTICEABLE_EPSILON = 1e-3
+
+
+def tiny_config(**overrides):
+    """A BERT-style config for a tiny model whose growth errors cannot hide:
+    hidden 16, 2 blocks, 2 heads, FFN 24, ε = 1e-3, no dropout."""
+    config = dict(
+        vocab_size=97,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=32,
+        type_vocab_size=2,
+        layer_norm_eps=NOTICEABLE_EPSILON,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    return {**config, **overrides}
+
+
+def randomize_weights(model, seed=0, std=0.5):
+    """Random non-zero values in every weight of a model or layer (biases, γ
+    and β included: zeros there hide growth errors); returns it."""
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        weight.assign(rng.normal(0.0, std, weight.shape).astype(weight.dtype))
+    return model
+
+
+def padded_batch(vocab_size=97, lengths=(7, 4, 9), seed=1, segments=True):
+    """Token ids padded with 0 (kwiden's padding id) to the longest of
+    `lengths`, and, with `segments`, segment ids (the second half of each
+    row is segment 1)."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((len(lengths), max(lengths)), "int32")
+    segment = np.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = rng.integers(1, vocab_size, n)
+        segment[row, n // 2 : n] = 1
+    return [ids, segment] if segments else ids
+
+
+def numpy_outputs(model, inputs):
+    """`model`'s outputs on `inputs`, flattened, as numpy arrays."""
+    return [np.asarray(keras.ops.convert_to_numpy(o)) for o in tree.flatten(model(inputs))]
+
+
+def assert_exact(small, big, inputs, rtol=RTOL):
+    """Assert that `big` computes `small`'s function on `inputs`: every output
+    and every layer within `rtol`, logits picking the same classes. Returns
+    the `VerifyReport`."""
+    report = verify(small, big, inputs, rtol=rtol)
+    assert report.ok, str(report)
+    assert report.first_departure is None, str(report)
+    for output in report.outputs:
+        assert output.max_relative_error <= rtol, str(report)
+        if output.argmax_agreement is not None:
+            assert output.argmax_agreement == 1.0, str(report)
+    return report
 
 
 @dataclasses.dataclass
@@ -68,7 +133,7 @@ def check_layer(layer, inputs, k=2, call_kwargs=None, input_space=None, rtol=RTO
     """
     call_kwargs = dict(call_kwargs or {})
     outputs = _call(layer, inputs, call_kwargs)
-    _randomize(layer, seed)
+    randomize_weights(layer, seed)
     outputs = _call(layer, inputs, call_kwargs)
     problems = {
         "config": _run(_check_config, layer),
@@ -98,12 +163,6 @@ def assert_layer_contract(layer, inputs, **options):
 def _call(layer, inputs, call_kwargs):
     values = layer(inputs, **call_kwargs)
     return [np.asarray(keras.ops.convert_to_numpy(v), np.float64) for v in tree.flatten(values)]
-
-
-def _randomize(layer, seed):
-    rng = np.random.default_rng(seed)
-    for weight in layer.weights:
-        weight.assign(rng.normal(0.0, 0.5, weight.shape).astype(weight.dtype))
 
 
 def _check_config(layer):
@@ -153,23 +212,43 @@ def _check_growth(layer, inputs, call_kwargs, outputs, k, input_space, rtol, see
         axes_in_order(layer, layer.get_expanded_weight_axes(growth, space))
     except ValueError as error:
         return str(error)
+    _, problem = grow_layer(layer, inputs, growth, space, call_kwargs, spread=1.0, seed=seed, rtol=rtol)
+    return problem
+
+
+def grow_layer(layer, inputs, k=2, input_space=None, call_kwargs=None, spread=0.0, seed=0, rtol=RTOL):
+    """Grow a built `layer` on its own and run it on `inputs` carried into
+    `input_space` (default the stream; integer inputs stay). Returns
+    `(grown layer, problem)`: `problem` is None when its output is the small
+    layer's output carried into the declared output space, to `rtol`, and
+    says by how much it departs otherwise."""
+    call_kwargs = dict(call_kwargs or {})
+    growth = Growth.of(k)
+    space = Space.stream(growth.k) if input_space is None else input_space
+    outputs = _call(layer, inputs, call_kwargs)
     static = {key: value for key, value in call_kwargs.items() if not isinstance(value, np.ndarray)}
     out_space = layer.get_expanded_output_space(growth, space, **static)
-    config = layer.get_expanded_config(growth, space)
-    big = type(layer).from_config(config)
-    weights = layer.get_expanded_weights(growth, space, spread=1.0, seed=seed)
+    big = type(layer).from_config(layer.get_expanded_config(growth, space))
+    weights = layer.get_expanded_weights(growth, space, spread=spread, seed=seed)
     grown_inputs = tree.map_structure(lambda x: _carry(space, x), inputs)
     _call(big, grown_inputs, call_kwargs)
     big.set_weights(weights)
-    grown = _call(big, grown_inputs, call_kwargs)
-    for small_value, big_value in zip(outputs, grown):
+    for small_value, big_value in zip(outputs, _call(big, grown_inputs, call_kwargs)):
         expected = out_space.carry(small_value)
         if expected.shape != big_value.shape:
-            return f"the grown output has shape {big_value.shape}; carried into {out_space} it should be {expected.shape}"
+            return big, f"the grown output has shape {big_value.shape}; carried into {out_space} it should be {expected.shape}"
         error = np.max(np.abs(expected - big_value)) / max(np.max(np.abs(expected)), 1e-30)
         if error > rtol:
-            return f"the grown layer departs from the small one by {error:.3e} (relative; rtol {rtol:g})"
-    return None
+            return big, f"the grown layer departs from the small one by {error:.3e} (relative; rtol {rtol:g})"
+    return big, None
+
+
+def assert_grows_exactly(layer, inputs, k=2, input_space=None, call_kwargs=None, spread=0.0, rtol=RTOL):
+    """`grow_layer`, raising `AssertionError` when the growth is not exact;
+    returns the grown layer."""
+    big, problem = grow_layer(layer, inputs, k, input_space, call_kwargs, spread, rtol=rtol)
+    assert problem is None, f"{type(layer).__name__} '{layer.name}': {problem}"
+    return big
 
 
 def _carry(space, x):

@@ -5,15 +5,15 @@ import math
 import keras
 import numpy as np
 import pytest
-from conftest import EPS, RTOL, assert_exact, outputs, padded_batch, randomize, small_config
+from kwiden.testing import NOTICEABLE_EPSILON as EPS, RTOL, assert_exact, numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 import kwiden
 from kwiden.layers import AdminResidual, ExpandableLayerNormalization, FeedForward
 
 
 def admin_model(model="bert", seed=0, **overrides):
-    built = kwiden.build_transformer_model(small_config(**overrides), model=model, residual="admin")
-    return randomize(built, seed)  # ω random too: per channel, as after training
+    built = kwiden.build_transformer_model(tiny_config(**overrides), model=model, residual="admin")
+    return randomize_weights(built, seed)  # ω random too: per channel, as after training
 
 
 def test_admin_residual_computes_layernorm_of_weighted_sum():
@@ -33,7 +33,7 @@ def test_admin_residual_computes_layernorm_of_weighted_sum():
 
 @pytest.mark.parametrize("model", ["bert", "gpt", "llama"])
 def test_builders_make_admin_blocks(model):
-    built = kwiden.build_transformer_model(small_config(), model=model, residual="admin")
+    built = kwiden.build_transformer_model(tiny_config(), model=model, residual="admin")
     admin = [layer for layer in built.layers if isinstance(layer, AdminResidual)]
     assert [layer.name for layer in admin[:2]] == [
         "Transformer-0-MultiHeadSelfAttention-Norm",
@@ -42,13 +42,13 @@ def test_builders_make_admin_blocks(model):
     assert len(admin) == 4 and not any(isinstance(layer, keras.layers.Add) and "Transformer" in layer.name for layer in built.layers)
     assert admin[0].rms == (model == "llama")
     with pytest.raises(ValueError, match=r"`residual` must be one of \('post_ln', 'pre_ln', 'admin'\)"):
-        kwiden.build_transformer_model(small_config(), model=model, residual="sandwich")
+        kwiden.build_transformer_model(tiny_config(), model=model, residual="sandwich")
 
 
 @pytest.mark.parametrize("residual", ["pre_ln", "post_ln"])
 def test_builders_switch_between_pre_and_post_ln(residual):
     for model in ("bert", "gpt"):
-        names = [layer.name for layer in kwiden.build_transformer_model(small_config(), model=model, residual=residual).layers]
+        names = [layer.name for layer in kwiden.build_transformer_model(tiny_config(), model=model, residual=residual).layers]
         assert ("Output-Norm" in names) == (residual == "pre_ln")
         assert ("Embedding-Norm" in names) == (model == "bert" or residual == "post_ln")
 
@@ -57,7 +57,7 @@ def test_admin_model_saves_and_loads(tmp_path):
     model = admin_model(with_mlm=True)
     model.save(tmp_path / "admin.keras")
     loaded = keras.saving.load_model(tmp_path / "admin.keras")
-    for a, b in zip(outputs(model, padded_batch()), outputs(loaded, padded_batch())):
+    for a, b in zip(numpy_outputs(model, padded_batch()), numpy_outputs(loaded, padded_batch())):
         np.testing.assert_array_equal(a, b)
 
 
@@ -87,7 +87,7 @@ def branch_variances(model, batch, blocks):
 def test_profiled_omega_equals_numpy_from_the_branch_outputs():
     config = dict(num_hidden_layers=3, hidden_dropout_prob=0.0)
     admin = admin_model(**config)
-    plain = kwiden.build_transformer_model(small_config(**config), residual="post_ln")
+    plain = kwiden.build_transformer_model(tiny_config(**config), residual="post_ln")
     for layer in plain.layers:
         if layer.weights:
             source = admin.get_layer(layer.name)
@@ -103,7 +103,7 @@ def test_profiled_omega_equals_numpy_from_the_branch_outputs():
 
 def test_profiled_omega_grows_with_depth():
     # Weights of unit scale (std ≈ 1/√hidden), so that branches matter as much as the stream.
-    config = small_config(num_hidden_layers=6, initializer_range=0.25)
+    config = tiny_config(num_hidden_layers=6, initializer_range=0.25)
     model = kwiden.build_transformer_model(config, residual="admin")
     omegas = list(kwiden.admin.initialize(model, padded_batch()).values())
     assert all(a < b for a, b in zip(omegas, omegas[1:]))
@@ -118,7 +118,7 @@ def test_closed_form_omega():
 
 
 def test_initialize_errors():
-    plain = kwiden.build_transformer_model(small_config())
+    plain = kwiden.build_transformer_model(tiny_config())
     with pytest.raises(ValueError, match=r"Model 'bert' has no AdminResidual layers; build it with .*residual='admin'"):
         kwiden.admin.initialize(plain, padded_batch())
     model = admin_model()
@@ -139,7 +139,7 @@ def test_fold_is_exact_with_per_channel_omega(model):
     plain = kwiden.admin.fold(admin)
     assert not any(isinstance(layer, AdminResidual) for layer in plain.layers)
     assert isinstance(plain.get_layer("Transformer-0-FeedForward-Add"), keras.layers.Add)
-    for a, b in zip(outputs(admin, inputs), outputs(plain, inputs)):
+    for a, b in zip(numpy_outputs(admin, inputs), numpy_outputs(plain, inputs)):
         assert np.max(np.abs(a - b)) <= RTOL * np.max(np.abs(a)), np.max(np.abs(a - b))
     for a, b in zip(before, admin.get_weights()):
         np.testing.assert_array_equal(a, b)  # the source is not modified
@@ -150,7 +150,7 @@ def branch_model(omega):
     x = keras.Input((None, 8))
     y = FeedForward(12, name="Block-FeedForward")(x)
     out = AdminResidual(epsilon=EPS, name="Block-FeedForward-Norm")([x, y])
-    model = randomize(keras.Model(x, out))
+    model = randomize_weights(keras.Model(x, out))
     model.get_layer("Block-FeedForward-Norm").omega.assign(omega)
     return model
 
@@ -161,7 +161,7 @@ def test_fold_with_uniform_omega_rescales_the_branch():
     norm = plain.get_layer("Block-FeedForward-Norm")
     assert isinstance(norm, ExpandableLayerNormalization) and norm.epsilon == pytest.approx(EPS / 2.5**2)
     x = np.random.default_rng(2).normal(size=(2, 5, 8)).astype("float32")
-    a, b = outputs(model, x)[0], outputs(plain, x)[0]
+    a, b = numpy_outputs(model, x)[0], numpy_outputs(plain, x)[0]
     assert np.max(np.abs(a - b)) <= RTOL * np.max(np.abs(a))
 
 
@@ -190,7 +190,7 @@ def test_fold_with_negative_uniform_omega_flips_gamma():
     model = branch_model(np.full(8, -1.5, "float32"))
     plain = kwiden.admin.fold(model)
     x = np.random.default_rng(2).normal(size=(2, 5, 8)).astype("float32")
-    a, b = outputs(model, x)[0], outputs(plain, x)[0]
+    a, b = numpy_outputs(model, x)[0], numpy_outputs(plain, x)[0]
     assert np.max(np.abs(a - b)) <= RTOL * np.max(np.abs(a))
 
 
@@ -207,7 +207,7 @@ def test_fold_refuses_to_rescale_outputs_read_elsewhere():
     x = keras.Input((None, 8))
     y = FeedForward(12, name="Block-FeedForward")(x)
     out = AdminResidual(epsilon=EPS, name="Block-FeedForward-Norm")([x, y])
-    model = randomize(keras.Model(x, [out, y]))
+    model = randomize_weights(keras.Model(x, [out, y]))
     model.get_layer("Block-FeedForward-Norm").omega.assign(np.full(8, 2.5, "float32"))
     with pytest.raises(ValueError, match=r"the output of 'Block-FeedForward' is also read elsewhere"):
         kwiden.admin.fold(model)
@@ -220,7 +220,7 @@ def test_fold_does_not_divide_kernels_of_layers_called_twice():
     h = ExpandableLayerNormalization(epsilon=EPS, name="Input-Norm")(x)
     shared = FeedForward(12, name="Block-FeedForward")
     out = AdminResidual(epsilon=EPS, name="Block-FeedForward-Norm")([h, shared(h)])
-    model = randomize(keras.Model(x, [out, shared(x)]))
+    model = randomize_weights(keras.Model(x, [out, shared(x)]))
     with pytest.raises(ValueError, match=r"ω differs from channel to channel"):
         kwiden.admin.fold(model)
 
@@ -229,9 +229,9 @@ def test_builders_called_directly_keep_their_defaults():
     from kwiden.models import load_config
     from kwiden.models.transformer import build_gpt
 
-    model = randomize(build_gpt(load_config(small_config())))
+    model = randomize_weights(build_gpt(load_config(tiny_config())))
     ids = padded_batch(segments=False)
     changed = ids.copy()
     changed[:, 5:] = 1
-    a, b = outputs(model, ids)[0], outputs(model, changed)[0]
+    a, b = numpy_outputs(model, ids)[0], numpy_outputs(model, changed)[0]
     np.testing.assert_allclose(a[:, :5], b[:, :5], rtol=1e-5, atol=1e-6)  # causal: the past ignores the future

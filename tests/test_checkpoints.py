@@ -5,14 +5,12 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import bert, outputs, padded_batch, randomize, small_config
+from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 import kwiden
 
-RNG = np.random.default_rng(0)
 
-
-def google_checkpoint(folder, config, layers=2, positions=True):
+def google_checkpoint(folder, config, layers=2, positions=True, seed=0):
     """A Google-format BERT checkpoint written with TensorFlow's own op and the
     real variable names, independently of kwiden's name table."""
     h, f, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
@@ -43,7 +41,8 @@ def google_checkpoint(folder, config, layers=2, positions=True):
         for norm in ("attention/output/LayerNorm", "output/LayerNorm"):
             shapes[f"{block}/{norm}/gamma"] = (h,)
             shapes[f"{block}/{norm}/beta"] = (h,)
-    arrays = {name: RNG.normal(0, 0.5, shape).astype("float32") for name, shape in shapes.items()}
+    rng = np.random.default_rng(seed)
+    arrays = {name: rng.normal(0, 0.5, shape).astype("float32") for name, shape in shapes.items()}
     folder.mkdir(parents=True, exist_ok=True)
     prefix = str(folder / "bert_model.ckpt")
     tf.raw_ops.SaveV2(
@@ -55,7 +54,7 @@ def google_checkpoint(folder, config, layers=2, positions=True):
 
 
 def test_google_checkpoint_loads_with_its_variable_names(tmp_path):
-    config = small_config()
+    config = tiny_config()
     arrays = google_checkpoint(tmp_path / "google", config)
     model = kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", with_mlm=True, with_pool=True)
     attention = model.get_layer("Transformer-1-MultiHeadSelfAttention")
@@ -67,7 +66,7 @@ def test_google_checkpoint_loads_with_its_variable_names(tmp_path):
 
 
 def test_roformer_google_checkpoint_has_no_position_table(tmp_path):
-    google_checkpoint(tmp_path / "roformer", small_config(), positions=False)
+    google_checkpoint(tmp_path / "roformer", tiny_config(), positions=False)
     model = kwiden.build_transformer_model(checkpoint_path=tmp_path / "roformer", model="roformer", with_mlm=True)
     assert model.get_layer("Transformer-0-MultiHeadSelfAttention").rotary is not None
     with pytest.raises(ValueError, match=r"no tensor 'bert/embeddings/position_embeddings' for 'Embedding-Position/embeddings'"):
@@ -76,7 +75,7 @@ def test_roformer_google_checkpoint_has_no_position_table(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:Google's BERT code")
 @pytest.mark.parametrize("format", ["hf", "google"])
-def test_save_then_load_gives_identical_outputs(tmp_path, format):
+def test_save_then_load_gives_identical_outputs(bert, tmp_path, format):
     model = bert(with_mlm=True, with_pool=True)
     if format == "google":  # ε = 1e-3 here
         with pytest.warns(UserWarning, match=r"Google's BERT code fixes LayerNorm's ε at 1e-12"):
@@ -84,13 +83,13 @@ def test_save_then_load_gives_identical_outputs(tmp_path, format):
     else:
         folder = kwiden.save_checkpoint(model, tmp_path / format, format=format)
     loaded = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True, with_pool=True)
-    for a, b in zip(outputs(model, padded_batch()), outputs(loaded, padded_batch())):
+    for a, b in zip(numpy_outputs(model, padded_batch()), numpy_outputs(loaded, padded_batch())):
         np.testing.assert_array_equal(a, b)
     again = kwiden.save_checkpoint(loaded, tmp_path / f"{format}-again", format=format)
     assert json.loads((again / kwiden.checkpoints.CONFIG_FILES[format]).read_text())["layer_norm_eps"] == 1e-3
 
 
-def test_hugging_face_names_and_layouts(tmp_path):
+def test_hugging_face_names_and_layouts(bert, tmp_path):
     from safetensors import safe_open
     from safetensors.numpy import load_file
 
@@ -111,7 +110,7 @@ def test_hugging_face_names_and_layouts(tmp_path):
     assert plain["architectures"] == ["BertModel"]
 
 
-def test_older_hugging_face_names_load(tmp_path):
+def test_older_hugging_face_names_load(bert, tmp_path):
     """LayerNorm `gamma`/`beta` (bert-base-uncased and other older files) and a
     decoder-only MLM bias."""
     from safetensors.numpy import load_file, save_file
@@ -125,21 +124,21 @@ def test_older_hugging_face_names_load(tmp_path):
         renamed[name.replace("cls.predictions.bias", "cls.predictions.decoder.bias")] = value
     save_file(renamed, str(folder / "model.safetensors"))
     loaded = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True)
-    for a, b in zip(outputs(model, padded_batch()), outputs(loaded, padded_batch())):
+    for a, b in zip(numpy_outputs(model, padded_batch()), numpy_outputs(loaded, padded_batch())):
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_grown_model_is_written_and_read_back(tmp_path):
+def test_a_grown_model_is_written_and_read_back(bert, tmp_path):
     small = bert()
     big = kwiden.grow(small, 2)
     folder = kwiden.save_checkpoint(big, tmp_path / "big")
     loaded = kwiden.build_transformer_model(checkpoint_path=folder)
-    np.testing.assert_array_equal(outputs(big, padded_batch())[0], outputs(loaded, padded_batch())[0])
+    np.testing.assert_array_equal(numpy_outputs(big, padded_batch())[0], numpy_outputs(loaded, padded_batch())[0])
     with pytest.warns(UserWarning, match=r"one layer_norm_eps; 0.0005 is written.*'MLM-Norm': 0.001"):
         kwiden.save_checkpoint(kwiden.grow(bert(with_mlm=True), 2), tmp_path / "mlm")
 
 
-def test_keep_tokens_keeps_rows_in_order(tmp_path):
+def test_keep_tokens_keeps_rows_in_order(bert, tmp_path):
     model = bert(with_mlm=True)
     folder = kwiden.save_checkpoint(model, tmp_path)
     keep = [0, 5, 3, 96]
@@ -148,27 +147,27 @@ def test_keep_tokens_keeps_rows_in_order(tmp_path):
     np.testing.assert_array_equal(small.get_layer("Embedding-Token").embeddings.numpy(), model.get_layer("Embedding-Token").embeddings.numpy()[keep])
     np.testing.assert_array_equal(small.get_layer("MLM-Bias").bias.numpy(), model.get_layer("MLM-Bias").bias.numpy()[keep])
     with pytest.raises(ValueError, match=r"`keep_tokens` selects rows of a checkpoint's vocabulary; pass `checkpoint_path`"):
-        kwiden.build_transformer_model(small_config(), keep_tokens=keep)
+        kwiden.build_transformer_model(tiny_config(), keep_tokens=keep)
 
 
-def test_checkpoint_errors(tmp_path):
-    google_checkpoint(tmp_path / "google", small_config())
+def test_checkpoint_errors(bert, tmp_path):
+    google_checkpoint(tmp_path / "google", tiny_config())
     with pytest.raises(ValueError, match=r"'Transformer-0-FeedForward/inner_kernel' \(shape \(16, 30\)\) needs 'bert/encoder/layer_0/intermediate/dense/kernel' of shape \(16, 30\); the checkpoint's has \(16, 24\)"):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", intermediate_size=30)
     with pytest.raises(FileNotFoundError, match=r"No config.json or bert_config.json beside"):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "elsewhere.safetensors")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"No model.safetensors and no \*.ckpt.index in"):
-        kwiden.build_transformer_model(small_config(), checkpoint_path=tmp_path / "empty")
+        kwiden.build_transformer_model(tiny_config(), checkpoint_path=tmp_path / "empty")
     with pytest.raises(ValueError, match=r"`format` must be one of \('hf', 'google'\)"):
         kwiden.save_checkpoint(bert(), tmp_path / "x", format="torch")
     with pytest.raises(ValueError, match=r"blocks \[1\] beyond the model's 1: loading would drop them"):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", num_hidden_layers=1)
     with pytest.raises(ValueError, match=r"`keep_tokens` must be a non-empty list of vocabulary ids in \[0, 97\)"):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", keep_tokens=[3, -1])
-    roformer = kwiden.build_transformer_model(small_config(), model="roformer")
+    roformer = kwiden.build_transformer_model(tiny_config(), model="roformer")
     with pytest.raises(ValueError, match=r"would lose its rotary attention; use format='google'"):
         kwiden.save_checkpoint(roformer, tmp_path / "roformer")
-    gpt = randomize(kwiden.build_transformer_model(small_config(), model="gpt"))
+    gpt = randomize_weights(kwiden.build_transformer_model(tiny_config(), model="gpt"))
     with pytest.raises(ValueError, match=r"has no place in a BERT checkpoint"):
         kwiden.save_checkpoint(gpt, tmp_path / "gpt")

@@ -6,7 +6,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from conftest import bert, padded_batch, randomize
+from kwiden.testing import padded_batch, randomize_weights
 
 import kwiden
 from kwiden import corpus
@@ -14,7 +14,7 @@ from kwiden.cli import main
 from kwiden.verify import sample_inputs
 
 
-def test_grow_command_writes_an_exact_model(tmp_path, capsys):
+def test_grow_command_writes_an_exact_model(bert, tmp_path, capsys):
     small = bert(with_mlm=True)
     src, dst = tmp_path / "small.keras", tmp_path / "big.keras"
     small.save(src)
@@ -27,7 +27,7 @@ def test_grow_command_writes_an_exact_model(tmp_path, capsys):
     assert kwiden.verify(small, big, padded_batch()).ok
 
 
-def test_grow_command_reports_what_it_cannot_grow(tmp_path, capsys):
+def test_grow_command_reports_what_it_cannot_grow(bert, tmp_path, capsys):
     small = bert()
     head = keras.layers.LayerNormalization(name="keras-norm")(small.output)
     src = tmp_path / "small.keras"
@@ -37,7 +37,7 @@ def test_grow_command_reports_what_it_cannot_grow(tmp_path, capsys):
     assert not (tmp_path / "big.keras").exists()
 
 
-def test_grow_command_rejects_a_bad_factor(tmp_path, capsys):
+def test_grow_command_rejects_a_bad_factor(bert, tmp_path, capsys):
     src = tmp_path / "small.keras"
     bert().save(src)
     assert main(["grow", str(src), str(tmp_path / "big.keras"), "--factor", "0"]) == 1
@@ -72,7 +72,7 @@ def test_corpus_round_trips_bytes():
     np.testing.assert_array_equal(x[:, 1:], y[:, :-1])
 
 
-def test_grow_command_checks_models_with_one_segment_type(tmp_path, capsys):
+def test_grow_command_checks_models_with_one_segment_type(bert, tmp_path, capsys):
     small = bert(type_vocab_size=1)
     src, dst = tmp_path / "roberta.keras", tmp_path / "big.keras"
     small.save(src)
@@ -81,7 +81,7 @@ def test_grow_command_checks_models_with_one_segment_type(tmp_path, capsys):
     assert keras.saving.load_model(dst).get_layer("Transformer-0-MultiHeadSelfAttention").heads == 4
 
 
-def test_grow_command_does_not_save_a_model_that_fails_its_check(tmp_path, capsys, monkeypatch):
+def test_grow_command_does_not_save_a_model_that_fails_its_check(bert, tmp_path, capsys, monkeypatch):
     from kwiden.layers import ExpandableLayerNormalization
 
     original = ExpandableLayerNormalization.get_expanded_config
@@ -96,13 +96,13 @@ def test_grow_command_does_not_save_a_model_that_fails_its_check(tmp_path, capsy
     assert "not saved" in capsys.readouterr().err and not dst.exists()
 
 
-def test_sample_inputs_cover_every_segment_and_avoid_padding_tokens():
+def test_sample_inputs_cover_every_segment_and_avoid_padding_tokens(bert):
     ids, segments = sample_inputs(bert(), batch_size=8, length=16)
     assert ids.min() >= 1 and ids.max() < 97
     assert set(np.unique(segments)) == {0, 1}
 
 
-def test_grow_command_deepens_and_reports_approximate_growth(tmp_path, capsys):
+def test_grow_command_deepens_and_reports_approximate_growth(bert, tmp_path, capsys):
     src, dst = tmp_path / "bert.keras", tmp_path / "deep.keras"
     bert().save(src)
     assert main(["grow", str(src), str(dst), "--factor", "2", "--depth", "2"]) == 1
@@ -131,7 +131,7 @@ def test_grow_command_takes_target_sizes(tmp_path, capsys):
 def test_grow_command_checks_keras_hub_models(tmp_path, capsys, name):
     keras_hub = pytest.importorskip("keras_hub")
     sizes = dict(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=12)
-    small = randomize(getattr(keras_hub.models, name)(**sizes, dropout=0.0))
+    small = randomize_weights(getattr(keras_hub.models, name)(**sizes, dropout=0.0))
     small.save(tmp_path / "small.keras")
     assert main(["grow", str(tmp_path / "small.keras"), str(tmp_path / "big.keras"), "--factor", "2", "--check"]) == 0
     printed = capsys.readouterr().out

@@ -3,16 +3,14 @@ import pytest
 
 from kwiden.expansion import IN, OUT, UNCHANGED, Space, expand
 
-RNG = np.random.default_rng(0)
-
 
 def test_space_source_interleaves_copies():
     np.testing.assert_array_equal(Space(2).source(3), [0, 0, 1, 1, 2, 2])
     np.testing.assert_allclose(Space.stream(3).carry([1.0, 2.0]), np.array([1, 1, 1, 2, 2, 2]) / np.sqrt(3), rtol=1e-15)
 
 
-def test_stream_is_an_isometry():
-    a = RNG.normal(size=10)
+def test_stream_is_an_isometry(rng):
+    a = rng.normal(size=10)
     for k in (2, 3, 4):
         assert np.linalg.norm(Space.stream(k).carry(a)) == pytest.approx(np.linalg.norm(a))
 
@@ -26,8 +24,8 @@ def test_stream_is_an_isometry():
         (Space.copy(2), Space.stream(2), 1 / (2 * 2**0.5), 2**-0.5),  # FFN second Dense
     ],
 )
-def test_dense_factors_match_design_table(s_in, s_out, kernel_factor, bias_factor):
-    w, b = RNG.normal(size=(3, 4)), RNG.normal(size=4)
+def test_dense_factors_match_design_table(rng, s_in, s_out, kernel_factor, bias_factor):
+    w, b = rng.normal(size=(3, 4)), rng.normal(size=4)
     big_w = expand(w, [(s_in, IN), (s_out, OUT)])
     big_b = expand(b, [(s_out, OUT)])
     np.testing.assert_allclose(big_w, np.repeat(np.repeat(w, 2, 0), 2, 1) * kernel_factor)
@@ -35,21 +33,21 @@ def test_dense_factors_match_design_table(s_in, s_out, kernel_factor, bias_facto
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
-def test_expanded_dense_maps_carried_input_to_carried_output(k):
-    w, b = RNG.normal(size=(5, 6)), RNG.normal(size=6)
-    x = RNG.normal(size=(3, 5))
+def test_expanded_dense_maps_carried_input_to_carried_output(rng, k):
+    w, b = rng.normal(size=(5, 6)), rng.normal(size=6)
+    x = rng.normal(size=(3, 5))
     s_in, s_out = Space.stream(k), Space.copy(k)
     y = s_in.carry(x) @ expand(w, [(s_in, IN), (s_out, OUT)]) + expand(b, [(s_out, OUT)])
     np.testing.assert_allclose(y, s_out.carry(x @ w + b), rtol=1e-12)
 
 
-def test_unchanged_axes_are_left_alone():
-    w = RNG.normal(size=(7, 3))
+def test_unchanged_axes_are_left_alone(rng):
+    w = rng.normal(size=(7, 3))
     np.testing.assert_array_equal(expand(w, [None, (UNCHANGED, OUT)]), w)
 
 
-def test_expand_keeps_dtype_and_rejects_wrong_axes():
-    w = RNG.normal(size=(2, 3)).astype("float32")
+def test_expand_keeps_dtype_and_rejects_wrong_axes(rng):
+    w = rng.normal(size=(2, 3)).astype("float32")
     assert expand(w, [None, (Space.stream(2), OUT)]).dtype == np.float32
     with pytest.raises(ValueError, match="names 1 axes but the weight has shape"):
         expand(w, [None])
@@ -80,8 +78,8 @@ def test_spread_over_unequal_copies_keeps_sums():
 
 
 @pytest.mark.parametrize("spread", [0.0, 1.0])
-def test_expand_with_spread_is_exact(spread):
-    w, x = RNG.normal(size=(5, 6)), RNG.normal(size=(3, 5))
+def test_expand_with_spread_is_exact(rng, spread):
+    w, x = rng.normal(size=(5, 6)), rng.normal(size=(3, 5))
     s_in, s_out = Space.stream(3), Space.stream(3)
     big = expand(w, [(s_in, IN), (s_out, OUT)], spread, np.random.default_rng(1))
     np.testing.assert_allclose(s_in.carry(x) @ big, s_out.carry(x @ w), rtol=1e-12)

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from conftest import EPS, RTOL, assert_exact, bert, gpt, outputs, padded_batch, randomize, small_config
+from kwiden.testing import NOTICEABLE_EPSILON as EPS, RTOL, assert_exact, numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 import kwiden
 from kwiden import GrowthError
@@ -13,7 +13,7 @@ from kwiden.layers import ExpandableDense
 @pytest.mark.backends
 @pytest.mark.parametrize("k", [2, 3, 4])
 @pytest.mark.parametrize("act", ["gelu", "relu"])
-def test_bert_with_mlm_and_pooler_is_exact(k, act):
+def test_bert_with_mlm_and_pooler_is_exact(bert, k, act):
     small = bert(hidden_act=act, with_mlm=True, with_pool=True)
     big = kwiden.grow(small, k)
     report = assert_exact(small, big, padded_batch())
@@ -22,21 +22,21 @@ def test_bert_with_mlm_and_pooler_is_exact(k, act):
 
 @pytest.mark.backends
 @pytest.mark.parametrize("k", [2, 3, 4])
-def test_gpt_is_exact(k):
+def test_gpt_is_exact(gpt, k):
     small = gpt()
     big = kwiden.grow(small, k)
     assert_exact(small, big, padded_batch(segments=False))
 
 
-def test_mlm_logits_equal_the_small_models_exactly():
+def test_mlm_logits_equal_the_small_models_exactly(bert):
     small = bert(with_mlm=True)
     big = kwiden.grow(small, 2)
     inputs = padded_batch()
-    (_, small_logits), (_, big_logits) = outputs(small, inputs), outputs(big, inputs)
+    (_, small_logits), (_, big_logits) = numpy_outputs(small, inputs), numpy_outputs(big, inputs)
     np.testing.assert_allclose(big_logits, small_logits, rtol=RTOL, atol=RTOL * np.abs(small_logits).max())
 
 
-def test_grown_sizes_and_config():
+def test_grown_sizes_and_config(bert):
     small = bert(with_mlm=True)
     big = kwiden.grow(small, 3)
     assert big.get_layer("Embedding-Token").output_dim == 48
@@ -51,21 +51,21 @@ def test_grown_sizes_and_config():
     assert big.output_shape[0] == (None, None, 48)
 
 
-def test_source_model_is_unchanged():
+def test_source_model_is_unchanged(bert):
     small = bert(with_mlm=True)
     before = [w.numpy().copy() for w in small.weights]
     config = small.get_config()
     inputs = padded_batch()
-    expected = outputs(small, inputs)
+    expected = numpy_outputs(small, inputs)
     kwiden.grow(small, 2)
     for a, b in zip(before, small.weights):
         np.testing.assert_array_equal(a, b.numpy())
     assert small.get_config() == config
-    for a, b in zip(expected, outputs(small, inputs)):
+    for a, b in zip(expected, numpy_outputs(small, inputs)):
         np.testing.assert_array_equal(a, b)
 
 
-def test_k_1_returns_an_equal_copy():
+def test_k_1_returns_an_equal_copy(bert):
     small = bert(with_mlm=True)
     copy = kwiden.grow(small, 1)
     assert copy is not small
@@ -73,11 +73,11 @@ def test_k_1_returns_an_equal_copy():
         assert a is not b
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     inputs = padded_batch()
-    for a, b in zip(outputs(small, inputs), outputs(copy, inputs)):
+    for a, b in zip(numpy_outputs(small, inputs), numpy_outputs(copy, inputs)):
         np.testing.assert_array_equal(a, b)
 
 
-def test_grown_model_trains():
+def test_grown_model_trains(gpt):
     small = gpt()
     big = kwiden.grow(small, 2)
     ids = padded_batch(segments=False, lengths=(9,) * 8, seed=3)
@@ -88,31 +88,31 @@ def test_grown_model_trains():
     assert big.evaluate(x, y, verbose=0) < before
 
 
-def test_save_and_load_round_trip(tmp_path):
+def test_save_and_load_round_trip(bert, tmp_path):
     big = kwiden.grow(bert(with_mlm=True, with_pool=True), 2)
     path = tmp_path / "big.keras"
     big.save(path)
     loaded = keras.saving.load_model(path)
     inputs = padded_batch()
-    for a, b in zip(outputs(big, inputs), outputs(loaded, inputs)):
+    for a, b in zip(numpy_outputs(big, inputs), numpy_outputs(loaded, inputs)):
         np.testing.assert_array_equal(a, b)
     assert kwiden.verify(big, kwiden.grow(loaded, 1), inputs, k=1).ok
 
 
-def test_grows_a_loaded_model_and_a_grown_model():
+def test_grows_a_loaded_model_and_a_grown_model(gpt):
     small = gpt()
     twice = kwiden.grow(kwiden.grow(small, 2), 2)
     assert twice.get_layer("Embedding-Token").output_dim == 64
     assert_exact(small, twice, padded_batch(segments=False))
 
 
-def test_check_passes_for_exact_growth():
+def test_check_passes_for_exact_growth(gpt):
     small = gpt()
     big = kwiden.grow(small, 2, check=padded_batch(segments=False))
     assert big.get_layer("Output-Norm").epsilon == pytest.approx(EPS / 2)
 
 
-def test_keeps_dtype_policy_and_trainable_flags():
+def test_keeps_dtype_policy_and_trainable_flags(gpt):
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     small = gpt()
     keras.mixed_precision.set_global_policy("float32")
@@ -126,7 +126,7 @@ def test_keeps_dtype_policy_and_trainable_flags():
     assert report.ok, str(report)  # bfloat16 rounding, not growth error
 
 
-def test_user_head_on_top_grows_with_output_width_kept():
+def test_user_head_on_top_grows_with_output_width_kept(bert):
     small = bert(with_pool=True)
     sequence, pooled = small.outputs
     probs = keras.layers.Dense(3, activation="softmax", name="Classifier")(pooled)
@@ -153,8 +153,8 @@ def test_glue_layers_multiply_concatenate_activation():
         w.assign(rng.normal(size=w.shape).astype("float32"))
     big = kwiden.grow(model, 2)
     x = rng.normal(size=(2, 3, 8)).astype("float32")
-    small_out = outputs(model, x)[0]
-    big_out = outputs(big, x)[0]  # model inputs keep their width
+    small_out = numpy_outputs(model, x)[0]
+    big_out = numpy_outputs(big, x)[0]  # model inputs keep their width
     expected = kwiden.Space.stream(2).carry(small_out)
     np.testing.assert_allclose(big_out, expected, rtol=RTOL, atol=RTOL * np.abs(expected).max())
 
@@ -163,12 +163,12 @@ def test_glue_layers_multiply_concatenate_activation():
 
 
 @pytest.mark.parametrize("k", [0, -2, 0.5, 1.0000001, "2", True])
-def test_bad_factor(k):
+def test_bad_factor(gpt, k):
     with pytest.raises(ValueError, match=r"`k` must be a number >= 1.*k="):
         kwiden.grow(gpt(), k)
 
 
-def test_lambda_layer_is_refused():
+def test_lambda_layer_is_refused(bert):
     small = bert()
     x = keras.layers.Lambda(lambda t: t[:, 0], name="first-token")(small.output)
     model = keras.Model(small.inputs, x)
@@ -176,7 +176,7 @@ def test_lambda_layer_is_refused():
         kwiden.grow(model, 2)
 
 
-def test_unknown_layer_on_grown_tensor_is_refused():
+def test_unknown_layer_on_grown_tensor_is_refused(bert):
     small = bert()
     x = keras.layers.LayerNormalization(name="keras-norm")(small.output)
     model = keras.Model(small.inputs, x)
@@ -186,7 +186,7 @@ def test_unknown_layer_on_grown_tensor_is_refused():
         kwiden.grow(model, 2)
 
 
-def test_non_homogeneous_activation_on_stream_is_refused():
+def test_non_homogeneous_activation_on_stream_is_refused(bert):
     small = bert()
     x = keras.layers.Activation("gelu", name="late-gelu")(small.output)
     with pytest.raises(GrowthError, match=r"'late-gelu' applies 'gelu' to a tensor in the space ×2 copies at scale 0.707107"):
@@ -202,7 +202,7 @@ def test_adding_tensors_of_different_scales_is_refused():
         kwiden.grow(model, 2)
 
 
-def test_concatenating_features_is_refused():
+def test_concatenating_features_is_refused(bert):
     small = bert()
     joined = keras.layers.Concatenate(name="feature-join")([small.output, small.output])
     with pytest.raises(GrowthError, match=r"'feature-join' joins grown tensors along their feature axis"):
@@ -224,7 +224,7 @@ def test_subclassed_model_is_refused():
         kwiden.grow(model, 2)
 
 
-def test_nested_model_is_refused():
+def test_nested_model_is_refused(gpt):
     inner = gpt()
     ids = keras.Input((None,), dtype="int32")
     outer = keras.Model(ids, inner(ids))
@@ -232,7 +232,7 @@ def test_nested_model_is_refused():
         kwiden.grow(outer, 2)
 
 
-def test_check_raises_when_the_grown_model_is_not_exact(monkeypatch):
+def test_check_raises_when_the_grown_model_is_not_exact(bert, monkeypatch):
     from kwiden.layers import ExpandableLayerNormalization
 
     original = ExpandableLayerNormalization.get_expanded_config
@@ -257,16 +257,16 @@ def test_shared_layer_on_differently_grown_inputs_is_refused():
 
 def test_builder_errors():
     with pytest.raises(ValueError, match=r"`model` must be one of \['bert', 'gpt', 'llama', 'roformer', 't5'\]"):
-        kwiden.build_transformer_model(small_config(), model="xlnet")
+        kwiden.build_transformer_model(tiny_config(), model="xlnet")
     with pytest.raises(ValueError, match=r"lacks hidden_size"):
         kwiden.build_transformer_model(dict(vocab_size=10, num_hidden_layers=1, num_attention_heads=1))
     with pytest.raises(ValueError, match=r"hidden_size=10 is not a multiple of num_attention_heads=3"):
-        kwiden.build_transformer_model(small_config(hidden_size=10, num_attention_heads=3))
+        kwiden.build_transformer_model(tiny_config(hidden_size=10, num_attention_heads=3))
     with pytest.raises(ValueError, match=r"`with_mlm` and `with_pool` apply to BERT-style models, not 'gpt'"):
-        kwiden.build_transformer_model(small_config(), model="gpt", with_mlm=True)
+        kwiden.build_transformer_model(tiny_config(), model="gpt", with_mlm=True)
 
 
-def test_grown_layers_keep_their_initializers():
+def test_grown_layers_keep_their_initializers(bert):
     small = bert(with_mlm=True)
     big = kwiden.grow(small, 2)
     for name in ("Transformer-0-MultiHeadSelfAttention", "Transformer-0-FeedForward", "Embedding-Token"):
@@ -280,7 +280,7 @@ def test_grown_layers_keep_their_initializers():
 
 @pytest.mark.backends
 @pytest.mark.parametrize("k, ffn_factor", [(2, 3), (3, 1), (1, 2)])
-def test_separate_ffn_factor_is_exact(k, ffn_factor):
+def test_separate_ffn_factor_is_exact(bert, k, ffn_factor):
     small = bert(with_mlm=True)
     big = kwiden.grow(small, k, ffn_factor=ffn_factor)
     assert big.get_layer("Transformer-0-FeedForward").intermediate_size == 24 * ffn_factor
@@ -291,7 +291,7 @@ def test_separate_ffn_factor_is_exact(k, ffn_factor):
 @pytest.mark.backends
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("family", ["bert", "gpt"])
-def test_head_count_growth_is_exact(k, family):
+def test_head_count_growth_is_exact(bert, gpt, k, family):
     small = bert(with_mlm=True) if family == "bert" else gpt()
     big = kwiden.grow(small, k, heads="count")
     attention = big.get_layer("Transformer-1-MultiHeadSelfAttention")
@@ -299,7 +299,7 @@ def test_head_count_growth_is_exact(k, family):
     assert_exact(small, big, padded_batch(segments=family == "bert"))
 
 
-def test_bad_growth_options():
+def test_bad_growth_options(gpt):
     with pytest.raises(ValueError, match=r"`heads` must be one of \('size', 'count'\), got heads='both'"):
         kwiden.grow(gpt(), 2, heads="both")
     with pytest.raises(ValueError, match=r"`ffn_factor` must be a number >= 1.*ffn_factor=0"):
@@ -349,7 +349,7 @@ def test_ungrown_keras_layers_are_copied_verbatim():
     assert kwiden.verify(model, big, x).ok
 
 
-def test_bfloat16_check_uses_a_tolerance_for_its_rounding():
+def test_bfloat16_check_uses_a_tolerance_for_its_rounding(gpt):
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     small = gpt()
     keras.mixed_precision.set_global_policy("float32")
@@ -360,7 +360,7 @@ def test_bfloat16_check_uses_a_tolerance_for_its_rounding():
 
 @pytest.mark.backends
 @pytest.mark.parametrize("k, depth, num_layers", [(1, 2, None), (2, 2, None), (2, None, 3), (1, None, 5)])
-def test_pre_ln_depth_growth_is_exact(k, depth, num_layers):
+def test_pre_ln_depth_growth_is_exact(gpt, k, depth, num_layers):
     small = gpt()
     big = kwiden.grow(small, k, depth=depth, num_layers=num_layers, spread=0.5, seed=1)
     blocks = num_layers or 2 * depth
@@ -369,7 +369,7 @@ def test_pre_ln_depth_growth_is_exact(k, depth, num_layers):
     assert_exact(small, big, padded_batch(segments=False))
 
 
-def test_new_blocks_are_copies_with_zero_output_projections():
+def test_new_blocks_are_copies_with_zero_output_projections(gpt):
     small = gpt()
     big = kwiden.grow(small, 1, depth=2)
     copy, source = big.get_layer("Transformer-1-FeedForward"), small.get_layer("Transformer-0-FeedForward")
@@ -381,7 +381,7 @@ def test_new_blocks_are_copies_with_zero_output_projections():
     )
 
 
-def test_post_ln_depth_growth_is_approximate_and_says_so():
+def test_post_ln_depth_growth_is_approximate_and_says_so(bert):
     small = bert(with_mlm=True)
     with pytest.raises(GrowthError, match=r"Transformer blocks \[0, 1\] are not Pre-LN.*allow_approximate=True"):
         kwiden.grow(small, 2, depth=2)
@@ -393,7 +393,7 @@ def test_post_ln_depth_growth_is_approximate_and_says_so():
     assert 1e-4 < deviation < 2.0, str(report)
 
 
-def test_depth_argument_errors():
+def test_depth_argument_errors(gpt):
     with pytest.raises(ValueError, match=r"`depth` \(a factor\) or `num_layers` \(a total\), not both"):
         kwiden.grow(gpt(), 2, depth=2, num_layers=4)
     with pytest.raises(ValueError, match=r"`num_layers` must be an integer >= the model's 2 blocks"):
@@ -406,8 +406,8 @@ def test_depth_argument_errors():
 
 
 def roformer(**kwargs):
-    model = kwiden.build_transformer_model(small_config(**kwargs), model="roformer", with_mlm=True)
-    return randomize(model)
+    model = kwiden.build_transformer_model(tiny_config(**kwargs), model="roformer", with_mlm=True)
+    return randomize_weights(model)
 
 
 @pytest.mark.backends
@@ -440,8 +440,8 @@ def test_roformer_standard_rope_is_approximate_and_reported():
 
 
 def llama(tie=False):
-    config = small_config(num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-3, tie_word_embeddings=tie)
-    return randomize(kwiden.build_transformer_model(config, model="llama"))
+    config = tiny_config(num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-3, tie_word_embeddings=tie)
+    return randomize_weights(kwiden.build_transformer_model(config, model="llama"))
 
 
 def test_llama_builder():
@@ -474,7 +474,7 @@ def test_llama_depth_growth_is_exact():
 
 
 def t5():
-    return randomize(kwiden.build_transformer_model(small_config(relative_attention_num_buckets=8), model="t5"))
+    return randomize_weights(kwiden.build_transformer_model(tiny_config(relative_attention_num_buckets=8), model="t5"))
 
 
 @pytest.mark.backends
@@ -492,8 +492,8 @@ def test_t5_encoder_grows_exactly(k, heads):
 
 
 def test_t5_grows_exactly_by_a_fraction():
-    small = randomize(
-        kwiden.build_transformer_model(small_config(num_attention_heads=4, relative_attention_num_buckets=8), model="t5")
+    small = randomize_weights(
+        kwiden.build_transformer_model(tiny_config(num_attention_heads=4, relative_attention_num_buckets=8), model="t5")
     )
     big = kwiden.grow(small, hidden_size=24, heads="count")
     assert big.get_layer("Embedding-Relative-Position").heads == 6

@@ -4,7 +4,7 @@ scales as learning-rate multipliers, and grown optimizer state."""
 import keras
 import numpy as np
 import pytest
-from conftest import bert, gpt, outputs, padded_batch
+from kwiden.testing import numpy_outputs, padded_batch
 
 import kwiden
 from kwiden import optimizers
@@ -29,7 +29,7 @@ def hidden_states(model, x):
 
 
 @pytest.mark.parametrize("k", [2, 3])
-def test_spread_is_exact_right_after_growth(k):
+def test_spread_is_exact_right_after_growth(gpt, k):
     small = gpt()
     big = kwiden.grow(small, k, spread=1.0, seed=0)
     report = kwiden.verify(small, big, padded_batch(segments=False))
@@ -41,7 +41,7 @@ def test_spread_is_exact_right_after_growth(k):
     assert all(differs)  # every kernel reads its inputs through unequal splits
 
 
-def test_spread_breaks_the_symmetry_after_one_step():
+def test_spread_breaks_the_symmetry_after_one_step(gpt):
     small = gpt()
     x, y = lm_batch()
     gaps = {}
@@ -55,7 +55,7 @@ def test_spread_breaks_the_symmetry_after_one_step():
     assert gaps[1.0] > 1e-2
 
 
-def test_spread_is_reproducible_and_rejects_negative_values():
+def test_spread_is_reproducible_and_rejects_negative_values(gpt):
     small = gpt()
     a = kwiden.grow(small, 2, spread=0.5, seed=7)
     b = kwiden.grow(small, 2, spread=0.5, seed=7)
@@ -65,7 +65,7 @@ def test_spread_is_reproducible_and_rejects_negative_values():
         kwiden.grow(small, 2, spread=-1.0)
 
 
-def test_growth_scales_are_the_design_factors():
+def test_growth_scales_are_the_design_factors(bert):
     k = 2
     scales = kwiden.growth_scales(bert(), k)
     assert scales["Embedding-Token/embeddings"] == pytest.approx(k**-0.5)
@@ -77,7 +77,7 @@ def test_growth_scales_are_the_design_factors():
     assert scales["Transformer-0-FeedForward-Norm/gamma"] == pytest.approx(k**-0.5)
 
 
-def train_small(make_optimizer, steps=3):
+def train_small(gpt, make_optimizer, steps=3):
     small = gpt()
     small.compile(make_optimizer(), LOSS, run_eagerly=True)
     for seed in range(steps):
@@ -89,8 +89,8 @@ def step_error(small, big, x, y):
     """After one identical step on both, how far the big model is from the small one."""
     small.train_on_batch(x, y)
     big.train_on_batch(x, y)
-    expected = outputs(small, x)[0]
-    return float(np.max(np.abs(outputs(big, x)[0] - expected)) / np.max(np.abs(expected)))
+    expected = numpy_outputs(small, x)[0]
+    return float(np.max(np.abs(numpy_outputs(big, x)[0] - expected)) / np.max(np.abs(expected)))
 
 
 @pytest.mark.parametrize(
@@ -106,11 +106,11 @@ def step_error(small, big, x, y):
     ],
     ids=["Adam", "Adam-eps", "AdamW", "SGDM", "SGDM-decay", "RAdam-early", "RAdam"],
 )
-def test_grown_optimizer_continues_the_small_models_trajectory(make_optimizer, steps):
+def test_grown_optimizer_continues_the_small_models_trajectory(gpt, make_optimizer, steps):
     x, y = lm_batch(seed=11)
     errors = {}
     for mode in ("grown", "fresh"):
-        small = train_small(make_optimizer, steps)
+        small = train_small(gpt, make_optimizer, steps)
         big, grown_optimizer = kwiden.grow(small, 2, optimizer=small.optimizer)
         assert type(grown_optimizer) is type(small.optimizer)
         assert int(grown_optimizer.iterations) == int(small.optimizer.iterations) == steps
@@ -120,8 +120,8 @@ def test_grown_optimizer_continues_the_small_models_trajectory(make_optimizer, s
     assert errors["fresh"] > 100 * errors["grown"], errors
 
 
-def test_grown_slots_are_copied_and_scaled():
-    small = train_small(lambda: optimizers.Adam(3e-3))
+def test_grown_slots_are_copied_and_scaled(gpt):
+    small = train_small(gpt, lambda: optimizers.Adam(3e-3))
     _, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
     path = "Transformer-0-FeedForward/output_kernel"  # (inner, hidden): c = 2^-1.5, K = 4
     index = {v.path: i for i, v in enumerate(small.optimizer._trainable_variables)}[path]
@@ -147,8 +147,8 @@ def test_grown_slots_are_copied_and_scaled():
     ],
     ids=["Adam", "SGD"],
 )
-def test_keras_optimizer_state_grows_too(make, slots):
-    small = train_small(make)
+def test_keras_optimizer_state_grows_too(gpt, make, slots):
+    small = train_small(gpt, make)
     _, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
     assert type(grown) is type(small.optimizer) and int(grown.iterations) == 3
     path = "Transformer-0-MultiHeadSelfAttention/query_kernel"  # c = 2^-0.75, K = 4
@@ -161,21 +161,21 @@ def test_keras_optimizer_state_grows_too(make, slots):
         np.testing.assert_allclose(target, expected, rtol=1e-6)
 
 
-def test_unknown_optimizer_state_is_refused():
-    small = train_small(lambda: keras.optimizers.Adagrad(0.01), steps=1)
+def test_unknown_optimizer_state_is_refused(gpt):
+    small = train_small(gpt, lambda: keras.optimizers.Adagrad(0.01), steps=1)
     with pytest.raises(ValueError, match=r"cannot grow the state of Adagrad"):
         kwiden.grow(small, 2, optimizer=small.optimizer)
 
 
-def test_loss_scale_optimizer_is_refused_with_advice():
+def test_loss_scale_optimizer_is_refused_with_advice(gpt):
     small = gpt()
     wrapped = keras.optimizers.LossScaleOptimizer(optimizers.Adam())
     with pytest.raises(ValueError, match=r"Pass the inner optimizer"):
         kwiden.grow(small, 2, optimizer=wrapped)
 
 
-def test_depth_growth_carries_the_optimizer_too():
-    small = train_small(lambda: optimizers.Adam(3e-3))
+def test_depth_growth_carries_the_optimizer_too(gpt):
+    small = train_small(gpt, lambda: optimizers.Adam(3e-3))
     big, grown = kwiden.grow(small, 2, depth=2, optimizer=small.optimizer)
     paths = {v.path: i for i, v in enumerate(grown._trainable_variables)}
     small_paths = {v.path: i for i, v in enumerate(small.optimizer._trainable_variables)}

@@ -5,7 +5,7 @@ from fractions import Fraction
 import keras
 import numpy as np
 import pytest
-from conftest import RTOL, randomize
+from kwiden.testing import RTOL, randomize_weights
 
 import kwiden
 from kwiden import GrowthError, Space
@@ -13,11 +13,9 @@ from kwiden import GrowthError, Space
 keras_hub = pytest.importorskip("keras_hub", reason="needs the `hub` extra: pip install -e .[hub]")
 
 SIZES = dict(vocabulary_size=61, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=24, max_sequence_length=32)
-RNG = np.random.default_rng(0)
 
-
-def inputs(segments=True):
-    ids = RNG.integers(1, 61, (3, 9)).astype("int32")
+def inputs(segments=True, seed=0):
+    ids = np.random.default_rng(seed).integers(1, 61, (3, 9)).astype("int32")
     mask = np.ones_like(ids, dtype=bool)
     mask[1, 5:] = False
     ids[~mask] = 0
@@ -34,7 +32,7 @@ def assert_close(expected, value):
 @pytest.mark.parametrize("name", ["BertBackbone", "RobertaBackbone", "GPT2Backbone"])
 @pytest.mark.parametrize("k,heads", [(2, "size"), (3, "count"), (2, "count")])
 def test_backbones_grow_exactly(name, k, heads):
-    small = randomize(getattr(keras_hub.models, name)(**SIZES, dropout=0.0))
+    small = randomize_weights(getattr(keras_hub.models, name)(**SIZES, dropout=0.0))
     big = kwiden.grow(small, k, heads=heads, spread=1.0, seed=0)
     assert type(big) is type(small)
     config = big.get_config()
@@ -51,7 +49,7 @@ def test_backbones_grow_exactly(name, k, heads):
 
 
 def test_gpt2_causal_lm_grows_with_tied_logits():
-    backbone = randomize(keras_hub.models.GPT2Backbone(**SIZES, dropout=0.0))
+    backbone = randomize_weights(keras_hub.models.GPT2Backbone(**SIZES, dropout=0.0))
     small = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
     big = kwiden.grow(small, 2, spread=1.0, seed=0)
     assert isinstance(big, keras_hub.models.GPT2CausalLM) and big.backbone.get_config()["hidden_dim"] == 32
@@ -61,8 +59,8 @@ def test_gpt2_causal_lm_grows_with_tied_logits():
 
 @pytest.mark.parametrize("heads", ["size", "count"])
 def test_bert_masked_lm_grows_with_its_head(heads):
-    backbone = randomize(keras_hub.models.BertBackbone(**SIZES, dropout=0.0))
-    small = randomize(keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None), seed=1)
+    backbone = randomize_weights(keras_hub.models.BertBackbone(**SIZES, dropout=0.0))
+    small = randomize_weights(keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None), seed=1)
     big = kwiden.grow(small, 2, heads=heads, spread=1.0, seed=0)
     assert isinstance(big, keras_hub.models.BertMaskedLM)
     batch = {**inputs(), "mask_positions": np.array([[1, 3], [0, 4], [2, 8]], "int32")}
@@ -72,7 +70,7 @@ def test_bert_masked_lm_grows_with_its_head(heads):
 
 
 def test_target_sizes_and_refusals():
-    small = randomize(keras_hub.models.GPT2Backbone(**SIZES, dropout=0.0))
+    small = randomize_weights(keras_hub.models.GPT2Backbone(**SIZES, dropout=0.0))
     big = kwiden.grow(small, intermediate_size=40)
     assert big.get_config()["intermediate_dim"] == 40 and big.get_config()["hidden_dim"] == 16
     with pytest.raises(GrowthError, match=r"LayerNorm under the non-integer factor 3/2 is approximate"):

@@ -47,6 +47,8 @@ EXAMPLES = {
             {"call_kwargs": {"use_causal_mask": True}, "k": Growth(2, heads="count")},
         ),
         (lambda: layers.ExpandableMultiHeadAttention(2, 4, rotary_base=10000.0, use_bias=False), stream, {}),
+        (lambda: layers.ExpandableMultiHeadAttention(2, 3, scaled=False, use_bias=False, dropout=0.1), stream, {}),
+        (lambda: layers.ExpandableMultiHeadAttention(2, 4, rotary_frequencies=[1.0, 0.1]), stream, {}),
     ],
     "FeedForward": [
         (lambda: layers.FeedForward(12, activation="gelu"), stream, {}),
@@ -55,8 +57,12 @@ EXAMPLES = {
     "RelativePositionBias": [
         (lambda: layers.RelativePositionBias(2, num_buckets=8, max_distance=16), ids, {}),
         (lambda: layers.RelativePositionBias(2, num_buckets=8, max_distance=16), ids, {"k": Growth(2, heads="count")}),
+        (lambda: layers.RelativePositionBias(heads=2, num_buckets=8, bidirectional=False), ids, {}),
     ],
-    "RotaryEmbedding": [(lambda: layers.RotaryEmbedding(head_size=4), lambda: stream(shape=(2, 5, 3, 4)), {})],
+    "RotaryEmbedding": [
+        (lambda: layers.RotaryEmbedding(head_size=4), lambda: stream(shape=(2, 5, 3, 4)), {}),
+        (lambda: layers.RotaryEmbedding(head_size=4, base=500.0), lambda: stream(shape=(2, 5, 3, 4)), {}),
+    ],
     "SelectToken": [(lambda: layers.SelectToken(0), stream, {})],
 }
 

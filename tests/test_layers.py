@@ -6,51 +6,20 @@ import pytest
 
 from kwiden import layers
 from kwiden.expansion import UNCHANGED, Growth, Space
-
-RNG = np.random.default_rng(0)
-
-
-def hidden(d=8, batch=2, length=5):
-    return RNG.normal(size=(batch, length, d)).astype("float32")
+from kwiden.testing import assert_grows_exactly, randomize_weights
 
 
-def randomize(layer):
-    for weight in layer.weights:
-        weight.assign(RNG.normal(0, 0.5, weight.shape).astype("float32"))
-
-
-def assert_grows_exactly(layer, inputs, k, input_space=None, call_kwargs=None):
-    """Grow `layer` alone: on the carried input it gives the carried output."""
-    call_kwargs = call_kwargs or {}
-    input_space = Space.stream(Growth.of(k).k) if input_space is None else input_space
-    small = keras.ops.convert_to_numpy(layer(inputs, **call_kwargs))
-    big, weights = layer.expanded(k, input_space)
-    big_inputs = input_space.carry(inputs).astype(inputs.dtype) if input_space.expanded else inputs
-    big(big_inputs, **call_kwargs)
-    big.set_weights(weights)
-    out_space = layer.get_expanded_output_space(k, input_space, **call_kwargs)
-    expected = out_space.carry(small)
-    got = keras.ops.convert_to_numpy(big(big_inputs, **call_kwargs))
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
-    return big
-
-
-def assert_round_trips(layer, inputs, path):
-    clone = layer.__class__.from_config(layer.get_config())
-    assert clone.get_config() == layer.get_config()
-    model = keras.Sequential([keras.Input(inputs.shape[1:], dtype=inputs.dtype), layer])
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    np.testing.assert_array_equal(loaded.predict(inputs, verbose=0), model.predict(inputs, verbose=0))
+def hidden(rng, d=8, batch=2, length=5):
+    return rng.normal(size=(batch, length, d)).astype("float32")
 
 
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("activation", ["gelu", "relu", "tanh", None])
-def test_dense(k, activation):
+def test_dense(rng, k, activation):
     layer = layers.ExpandableDense(6, activation=activation)
     layer.build((None, 8))
-    randomize(layer)
-    big = assert_grows_exactly(layer, hidden(), k)
+    randomize_weights(layer)
+    big = assert_grows_exactly(layer, hidden(rng), k)
     assert big.units == 6 * k
 
 
@@ -62,32 +31,32 @@ def test_dense_output_space_follows_activation():
 @pytest.mark.parametrize("k", [2, 4])
 @pytest.mark.parametrize("rms, center", [(False, True), (True, False)])
 @pytest.mark.parametrize("input_space", ["stream", "copy"])
-def test_layer_normalization(k, rms, center, input_space):
+def test_layer_normalization(rng, k, rms, center, input_space):
     layer = layers.ExpandableLayerNormalization(epsilon=1e-3, rms=rms, center=center)
     layer.build((None, None, 8))
-    randomize(layer)
+    randomize_weights(layer)
     space = Space.stream(k) if input_space == "stream" else Space.copy(k)
-    big = assert_grows_exactly(layer, hidden(), k, space)
+    big = assert_grows_exactly(layer, hidden(rng), k, space)
     assert big.epsilon == pytest.approx(1e-3 * space.scale**2)
 
 
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("mode", ["lookup", "position"])
-def test_embedding(k, mode):
+def test_embedding(rng, k, mode):
     layer = layers.ExpandableEmbedding(20, 8, mode=mode)
-    ids = RNG.integers(0, 20, (2, 6)).astype("int32")
+    ids = rng.integers(0, 20, (2, 6)).astype("int32")
     layer(ids)
-    randomize(layer)
+    randomize_weights(layer)
     big = assert_grows_exactly(layer, ids, k, UNCHANGED)
     assert big.output_dim == 8 * k
 
 
 @pytest.mark.parametrize("k", [2, 3])
-def test_embedding_reverse_gives_tied_logits_exactly(k):
+def test_embedding_reverse_gives_tied_logits_exactly(rng, k):
     layer = layers.ExpandableEmbedding(20, 8)
     layer.build()
-    randomize(layer)
-    assert_grows_exactly(layer, hidden(), k, call_kwargs={"reverse": True})
+    randomize_weights(layer)
+    assert_grows_exactly(layer, hidden(rng), k, call_kwargs={"reverse": True})
 
 
 def test_embedding_reverse_needs_stream_input():
@@ -104,20 +73,20 @@ def test_embedding_rejects_unknown_mode():
 @pytest.mark.parametrize("k", [2, 3, 4])
 @pytest.mark.parametrize("scaled", [True, False])
 @pytest.mark.parametrize("causal", [True, False])
-def test_attention(k, scaled, causal):
+def test_attention(rng, k, scaled, causal):
     layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=3, scaled=scaled)
-    x = hidden()
+    x = hidden(rng)
     mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
     call_kwargs = {"attention_mask": mask, "use_causal_mask": causal}
     layer(x, **call_kwargs)
-    randomize(layer)
+    randomize_weights(layer)
     big = assert_grows_exactly(layer, x, k, call_kwargs=call_kwargs)
     assert (big.heads, big.head_size) == (2, 3 * k)
 
 
-def test_attention_padding_mask_hides_padded_keys():
+def test_attention_padding_mask_hides_padded_keys(rng):
     layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=4)
-    x = hidden(length=4)
+    x = hidden(rng, length=4)
     mask = np.array([[1, 1, 0, 0]] * 2, bool)
     y = keras.ops.convert_to_numpy(layer(x, attention_mask=mask))
     x_changed = x.copy()
@@ -126,17 +95,17 @@ def test_attention_padding_mask_hides_padded_keys():
     np.testing.assert_allclose(y[:, :2], y_changed[:, :2], rtol=1e-5)
 
 
-def test_attention_dropout_only_in_training():
+def test_attention_dropout_only_in_training(rng):
     layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=4, dropout=0.5)
-    x = hidden()
+    x = hidden(rng)
     inference = keras.ops.convert_to_numpy(layer(x))
     np.testing.assert_array_equal(inference, keras.ops.convert_to_numpy(layer(x, training=False)))
     assert not np.allclose(keras.ops.convert_to_numpy(layer(x, training=True)), inference)
 
 
-def test_attention_manual_path_equals_fused_path():
+def test_attention_manual_path_equals_fused_path(rng):
     layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=4, dropout=1e-9)
-    x = hidden()
+    x = hidden(rng)
     mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
     fused = keras.ops.convert_to_numpy(layer(x, attention_mask=mask, use_causal_mask=True))
     manual = keras.ops.convert_to_numpy(layer(x, attention_mask=mask, use_causal_mask=True, training=True))
@@ -146,75 +115,55 @@ def test_attention_manual_path_equals_fused_path():
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("glu", [False, True])
 @pytest.mark.parametrize("activation", ["gelu", "relu", "silu"])
-def test_feed_forward(k, glu, activation):
+def test_feed_forward(rng, k, glu, activation):
     layer = layers.FeedForward(12, activation=activation, glu=glu)
     layer.build((None, None, 8))
-    randomize(layer)
-    big = assert_grows_exactly(layer, hidden(), k)
+    randomize_weights(layer)
+    big = assert_grows_exactly(layer, hidden(rng), k)
     assert big.intermediate_size == 12 * k
 
 
 @pytest.mark.parametrize("space", [Space.stream(2), UNCHANGED])
-def test_bias_add(space):
+def test_bias_add(rng, space):
     layer = layers.BiasAdd()
     layer.build((None, 8))
-    randomize(layer)
-    assert_grows_exactly(layer, hidden(), 2, space)
+    randomize_weights(layer)
+    assert_grows_exactly(layer, hidden(rng), 2, space)
 
 
-def test_select_token():
-    x = hidden()
+def test_select_token(rng):
+    x = hidden(rng)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(layers.SelectToken(1)(x)), x[:, 1])
     assert_grows_exactly(layers.SelectToken(0), x, 3)
 
 
-@pytest.mark.parametrize(
-    "layer, inputs",
-    [
-        (layers.ExpandableDense(4, activation="gelu"), hidden()),
-        (layers.ExpandableLayerNormalization(epsilon=1e-3, rms=True, center=False), hidden()),
-        (layers.ExpandableEmbedding(20, 4, mode="position"), np.ones((2, 5), "int32")),
-        (layers.ExpandableMultiHeadAttention(2, 3, scaled=False, use_bias=False, dropout=0.1), hidden()),
-        (layers.FeedForward(12, activation="silu", glu=True, use_bias=False), hidden()),
-        (layers.BiasAdd(), hidden()),
-        (layers.SelectToken(2), hidden()),
-        (layers.ExpandableMultiHeadAttention(2, 4, rotary_frequencies=[1.0, 0.1]), hidden()),
-        (layers.RotaryEmbedding(head_size=4, base=500.0), hidden()[:, :, None, :4]),
-        (layers.RelativePositionBias(heads=2, num_buckets=8, bidirectional=False), np.ones((2, 5), "int32")),
-    ],
-    ids=lambda v: type(v).__name__,
-)
-def test_config_and_save_round_trip(layer, inputs, tmp_path):
-    assert_round_trips(layer, inputs, tmp_path / "layer.keras")
-
-
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("scaled", [True, False])
-def test_attention_head_count_growth(k, scaled):
+def test_attention_head_count_growth(rng, k, scaled):
 
     layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=3, scaled=scaled)
-    x = hidden()
+    x = hidden(rng)
     call_kwargs = {"attention_mask": np.array([[1, 1, 1, 0, 0], [1] * 5], bool), "use_causal_mask": True}
     layer(x, **call_kwargs)
-    randomize(layer)
+    randomize_weights(layer)
     big = assert_grows_exactly(layer, x, Growth(k, heads="count"), Space.stream(k), call_kwargs)
     assert (big.heads, big.head_size) == (2 * k, 3)
 
 
 @pytest.mark.parametrize("ffn_factor", [1, 3])
-def test_feed_forward_own_factor(ffn_factor):
+def test_feed_forward_own_factor(rng, ffn_factor):
 
     layer = layers.FeedForward(12, activation="gelu", glu=True)
     layer.build((None, None, 8))
-    randomize(layer)
-    big = assert_grows_exactly(layer, hidden(), Growth(2, ffn=ffn_factor))
+    randomize_weights(layer)
+    big = assert_grows_exactly(layer, hidden(rng), Growth(2, ffn=ffn_factor))
     assert big.intermediate_size == 12 * ffn_factor
 
 
-def test_rotary_embedding_scores_depend_on_relative_position_only():
+def test_rotary_embedding_scores_depend_on_relative_position_only(rng):
     rope = layers.RotaryEmbedding(head_size=8)
-    q = np.tile(RNG.normal(size=(1, 1, 1, 8)), (1, 6, 1, 1)).astype("float32")
-    k = np.tile(RNG.normal(size=(1, 1, 1, 8)), (1, 6, 1, 1)).astype("float32")
+    q = np.tile(rng.normal(size=(1, 1, 1, 8)), (1, 6, 1, 1)).astype("float32")
+    k = np.tile(rng.normal(size=(1, 1, 1, 8)), (1, 6, 1, 1)).astype("float32")
     rq, rk = (keras.ops.convert_to_numpy(rope(x))[0, :, 0] for x in (q, k))
     scores = rq @ rk.T
     np.testing.assert_allclose(scores[1, 0], scores[5, 4], rtol=1e-5)
@@ -226,11 +175,11 @@ def test_rotary_embedding_scores_depend_on_relative_position_only():
 
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("heads", ["size", "count"])
-def test_rotary_attention_grows_exactly(k, heads):
+def test_rotary_attention_grows_exactly(rng, k, heads):
     layer = layers.ExpandableMultiHeadAttention(heads=2, head_size=4, rotary_base=100.0)
-    x = hidden()
+    x = hidden(rng)
     layer(x, use_causal_mask=True)
-    randomize(layer)
+    randomize_weights(layer)
     assert_grows_exactly(layer, x, Growth(k, heads=heads), Space.stream(k), {"use_causal_mask": True})
 
 
@@ -238,9 +187,9 @@ def test_pair_space_copies_pairs():
     np.testing.assert_array_equal(Space(2, 1.0, group=2).source(4), [0, 1, 0, 1, 2, 3, 2, 3])
 
 
-def test_grouped_query_attention_equals_repeated_key_value_heads():
+def test_grouped_query_attention_equals_repeated_key_value_heads(rng):
     gqa = layers.ExpandableMultiHeadAttention(heads=4, head_size=3, key_value_heads=2, dropout=1e-9)
-    x = hidden()
+    x = hidden(rng)
     fused = keras.ops.convert_to_numpy(gqa(x, use_causal_mask=True))
     manual = keras.ops.convert_to_numpy(gqa(x, use_causal_mask=True, training=True))  # repeats k and v
     np.testing.assert_allclose(manual, fused, rtol=1e-5, atol=1e-6)
@@ -257,7 +206,7 @@ def test_relative_position_bias_buckets():
     assert buckets[0, 1] == buckets[7, 8]  # only the distance matters
     assert buckets.max() <= 7 and buckets[0, 19] == buckets[0, 18]  # far distances share a bucket
     bias.build()
-    randomize(bias)
+    randomize_weights(bias)
     table = keras.ops.convert_to_numpy(bias.embeddings)
     values = keras.ops.convert_to_numpy(bias(np.ones((2, 20), "int32")))
     np.testing.assert_array_equal(values[0, 0], table[buckets, 0])

@@ -9,18 +9,18 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import outputs, padded_batch, randomize, small_config
+from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 import kwiden
 from kwiden import naming
 from kwiden.models import FAMILIES, Family, bert, family_of, get_family, register_family
 
 CONFIGS = {
-    "bert": small_config(),
-    "roformer": small_config(),
-    "gpt": small_config(),
-    "llama": small_config(num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-3),
-    "t5": small_config(relative_attention_num_buckets=8),
+    "bert": tiny_config(),
+    "roformer": tiny_config(),
+    "gpt": tiny_config(),
+    "llama": tiny_config(num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-3),
+    "t5": tiny_config(relative_attention_num_buckets=8),
 }
 
 
@@ -36,11 +36,11 @@ def inputs_of(model):
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_a_family_object_builds_what_its_name_builds(name):
-    by_name = randomize(kwiden.build_transformer_model(CONFIGS[name], model=name))
+    by_name = randomize_weights(kwiden.build_transformer_model(CONFIGS[name], model=name))
     by_object = kwiden.build_transformer_model(CONFIGS[name], model=FAMILIES[name])
     assert architecture(by_object) == architecture(by_name)
     by_object.set_weights(by_name.get_weights())
-    for a, b in zip(outputs(by_name, inputs_of(by_name)), outputs(by_object, inputs_of(by_object))):
+    for a, b in zip(numpy_outputs(by_name, inputs_of(by_name)), numpy_outputs(by_object, inputs_of(by_object))):
         np.testing.assert_array_equal(a, b)
     assert by_name.name == name and family_of(by_name) is FAMILIES[name]
 
@@ -49,7 +49,7 @@ def test_the_registry_takes_a_new_family_by_name():
     rms_bert = Family("rms-bert", bert.build_bert, defaults={**bert.DEFAULTS, "norm": "rms"}, flags=bert.FLAGS)
     register_family(rms_bert)
     try:
-        model = kwiden.build_transformer_model(small_config(), model="rms-bert", with_mlm=True)
+        model = kwiden.build_transformer_model(tiny_config(), model="rms-bert", with_mlm=True)
         assert model.name == "rms-bert" and model.get_layer(naming.MLM_NORM).rms
         assert get_family("rms-bert") is rms_bert and family_of(model) is rms_bert
         with pytest.raises(ValueError, match=r"A family named 'rms-bert' is registered already; pass replace=True"):
@@ -58,7 +58,7 @@ def test_the_registry_takes_a_new_family_by_name():
     finally:
         del FAMILIES["rms-bert"]
     with pytest.raises(ValueError, match=r"`model` must be one of \['bert', 'gpt', 'llama', 'roformer', 't5'\], got model='rms-bert'"):
-        kwiden.build_transformer_model(small_config(), model="rms-bert")
+        kwiden.build_transformer_model(tiny_config(), model="rms-bert")
     with pytest.raises(TypeError, match=r"register_family takes a kwiden.models.Family, got dict"):
         register_family({"name": "x"})
 
@@ -67,15 +67,15 @@ def test_family_errors():
     plain = Family("plain", bert.build_bert)  # no flags, no checkpoint names
     assert plain.title == "plain" and plain.defaults == {}
     with pytest.raises(ValueError, match=r"`with_mlm` and `with_pool` apply to BERT-style models, not 'plain'"):
-        kwiden.build_transformer_model(small_config(), model=plain, with_pool=True)
+        kwiden.build_transformer_model(tiny_config(), model=plain, with_pool=True)
     with pytest.raises(ValueError, match=r"load BERT-style weights \(model='bert' or 'roformer'\), not model='plain'"):
-        kwiden.build_transformer_model(small_config(), model=plain, checkpoint_path="anywhere")
+        kwiden.build_transformer_model(tiny_config(), model=plain, checkpoint_path="anywhere")
     with pytest.raises(ValueError, match=r"Family 'half': give `checkpoint_names` and the `formats` they cover, or neither"):
         Family("half", bert.build_bert, checkpoint_names=bert.checkpoint_names)
 
 
 def test_bert_config_round_trips_through_hugging_face_keys():
-    model = kwiden.build_transformer_model(small_config(initializer_range=0.05), with_mlm=True)
+    model = kwiden.build_transformer_model(tiny_config(initializer_range=0.05), with_mlm=True)
     config = bert.to_hf_config(model)
     assert config == {
         "architectures": ["BertForMaskedLM"], "model_type": "bert", "vocab_size": 97, "hidden_size": 16,
@@ -90,24 +90,24 @@ def test_bert_config_round_trips_through_hugging_face_keys():
 
 @pytest.mark.filterwarnings("ignore:Google's BERT code")
 def test_bert_ignores_a_roformer_rotary_base(tmp_path):
-    roformer = randomize(kwiden.build_transformer_model(small_config(), model="roformer"))
+    roformer = randomize_weights(kwiden.build_transformer_model(tiny_config(), model="roformer"))
     folder = kwiden.save_checkpoint(roformer, tmp_path, format="google")
     assert json.loads((folder / "bert_config.json").read_text())["rotary_base"] == 10000.0
     as_bert = kwiden.build_transformer_model(config_path=folder / "bert_config.json")
     assert as_bert.get_layer(naming.block(0, naming.ATTENTION)).rotary is None
     loaded = kwiden.build_transformer_model(checkpoint_path=folder, model="roformer")
-    np.testing.assert_array_equal(outputs(roformer, padded_batch())[0], outputs(loaded, padded_batch())[0])
+    np.testing.assert_array_equal(numpy_outputs(roformer, padded_batch())[0], numpy_outputs(loaded, padded_batch())[0])
 
 
 def test_llama_reads_hugging_face_keys_and_an_override_beats_them(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(small_config(rope_theta=500.0, rms_norm_eps=1e-5, head_dim=4, num_attention_heads=2)))
+    path.write_text(json.dumps(tiny_config(rope_theta=500.0, rms_norm_eps=1e-5, head_dim=4, num_attention_heads=2)))
     model = kwiden.build_transformer_model(config_path=path, model="llama", layer_norm_eps=1e-4)
     attention = model.get_layer(naming.block(0, naming.ATTENTION))
     assert attention.rotary.base == 500.0 and attention.head_size == 4
     assert model.get_layer(naming.OUTPUT_NORM).epsilon == 1e-4
     with pytest.raises(ValueError, match=r"kwiden's rotary attention has no rope_scaling"):
-        kwiden.build_transformer_model(small_config(rope_scaling={"type": "linear", "factor": 2.0}), model="llama")
+        kwiden.build_transformer_model(tiny_config(rope_scaling={"type": "linear", "factor": 2.0}), model="llama")
 
 
 def test_gpt2_and_t5_sizes_translate():
@@ -127,10 +127,10 @@ def test_a_family_says_which_checkpoints_hold_it(tmp_path):
     llama = kwiden.build_transformer_model(CONFIGS["llama"], model="llama")
     with pytest.raises(ValueError, match=r"A LLaMA model has no place in a BERT checkpoint: kwiden reads and writes checkpoints of BERT, RoFormer"):
         kwiden.save_checkpoint(llama, tmp_path / "llama")
-    roformer = kwiden.build_transformer_model(small_config(), model="roformer")
+    roformer = kwiden.build_transformer_model(tiny_config(), model="roformer")
     with pytest.raises(ValueError, match=r"This model's attention is rotary, a RoFormer's: save it with family='roformer'"):
         kwiden.save_checkpoint(roformer, tmp_path / "as-bert", format="google", family="bert")
-    hf_bert = kwiden.save_checkpoint(kwiden.build_transformer_model(small_config()), tmp_path / "hf")
+    hf_bert = kwiden.save_checkpoint(kwiden.build_transformer_model(tiny_config()), tmp_path / "hf")
     with pytest.raises(ValueError, match=r"RoFormer weights are kept in Google's \(bert_model.ckpt.\*\) checkpoints only"):
         kwiden.checkpoints.load_weights(roformer, hf_bert)
 

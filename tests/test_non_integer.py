@@ -5,7 +5,7 @@ from fractions import Fraction
 import keras
 import numpy as np
 import pytest
-from conftest import EPS, assert_exact, bert, gpt, padded_batch, randomize, small_config
+from kwiden.testing import NOTICEABLE_EPSILON as EPS, assert_exact, padded_batch, randomize_weights, tiny_config
 
 import kwiden
 from kwiden import GrowthError, Space
@@ -13,8 +13,6 @@ from kwiden.expansion import IN, OUT, expand, expand_gradient_like
 from kwiden.growth import weight_axes
 from kwiden.optimizers import Adam
 from kwiden.verify import infer_factor
-
-RNG = np.random.default_rng(0)
 
 
 def test_unequal_copies_are_consecutive_and_an_isometry():
@@ -29,17 +27,17 @@ def test_unequal_copies_are_consecutive_and_an_isometry():
 
 
 @pytest.mark.parametrize("spread", [0.0, 1.0])
-def test_linear_map_between_unequal_spaces_is_exact(spread):
-    w, b, x = RNG.normal(size=(6, 9)), RNG.normal(size=9), RNG.normal(size=(3, 6))
+def test_linear_map_between_unequal_spaces_is_exact(rng, spread):
+    w, b, x = rng.normal(size=(6, 9)), rng.normal(size=9), rng.normal(size=(3, 6))
     s_in, s_out = Space.stream(Fraction(4, 3)), Space.copy(Fraction(5, 3))
     big_w = expand(w, [(s_in, IN), (s_out, OUT)], spread, np.random.default_rng(1))
     big_b = expand(b, [(s_out, OUT)])
     np.testing.assert_allclose(s_in.carry(x) @ big_w + big_b, s_out.carry(x @ w + b), rtol=1e-12)
 
 
-def test_optimizer_slots_grow_like_gradients_under_unequal_copies():
+def test_optimizer_slots_grow_like_gradients_under_unequal_copies(rng):
     """∂L/∂W̃ for a linear map read back by the next layer's equal splits."""
-    x, r = RNG.normal(size=(5, 6)), RNG.normal(size=(5, 3))
+    x, r = rng.normal(size=(5, 6)), rng.normal(size=(5, 3))
     s_in, s_out = Space.stream(Fraction(4, 3)), Space.stream(Fraction(5, 3))
     gradient = x.T @ r  # of L = Σ r ⊙ (x W)
     # The big model reads y_j = Σ_copies ỹ_i / (c_j s_i), so ∂L/∂ỹ_i = r_j / (c_j s_i).
@@ -51,8 +49,8 @@ def test_optimizer_slots_grow_like_gradients_under_unequal_copies():
 
 
 def llama(**overrides):
-    config = small_config(num_attention_heads=4, rms_norm_eps=EPS, **overrides)
-    return randomize(kwiden.build_transformer_model(config, model="llama"))
+    config = tiny_config(num_attention_heads=4, rms_norm_eps=EPS, **overrides)
+    return randomize_weights(kwiden.build_transformer_model(config, model="llama"))
 
 
 @pytest.mark.backends
@@ -80,15 +78,15 @@ def test_fraction_factor_equals_target_size():
     assert kwiden.grow(small, 1.5, heads="count").count_params() == by_size.count_params()
 
 
-@pytest.mark.parametrize("build", [bert, gpt])
-def test_non_integer_ffn_is_exact_for_layernorm_models(build):
-    small = build(num_attention_heads=4)
+@pytest.mark.parametrize("family", ["bert", "gpt"])
+def test_non_integer_ffn_is_exact_for_layernorm_models(request, family):
+    small = request.getfixturevalue(family)(num_attention_heads=4)
     big = kwiden.grow(small, 2, intermediate_size=64, spread=1.0, seed=0)  # 24 → 64: 8/3
     assert big.get_layer("Transformer-0-FeedForward").intermediate_size == 64
-    assert_exact(small, big, padded_batch(segments=build is bert))
+    assert_exact(small, big, padded_batch(segments=family == "bert"))
 
 
-def test_layernorm_model_grows_by_a_fraction_only_approximately_and_says_so():
+def test_layernorm_model_grows_by_a_fraction_only_approximately_and_says_so(bert):
     small = bert(num_attention_heads=4, with_mlm=True)
     with pytest.raises(GrowthError, match=r"LayerNorm under the non-integer factor 3/2 is approximate.*allow_approximate=True"):
         kwiden.grow(small, hidden_size=24, heads="count")
@@ -174,8 +172,8 @@ def test_grown_gradients_are_the_slots_grown_like_gradients():
 
 
 def test_t5_with_grouped_query_heads_grows_exactly_by_count():
-    config = small_config(num_attention_heads=4, num_key_value_heads=2, relative_attention_num_buckets=8)
-    small = randomize(kwiden.build_transformer_model(config, model="t5"))
+    config = tiny_config(num_attention_heads=4, num_key_value_heads=2, relative_attention_num_buckets=8)
+    small = randomize_weights(kwiden.build_transformer_model(config, model="t5"))
     inputs = padded_batch(segments=False, lengths=(12, 5, 9))
     for target in (32, 24):
         assert_exact(small, kwiden.grow(small, hidden_size=target, heads="count"), inputs)

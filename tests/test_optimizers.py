@@ -14,7 +14,6 @@ from kwiden.optimizers.accumulating import scalar_dtype
 # The whole module is part of the backend smoke suite (JAX in CI).
 pytestmark = pytest.mark.backends
 
-RNG = np.random.default_rng(0)
 SHAPES = [(3, 4), (4,)]
 
 
@@ -71,9 +70,9 @@ def test_sgdm_accumulation_equals_sgd_on_each_cycles_mean_gradient():
     assert_weights_equal(ours, theirs)
 
 
-def test_sgdm_accumulation_in_fit_equals_one_big_batch():
-    x = RNG.normal(size=(24, 3)).astype("float32")
-    y = RNG.normal(size=(24, 2)).astype("float32")
+def test_sgdm_accumulation_in_fit_equals_one_big_batch(rng):
+    x = rng.normal(size=(24, 3)).astype("float32")
+    y = rng.normal(size=(24, 2)).astype("float32")
 
     def trained(optimizer, batch_size):
         keras.utils.set_random_seed(0)
@@ -252,9 +251,9 @@ def fit_model(optimizer, x, y, steps_before_save=None, tmp_path=None):
     ],
     ids=["SGDM", "AdamW", "RAdam"],
 )
-def test_interrupt_mid_cycle_and_resume_loses_nothing(make, tmp_path):
-    x = RNG.normal(size=(24, 3)).astype("float32")
-    y = RNG.normal(size=(24, 2)).astype("float32")
+def test_interrupt_mid_cycle_and_resume_loses_nothing(rng, make, tmp_path):
+    x = rng.normal(size=(24, 3)).astype("float32")
+    y = rng.normal(size=(24, 2)).astype("float32")
     uninterrupted = fit_model(make(), x, y)
     resumed = fit_model(make(), x, y, steps_before_save=6, tmp_path=tmp_path)  # 6 = 1.5 cycles
     assert type(resumed.optimizer) is type(uninterrupted.optimizer)
@@ -262,14 +261,14 @@ def test_interrupt_mid_cycle_and_resume_loses_nothing(make, tmp_path):
     assert_weights_equal([w.numpy() for w in resumed.weights], [w.numpy() for w in uninterrupted.weights], atol=0)
 
 
-def test_mixed_precision_with_loss_scaling():
+def test_mixed_precision_with_loss_scaling(rng):
     keras.mixed_precision.set_global_policy("mixed_float16")
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2, dtype="float32")])
     model.compile(optimizers.Adam(0.01, accum_steps=2), "mse")
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     before = model.weights[0].numpy().copy()
-    x = RNG.normal(size=(16, 3)).astype("float32")
+    x = rng.normal(size=(16, 3)).astype("float32")
     model.fit(x, x[:, :2], batch_size=2, verbose=0)
     # Loss scaling skips micro-steps whose gradients overflow (here the first,
     # at the initial scale); the cycle then counts the micro-steps taken.
@@ -315,9 +314,9 @@ def test_mirrored_strategy_on_two_cpu_devices_equals_one_device():
     (lambda: optimizers.Adam(0.01), lambda: keras.optimizers.Adam(0.01)),
     (lambda: optimizers.SGDM(0.1), lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
 ], ids=["Adam", "SGDM"])
-def test_sparse_embedding_gradients_match_keras(ours, theirs):
-    ids = RNG.integers(0, 50, (16, 5)).astype("int32")
-    y = RNG.normal(size=(16, 5, 4)).astype("float32")
+def test_sparse_embedding_gradients_match_keras(rng, ours, theirs):
+    ids = rng.integers(0, 50, (16, 5)).astype("int32")
+    y = rng.normal(size=(16, 5, 4)).astype("float32")
 
     def trained(optimizer):
         keras.utils.set_random_seed(0)

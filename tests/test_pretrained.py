@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import assert_exact, outputs
+from kwiden.testing import assert_exact, numpy_outputs
 
 import kwiden
 
@@ -80,7 +80,7 @@ def test_minilm_sentence_embeddings_match_a_numpy_forward_pass(folder, model):
     assert tokenizer.tokenize("A man")[:3] == ["[CLS]", "a", "man"]
     config = json.loads((folder / "config.json").read_text())
     reference = mean_pool(numpy_bert(load_file(folder / "model.safetensors"), config, token_ids, segment_ids), token_ids)
-    embeddings = mean_pool(outputs(model, [token_ids, segment_ids])[0], token_ids)
+    embeddings = mean_pool(numpy_outputs(model, [token_ids, segment_ids])[0], token_ids)
     np.testing.assert_allclose(embeddings, reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())
     unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
     similar, unrelated = unit[0] @ unit[1], unit[0] @ unit[2]

@@ -1,13 +1,13 @@
 import keras
 import numpy as np
 import pytest
-from conftest import bert, gpt, padded_batch
+from kwiden.testing import padded_batch
 
 import kwiden
 from kwiden.verify import infer_factor
 
 
-def test_report_of_an_exact_growth():
+def test_report_of_an_exact_growth(bert):
     small = bert(with_mlm=True)
     big = kwiden.grow(small, 2)
     report = kwiden.verify(small, big, padded_batch())
@@ -17,7 +17,7 @@ def test_report_of_an_exact_growth():
 
 
 @pytest.mark.backends
-def test_names_the_first_layer_that_departs():
+def test_names_the_first_layer_that_departs(bert):
     small = bert(with_mlm=True)
     big = kwiden.grow(small, 2)
     ffn = big.get_layer("Transformer-1-FeedForward")
@@ -31,7 +31,7 @@ def test_names_the_first_layer_that_departs():
     assert "NOT EXACT" in str(report) and "'Transformer-1-FeedForward'" in str(report)
 
 
-def test_rtol_decides():
+def test_rtol_decides(gpt):
     small = gpt()
     big = kwiden.grow(small, 2)
     norm = big.get_layer("Output-Norm")
@@ -41,7 +41,7 @@ def test_rtol_decides():
     assert kwiden.verify(small, big, inputs, rtol=1e-2).ok
 
 
-def test_argmax_agreement_counts_changed_predictions():
+def test_argmax_agreement_counts_changed_predictions(gpt):
     small = gpt()
     big = kwiden.grow(small, 2)
     big.get_layer("Embedding-Token").embeddings.assign(np.random.default_rng(9).normal(size=(97, 32)))
@@ -50,11 +50,11 @@ def test_argmax_agreement_counts_changed_predictions():
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_infers_the_factor(k):
+def test_infers_the_factor(gpt, k):
     small = gpt()
     assert infer_factor(small, kwiden.grow(small, k)) == k
 
 
-def test_bad_factor_is_refused():
+def test_bad_factor_is_refused(gpt):
     with pytest.raises(ValueError, match="`k` must be a number >= 1"):
         kwiden.verify(gpt(), gpt(), padded_batch(segments=False), k=0)
