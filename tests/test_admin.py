@@ -5,10 +5,11 @@ import math
 import keras
 import numpy as np
 import pytest
-from kwiden.testing import NOTICEABLE_EPSILON as EPS, RTOL, assert_exact, numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 import kwiden
 from kwiden.layers import AdminResidual, ExpandableLayerNormalization, FeedForward
+from kwiden.testing import NOTICEABLE_EPSILON as EPS
+from kwiden.testing import RTOL, assert_exact, numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 
 def admin_model(model="bert", seed=0, **overrides):

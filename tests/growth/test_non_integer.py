@@ -5,13 +5,14 @@ from fractions import Fraction
 import keras
 import numpy as np
 import pytest
-from kwiden.testing import NOTICEABLE_EPSILON as EPS, assert_exact, padded_batch, randomize_weights, tiny_config
 
 import kwiden
 from kwiden import GrowthError, Space
 from kwiden.expansion import IN, OUT, expand, expand_gradient_like
 from kwiden.growth import weight_axes
 from kwiden.optimizers import Adam
+from kwiden.testing import NOTICEABLE_EPSILON as EPS
+from kwiden.testing import assert_exact, padded_batch, randomize_weights, tiny_config
 from kwiden.verify import infer_factor
 
 

@@ -9,11 +9,11 @@ import sys
 
 import numpy as np
 import pytest
-from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 import kwiden
 from kwiden import naming
 from kwiden.models import FAMILIES, Family, bert, family_of, get_family, register_family
+from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 CONFIGS = {
     "bert": tiny_config(),

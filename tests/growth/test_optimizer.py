@@ -4,10 +4,10 @@ scales as learning-rate multipliers, and grown optimizer state."""
 import keras
 import numpy as np
 import pytest
-from kwiden.testing import numpy_outputs, padded_batch
 
 import kwiden
 from kwiden import optimizers
+from kwiden.testing import numpy_outputs, padded_batch
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
