@@ -159,7 +159,9 @@ def main():
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=None, help="warmup updates (default: a quarter of --steps)")
-    parser.add_argument("--text", type=pathlib.Path, default=None, help="a UTF-8 text file (default: the shipped tutorial)")
+    parser.add_argument(
+        "--text", type=pathlib.Path, default=None, help="a UTF-8 text file (default: the shipped tutorial)"
+    )
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()

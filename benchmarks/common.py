@@ -32,10 +32,7 @@ def table(rows, header):
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     out = []
     for n, row in enumerate([header, *rows]):
-        cells = [
-            str(cell).ljust(widths[i]) if i == 0 else str(cell).rjust(widths[i])
-            for i, cell in enumerate(row)
-        ]
+        cells = [str(cell).ljust(widths[i]) if i == 0 else str(cell).rjust(widths[i]) for i, cell in enumerate(row)]
         out.append("  ".join(cells).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))

@@ -58,15 +58,9 @@ def parse_args(argv=None):
         action="store_true",
         help="quick run: 2 layers, hidden 128, 2 heads, FFN 512, vocab 1000, 128 positions",
     )
-    parser.add_argument(
-        "--backend", default=None, help="KERAS_BACKEND to use (default: Keras' own setting)"
-    )
-    parser.add_argument(
-        "--no-tracemalloc", action="store_true", help="skip the untimed tracemalloc runs"
-    )
-    parser.add_argument(
-        "--profile", action="store_true", help="also cProfile one grow and print the top calls"
-    )
+    parser.add_argument("--backend", default=None, help="KERAS_BACKEND to use (default: Keras' own setting)")
+    parser.add_argument("--no-tracemalloc", action="store_true", help="skip the untimed tracemalloc runs")
+    parser.add_argument("--profile", action="store_true", help="also cProfile one grow and print the top calls")
     args = parser.parse_args(argv)
     if args.small:
         args.layers, args.hidden, args.heads, args.ffn = 2, 128, 2, 512
@@ -136,7 +130,7 @@ def alternate(phases, repeats):
     peaks = {name: 0 for name in names}
     method = None
     for r in range(repeats):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             fn, cleanup = phases[name]
             gc.collect()
@@ -230,8 +224,7 @@ def main(argv=None):
     keras.backend.clear_session()
     gc.collect()
     print(
-        f"params: small {small_params / 1e6:.1f} M, big {big_params / 1e6:.1f} M "
-        f"({gib(big_bytes)} of float32 weights)"
+        f"params: small {small_params / 1e6:.1f} M, big {big_params / 1e6:.1f} M ({gib(big_bytes)} of float32 weights)"
     )
     sys.stdout.flush()
 

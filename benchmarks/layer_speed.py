@@ -47,14 +47,14 @@ def parse_args(argv=None):
         "erf); 'gelu_approximate' matches KerasHub's BERT (tanh approximation)",
     )
     parser.add_argument(
-        "--jit-compile", choices=["auto", "true", "false"], default="auto",
+        "--jit-compile",
+        choices=["auto", "true", "false"],
+        default="auto",
         help="passed to model.compile for both models",
     )
     parser.add_argument("--no-train", action="store_true", help="skip the training step")
     parser.add_argument("--no-infer", action="store_true", help="skip inference")
-    parser.add_argument(
-        "--backend", default=None, help="KERAS_BACKEND to use (default: Keras' own setting)"
-    )
+    parser.add_argument("--backend", default=None, help="KERAS_BACKEND to use (default: Keras' own setting)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 

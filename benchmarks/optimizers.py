@@ -46,7 +46,10 @@ def memory(args):
     k = args.accum
     candidates = [
         ("kwiden SGDM(accum_steps=k)", optimizers.SGDM(0.01, accum_steps=k)),
-        ("keras SGD(momentum, gradient_accumulation_steps=k)", keras.optimizers.SGD(0.01, momentum=0.9, gradient_accumulation_steps=k)),
+        (
+            "keras SGD(momentum, gradient_accumulation_steps=k)",
+            keras.optimizers.SGD(0.01, momentum=0.9, gradient_accumulation_steps=k),
+        ),
         ("kwiden Adam(accum_steps=k)", optimizers.Adam(accum_steps=k)),
         ("keras Adam(gradient_accumulation_steps=k)", keras.optimizers.Adam(gradient_accumulation_steps=k)),
     ]
@@ -55,14 +58,24 @@ def memory(args):
         optimizer.build(weights)
         floats = sum(int(np.prod(v.shape)) for v in optimizer.variables if len(v.shape))
         rows.append((name, f"{floats / params:.2f}", f"{floats * 4 / 2**20:,.0f} MiB"))
-    print_table(f"Optimizer memory, BERT {args.layers}x{args.hidden} ({params / 1e6:.1f}M weights), k={k}",
-          ("optimizer", "float slots per weight", "slot bytes"), rows)
+    print_table(
+        f"Optimizer memory, BERT {args.layers}x{args.hidden} ({params / 1e6:.1f}M weights), k={k}",
+        ("optimizer", "float slots per weight", "slot bytes"),
+        rows,
+    )
 
 
 def step_time(args):
-    config = dict(bert_config(args), num_hidden_layers=args.time_layers, hidden_size=args.time_hidden,
-                  num_attention_heads=args.time_hidden // 64, intermediate_size=4 * args.time_hidden,
-                  vocab_size=8000, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = dict(
+        bert_config(args),
+        num_hidden_layers=args.time_layers,
+        hidden_size=args.time_hidden,
+        num_attention_heads=args.time_hidden // 64,
+        intermediate_size=4 * args.time_hidden,
+        vocab_size=8000,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     rng = np.random.default_rng(0)
     ids = rng.integers(1, 8000, (16, 128)).astype("int32")
     x, y = [ids, np.zeros_like(ids)], rng.normal(size=(16, 128, args.time_hidden)).astype("float32")
@@ -86,9 +99,14 @@ def step_time(args):
             model.train_on_batch(x, y)
             times[name].append(time.perf_counter() - start)
     base = statistics.median(times["keras Adam"])
-    rows = [(name, f"{statistics.median(t) * 1e3:.1f}", f"{statistics.median(t) / base:.3f}") for name, t in times.items()]
-    print_table(f"Training-step time, BERT {args.time_layers}x{args.time_hidden}, batch 16x128, median of {args.rounds} alternating rounds",
-          ("optimizer", "ms/step", "ratio to keras Adam"), rows)
+    rows = [
+        (name, f"{statistics.median(t) * 1e3:.1f}", f"{statistics.median(t) / base:.3f}") for name, t in times.items()
+    ]
+    print_table(
+        f"Training-step time, BERT {args.time_layers}x{args.time_hidden}, batch 16x128, median of {args.rounds} alternating rounds",
+        ("optimizer", "ms/step", "ratio to keras Adam"),
+        rows,
+    )
 
 
 def quality(args):
@@ -98,23 +116,34 @@ def quality(args):
     x_valid, y_valid = corpus.windows(ids[split:], 64, 512, rng)
     examples = args.examples
     x_train, y_train = corpus.windows(ids[:split], 64, examples, rng)
-    config = dict(vocab_size=corpus.VOCAB_SIZE, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                  max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                  layer_norm_eps=1e-5)
+    config = dict(
+        vocab_size=corpus.VOCAB_SIZE,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        layer_norm_eps=1e-5,
+    )
     runs = [("batch 8, accumulation 8", 8, 8), ("batch 64", 64, 1), ("batch 8, no accumulation", 8, 1)]
     rows = []
     for name, batch, accum in runs:
         keras.utils.set_random_seed(0)
         model = kwiden.build_transformer_model(config, model="gpt")
-        model.compile(optimizers.Adam(args.lr, accum_steps=accum),
-                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            optimizers.Adam(args.lr, accum_steps=accum), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
         start = time.perf_counter()
         model.fit(x_train, y_train, batch_size=batch, epochs=1, shuffle=False, verbose=0)
         seconds = time.perf_counter() - start
         loss = model.evaluate(x_valid, y_valid, batch_size=128, verbose=0)
         rows.append((name, examples // (batch * accum), f"{loss:.4f}", f"{seconds:.0f}"))
-    print_table(f"Quality: byte-level GPT 2x64 on the Python tutorial, {examples} examples of 64 bytes, Adam lr {args.lr}",
-          ("run", "updates", "valid loss", "seconds"), rows)
+    print_table(
+        f"Quality: byte-level GPT 2x64 on the Python tutorial, {examples} examples of 64 bytes, Adam lr {args.lr}",
+        ("run", "updates", "valid loss", "seconds"),
+        rows,
+    )
 
 
 def main():

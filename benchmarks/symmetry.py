@@ -64,17 +64,26 @@ def main():
     x_valid, y_valid = corpus.windows(ids[split:], args.length, 256, rng)
     x_small, y_small = corpus.windows(ids[:split], args.length, args.small_steps * args.batch, rng)
     x_big, y_big = corpus.windows(ids[:split], args.length, args.big_steps * args.batch, rng)
-    config = dict(vocab_size=corpus.VOCAB_SIZE, hidden_size=64, num_hidden_layers=4, num_attention_heads=2,
-                  max_position_embeddings=args.length, hidden_dropout_prob=0.0,
-                  attention_probs_dropout_prob=0.0, layer_norm_eps=1e-5)
+    config = dict(
+        vocab_size=corpus.VOCAB_SIZE,
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        max_position_embeddings=args.length,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        layer_norm_eps=1e-5,
+    )
     small = kwiden.build_transformer_model(config, model="gpt")
     small.compile(optimizers.AdamW(args.lr, weight_decay=0.0), LOSS)
     small.fit(x_small, y_small, batch_size=args.batch, verbose=0)
     small_loss = small.evaluate(x_valid, y_valid, batch_size=128, verbose=0)
     small_rank = effective_rank(weight(small, WATCHED))
     print(f"keras {keras.__version__}, backend {keras.backend.backend()}")
-    print(f"small model: hidden 64, {args.small_steps} steps, valid loss {small_loss:.4f}, "
-          f"effective rank of {WATCHED} {small_rank:.1f} (of 64)")
+    print(
+        f"small model: hidden 64, {args.small_steps} steps, valid loss {small_loss:.4f}, "
+        f"effective rank of {WATCHED} {small_rank:.1f} (of 64)"
+    )
 
     variants = [
         ("plain copies (spread 0)", dict(spread=0.0), None, True),
@@ -86,8 +95,7 @@ def main():
     rows = []
     for name, options, noise, scale in variants:
         start = time.perf_counter()
-        big, optimizer = kwiden.grow(small, 2, seed=1, optimizer=small.optimizer,
-                                     scale_learning_rates=scale, **options)
+        big, optimizer = kwiden.grow(small, 2, seed=1, optimizer=small.optimizer, scale_learning_rates=scale, **options)
         if noise:
             add_noise(big, noise, seed=2)
         big.compile(optimizer, LOSS)
@@ -109,13 +117,29 @@ def main():
     x_scratch, y_scratch = corpus.windows(ids[:split], args.length, scratch_steps * args.batch, rng)
     scratch.fit(x_scratch, y_scratch, batch_size=args.batch, verbose=0)
     scratch_loss = scratch.evaluate(x_valid, y_valid, batch_size=128, verbose=0)
-    rows.append((f"from scratch at 128, {scratch_steps} steps", float("nan"), float("nan"), scratch_loss,
-                 effective_rank(weight(scratch, WATCHED)), time.perf_counter() - start))
+    rows.append(
+        (
+            f"from scratch at 128, {scratch_steps} steps",
+            float("nan"),
+            float("nan"),
+            scratch_loss,
+            effective_rank(weight(scratch, WATCHED)),
+            time.perf_counter() - start,
+        )
+    )
 
-    header = ("growth", "loss at growth", f"after {min(100, args.big_steps)}", f"after {args.big_steps}",
-              "eff. rank (of 128)", "seconds")
-    print(f"\nGrown x2 to hidden 128 and trained {args.big_steps} more steps (grown AdamW state; "
-          f"per-tensor learning-rate multipliers unless stated); loss before growth {small_loss:.4f}")
+    header = (
+        "growth",
+        "loss at growth",
+        f"after {min(100, args.big_steps)}",
+        f"after {args.big_steps}",
+        "eff. rank (of 128)",
+        "seconds",
+    )
+    print(
+        f"\nGrown x2 to hidden 128 and trained {args.big_steps} more steps (grown AdamW state; "
+        f"per-tensor learning-rate multipliers unless stated); loss before growth {small_loss:.4f}"
+    )
     print(f"{header[0]:<38}" + "".join(f"{h:>20}" for h in header[1:]))
     for name, at, mid, end, rank, seconds in rows:
         print(f"{name:<38}{at:>20.4f}{mid:>20.4f}{end:>20.4f}{rank:>20.1f}{seconds:>20.0f}")

@@ -37,8 +37,14 @@ def main(argv=None):
     x_train, y_train = dataset(ids[:split], (args.steps + args.grow_steps) * args.batch, rng)
     x_valid, y_valid = dataset(ids[split:], 512, rng)
 
-    config = dict(vocab_size=corpus.VOCAB_SIZE, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  max_position_embeddings=64, layer_norm_eps=1e-5)
+    config = dict(
+        vocab_size=corpus.VOCAB_SIZE,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=64,
+        layer_norm_eps=1e-5,
+    )
     bert = kwiden.build_transformer_model(config, with_pool=True)
     probs = keras.layers.Dense(2, activation="softmax", name="Classifier")(bert.outputs[1])
     small = keras.Model(bert.inputs, probs)

@@ -91,8 +91,7 @@ def admin_nodes(model):
 def _profile(model, nodes, batch):
     if batch is None or any(np.size(x) == 0 for x in tree.flatten(batch)):
         raise ValueError(
-            "`batch` is empty: profiling needs model inputs with at least one example "
-            "(or use method='closed_form')."
+            "`batch` is empty: profiling needs model inputs with at least one example (or use method='closed_form')."
         )
     for node in nodes:
         node.operation.omega.assign(np.ones(node.operation.omega.shape, node.operation.omega.dtype))
@@ -134,7 +133,9 @@ def fold(model, allow_approximate=False, check=None):
     False
     """
     nodes = admin_nodes(model)
-    weights = {layer.name: {v.path: keras.ops.convert_to_numpy(v).copy() for v in layer.weights} for layer in model.layers}
+    weights = {
+        layer.name: {v.path: keras.ops.convert_to_numpy(v).copy() for v in layer.weights} for layer in model.layers
+    }
     graph = Graph(model)
     epsilons, approximate = {}, []
     for node in nodes:
@@ -156,7 +157,9 @@ def fold(model, allow_approximate=False, check=None):
         epsilons[layer.name] = layer.epsilon / c**2
         if c < 0:  # LN(c·z) = −LN(z) for c < 0: γ changes sign
             if not layer.scale:
-                raise ValueError(f"AdminResidual '{layer.name}': ω < 0 folds only into a LayerNorm with γ (scale=True).")
+                raise ValueError(
+                    f"AdminResidual '{layer.name}': ω < 0 folds only into a LayerNorm with γ (scale=True)."
+                )
             weights[layer.name][layer.gamma.path] = -weights[layer.name][layer.gamma.path]
     folded = _rebuild(model, weights, epsilons)
     if approximate:
@@ -204,7 +207,9 @@ def _fold_into_norm(node, stream, omega, weights, graph):
         for variable in reader.operation.weights:
             if variable.name in INPUT_KERNELS:
                 shape = (-1,) + (1,) * (len(variable.shape) - 1)
-                weights[reader.operation.name][variable.path] = weights[reader.operation.name][variable.path] / omega.reshape(shape)
+                weights[reader.operation.name][variable.path] = weights[reader.operation.name][
+                    variable.path
+                ] / omega.reshape(shape)
     return True
 
 

@@ -250,7 +250,9 @@ def _extra_blocks(family, tensors, blocks, format, prefix):
     while True:
         index = blocks + len(extra)
         names = family.checkpoint_names(index + 1, format, prefix)
-        if not any(_find(name, tensors) for (layer, _), (name, _) in names.items() if naming.block_index(layer) == index):
+        if not any(
+            _find(name, tensors) for (layer, _), (name, _) in names.items() if naming.block_index(layer) == index
+        ):
             return extra
         extra.append(index)
 
@@ -269,8 +271,16 @@ def _placed(model, family, names):
 
 def _check_keep_tokens(keep_tokens, vocab):
     keep = np.asarray(keep_tokens)
-    if keep.ndim != 1 or not np.issubdtype(keep.dtype, np.integer) or keep.size == 0 or keep.min() < 0 or keep.max() >= vocab:
-        raise ValueError(f"`keep_tokens` must be a non-empty list of vocabulary ids in [0, {vocab}); got {list(keep_tokens)[:8]}…")
+    if (
+        keep.ndim != 1
+        or not np.issubdtype(keep.dtype, np.integer)
+        or keep.size == 0
+        or keep.min() < 0
+        or keep.max() >= vocab
+    ):
+        raise ValueError(
+            f"`keep_tokens` must be a non-empty list of vocabulary ids in [0, {vocab}); got {list(keep_tokens)[:8]}…"
+        )
     return keep
 
 

@@ -63,16 +63,22 @@ def parser():
     grow.add_argument("dst", help="where to save the grown .keras model")
     grow.add_argument("--factor", type=Fraction, default=None, help="width factor k (2 doubles; 4/3 is 384 -> 512)")
     grow.add_argument("--hidden-size", type=int, default=None, help="target hidden size instead of --factor")
-    grow.add_argument("--ffn-factor", type=Fraction, default=None, help="the FFN width's own factor (default: --factor)")
+    grow.add_argument(
+        "--ffn-factor", type=Fraction, default=None, help="the FFN width's own factor (default: --factor)"
+    )
     grow.add_argument("--intermediate-size", type=int, default=None, help="target FFN width instead of --ffn-factor")
     grow.add_argument("--heads", choices=["size", "count"], default="size", help="grow head size or head count")
-    grow.add_argument("--rope", choices=["exact", "standard"], default="exact", help="rotary frequencies when heads grow")
+    grow.add_argument(
+        "--rope", choices=["exact", "standard"], default="exact", help="rotary frequencies when heads grow"
+    )
     grow.add_argument("--spread", type=float, default=0.0, help="exact symmetry breaking (0: plain copies)")
     grow.add_argument("--depth", type=int, default=None, help="multiply the number of Transformer blocks")
     grow.add_argument("--num-layers", type=int, default=None, help="make the number of Transformer blocks this")
     grow.add_argument("--allow-approximate", action="store_true", help="accept growth that is not exact (reported)")
     grow.add_argument("--check", action="store_true", help="verify on random inputs; do not save if not exact")
-    grow.add_argument("--rtol", type=float, default=None, help="relative error --check accepts (default: 1e-5 in float32)")
+    grow.add_argument(
+        "--rtol", type=float, default=None, help="relative error --check accepts (default: 1e-5 in float32)"
+    )
     grow.add_argument("--seed", type=int, default=0)
     grow.set_defaults(run=_grow)
     demo = commands.add_parser("demo", help="train a small GPT on shipped text, grow it ×2, train on")

@@ -50,9 +50,7 @@ def run(steps=300, grow_steps=150, factor=2, batch_size=32, length=64, hidden_si
 
     print(f"Growing ×{factor}")
     start = time.perf_counter()
-    big, optimizer = kwiden.grow(
-        small, factor, check=x_valid[:8], spread=1.0, seed=seed, optimizer=small.optimizer
-    )
+    big, optimizer = kwiden.grow(small, factor, check=x_valid[:8], spread=1.0, seed=seed, optimizer=small.optimizer)
     grow_time = time.perf_counter() - start
     big.compile(optimizer, LOSS)
     grown_loss = big.evaluate(x_valid, y_valid, batch_size=64, verbose=0)

@@ -87,9 +87,11 @@ def find_blocks(model):
         own = merges[index * period : (index + 1) * period]
         stream_in, stream_out = streams[index * period], streams[(index + 1) * period]
         nodes = _between(graph, stream_in, stream_out)
-        exact = all(type(m.node.operation) is keras.layers.Add for m in own) and all(
-            id(a.node.outputs[0]) == id(b.stream) for a, b in zip(own, own[1:])
-        ) and id(own[-1].node.outputs[0]) == id(stream_out)
+        exact = (
+            all(type(m.node.operation) is keras.layers.Add for m in own)
+            and all(id(a.node.outputs[0]) == id(b.stream) for a, b in zip(own, own[1:]))
+            and id(own[-1].node.outputs[0]) == id(stream_out)
+        )
         zeroed = {id(_branch_end(m.branch, graph, index)) for m in own}
         blocks.append(Block(index, nodes, stream_in, stream_out, zeroed, exact))
     return blocks

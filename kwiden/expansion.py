@@ -154,6 +154,7 @@ def grown_size(n, factor, what):
         )
     return int(size)
 
+
 HEAD_MODES = ("size", "count")
 ROPE_MODES = ("exact", "standard")
 

@@ -129,7 +129,11 @@ def output_spaces(model, growth):
     if type(model).__name__ in TASKS:
         return {None: Space()}  # tied logits: the vocabulary does not grow
     # BertBackbone returns a dict; RobertaBackbone and GPT2Backbone the sequence.
-    return {"sequence_output": Space.stream(growth.k), "pooled_output": Space.copy(growth.k), None: Space.stream(growth.k)}
+    return {
+        "sequence_output": Space.stream(growth.k),
+        "pooled_output": Space.copy(growth.k),
+        None: Space.stream(growth.k),
+    }
 
 
 def compare(small, big, inputs, growth, rtol):

@@ -46,4 +46,3 @@ def optimizer_slots(optimizer):
 def slot_of(optimizer, slots, variable):
     """The slot in `slots` (one of `optimizer`'s lists) that belongs to `variable`."""
     return slots[optimizer._get_variable_index(variable)]
-

@@ -236,7 +236,10 @@ def grow_layer(layer, inputs, k=2, input_space=None, call_kwargs=None, spread=0.
     for small_value, big_value in zip(outputs, _call(big, grown_inputs, call_kwargs)):
         expected = out_space.carry(small_value)
         if expected.shape != big_value.shape:
-            return big, f"the grown output has shape {big_value.shape}; carried into {out_space} it should be {expected.shape}"
+            return (
+                big,
+                f"the grown output has shape {big_value.shape}; carried into {out_space} it should be {expected.shape}",
+            )
         error = np.max(np.abs(expected - big_value)) / max(np.max(np.abs(expected)), 1e-30)
         if error > rtol:
             return big, f"the grown layer departs from the small one by {error:.3e} (relative; rtol {rtol:g})"

@@ -52,9 +52,7 @@ class VerifyReport:
         lines.append(f"  {'output':<34}{'max abs err':>14}{'max rel err':>14}{'argmax agree':>14}")
         for o in self.outputs:
             agree = "" if o.argmax_agreement is None else f"{o.argmax_agreement:.2%}"
-            lines.append(
-                f"  {o.name:<34}{o.max_absolute_error:>14.3e}{o.max_relative_error:>14.3e}{agree:>14}"
-            )
+            lines.append(f"  {o.name:<34}{o.max_absolute_error:>14.3e}{o.max_relative_error:>14.3e}{agree:>14}")
         if not self.layers_compared:
             lines.append("  outputs only: layers not compared one by one")
         elif self.first_departure is None:
@@ -121,7 +119,9 @@ def compare_output(name, space, small_value, big_value):
         agreement = float(np.mean(np.argmax(small_value, -1) == np.argmax(big_value, -1)))
     return OutputComparison(
         name=name,
-        max_absolute_error=float(np.max(np.abs(carried - big_value))) if carried.shape == big_value.shape else float("inf"),
+        max_absolute_error=float(np.max(np.abs(carried - big_value)))
+        if carried.shape == big_value.shape
+        else float("inf"),
         max_relative_error=relative_error(carried, big_value),
         argmax_agreement=agreement,
     )

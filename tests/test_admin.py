@@ -40,7 +40,9 @@ def test_builders_make_admin_blocks(model):
         "Transformer-0-MultiHeadSelfAttention-Norm",
         "Transformer-0-FeedForward-Norm",
     ]
-    assert len(admin) == 4 and not any(isinstance(layer, keras.layers.Add) and "Transformer" in layer.name for layer in built.layers)
+    assert len(admin) == 4 and not any(
+        isinstance(layer, keras.layers.Add) and "Transformer" in layer.name for layer in built.layers
+    )
     assert admin[0].rms == (model == "llama")
     with pytest.raises(ValueError, match=r"`residual` must be one of \('post_ln', 'pre_ln', 'admin'\)"):
         kwiden.build_transformer_model(tiny_config(), model=model, residual="sandwich")
@@ -49,7 +51,9 @@ def test_builders_make_admin_blocks(model):
 @pytest.mark.parametrize("residual", ["pre_ln", "post_ln"])
 def test_builders_switch_between_pre_and_post_ln(residual):
     for model in ("bert", "gpt"):
-        names = [layer.name for layer in kwiden.build_transformer_model(tiny_config(), model=model, residual=residual).layers]
+        names = [
+            layer.name for layer in kwiden.build_transformer_model(tiny_config(), model=model, residual=residual).layers
+        ]
         assert ("Output-Norm" in names) == (residual == "pre_ln")
         assert ("Embedding-Norm" in names) == (model == "bert" or residual == "post_ln")
 
@@ -70,7 +74,9 @@ def test_admin_models_grow_exactly(k, heads):
         small = admin_model(model)
         big = kwiden.grow(small, k, heads=heads, spread=1.0, seed=0)
         small_omega = small.get_layer("Transformer-1-FeedForward-Norm").omega.numpy()
-        np.testing.assert_array_equal(big.get_layer("Transformer-1-FeedForward-Norm").omega.numpy(), np.repeat(small_omega, k))
+        np.testing.assert_array_equal(
+            big.get_layer("Transformer-1-FeedForward-Norm").omega.numpy(), np.repeat(small_omega, k)
+        )
         assert_exact(small, big, inputs)
 
 
@@ -78,7 +84,9 @@ def branch_variances(model, batch, blocks):
     """Var of the stream entering the first block and of every residual branch,
     read from the plain Post-LN model with the same weights (ω = 1 there)."""
     names = ["Embedding-Dropout"] + [
-        f"Transformer-{i}-{sublayer}-Dropout" for i in range(blocks) for sublayer in ("MultiHeadSelfAttention", "FeedForward")
+        f"Transformer-{i}-{sublayer}-Dropout"
+        for i in range(blocks)
+        for sublayer in ("MultiHeadSelfAttention", "FeedForward")
     ]
     probe = keras.Model(model.inputs, [model.get_layer(name).output for name in names])
     return [float(np.var(np.asarray(v, np.float64))) for v in probe(batch, training=True)]
@@ -115,7 +123,9 @@ def test_closed_form_omega():
     model = admin_model(num_hidden_layers=3)
     omegas = kwiden.admin.initialize(model, method="closed_form")
     np.testing.assert_allclose(list(omegas.values()), [math.sqrt(7 / math.log(7) - 1)] * 6)
-    np.testing.assert_allclose(model.get_layer("Transformer-0-FeedForward-Norm").omega.numpy(), omegas["Transformer-0-FeedForward-Norm"])
+    np.testing.assert_allclose(
+        model.get_layer("Transformer-0-FeedForward-Norm").omega.numpy(), omegas["Transformer-0-FeedForward-Norm"]
+    )
 
 
 def test_initialize_errors():
@@ -168,7 +178,10 @@ def test_fold_with_uniform_omega_rescales_the_branch():
 
 def test_fold_refuses_per_channel_omega_it_cannot_fold_and_reports_the_approximation():
     model = branch_model(np.random.default_rng(3).uniform(0.5, 3.0, 8).astype("float32"))
-    with pytest.raises(ValueError, match=r"AdminResidual 'Block-FeedForward-Norm': ω differs from channel to channel.*allow_approximate=True"):
+    with pytest.raises(
+        ValueError,
+        match=r"AdminResidual 'Block-FeedForward-Norm': ω differs from channel to channel.*allow_approximate=True",
+    ):
         kwiden.admin.fold(model)
     x = np.random.default_rng(2).normal(size=(2, 5, 8)).astype("float32")
     with pytest.warns(UserWarning, match=r"folded approximately"):

@@ -65,7 +65,9 @@ def imports(path, name):
             elif isinstance(child, ast.ImportFrom):
                 base = child.module or ""
                 if child.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - child.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - child.level + 1] + ([base] if base else [])
+                    )
                 if base.split(".")[0] == "kwiden":
                     for alias in child.names:
                         target = f"{base}.{alias.name}"
@@ -88,7 +90,9 @@ def test_imports_point_down(module):
 
 
 def test_no_import_cycles():
-    edges = {m: {t for t, _, _ in deps if t != m and not m.startswith(t + ".") and t in GRAPH} for m, deps in GRAPH.items()}
+    edges = {
+        m: {t for t, _, _ in deps if t != m and not m.startswith(t + ".") and t in GRAPH} for m, deps in GRAPH.items()
+    }
     state = {}
 
     def visit(module, path):
@@ -125,6 +129,21 @@ def test_keras_internals_live_in_one_module():
 def test_importing_kwiden_on_jax_imports_no_tensorflow():
     code = "import sys, kwiden; print('tensorflow' in sys.modules)"
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "KERAS_BACKEND": "jax"}, check=True
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KERAS_BACKEND": "jax"},
+        check=True,
     )
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_code_is_formatted_and_lint_free():
+    """`ruff format` and `ruff check` with the settings in pyproject.toml."""
+    root = PACKAGE.parent
+    paths = ["kwiden", "tests", "benchmarks", "examples"]
+    for command in (["format", "--check"], ["check"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", *command, *paths], cwd=root, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stdout + result.stderr

@@ -58,18 +58,29 @@ def test_google_checkpoint_loads_with_its_variable_names(tmp_path):
     arrays = google_checkpoint(tmp_path / "google", config)
     model = kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", with_mlm=True, with_pool=True)
     attention = model.get_layer("Transformer-1-MultiHeadSelfAttention")
-    np.testing.assert_array_equal(attention.query_kernel.numpy(), arrays["bert/encoder/layer_1/attention/self/query/kernel"].reshape(16, 2, 8))
-    np.testing.assert_array_equal(attention.output_kernel.numpy(), arrays["bert/encoder/layer_1/attention/output/dense/kernel"].reshape(2, 8, 16))
-    np.testing.assert_array_equal(attention.key_bias.numpy(), arrays["bert/encoder/layer_1/attention/self/key/bias"].reshape(2, 8))
+    np.testing.assert_array_equal(
+        attention.query_kernel.numpy(), arrays["bert/encoder/layer_1/attention/self/query/kernel"].reshape(16, 2, 8)
+    )
+    np.testing.assert_array_equal(
+        attention.output_kernel.numpy(), arrays["bert/encoder/layer_1/attention/output/dense/kernel"].reshape(2, 8, 16)
+    )
+    np.testing.assert_array_equal(
+        attention.key_bias.numpy(), arrays["bert/encoder/layer_1/attention/self/key/bias"].reshape(2, 8)
+    )
     np.testing.assert_array_equal(model.get_layer("MLM-Bias").bias.numpy(), arrays["cls/predictions/output_bias"])
-    np.testing.assert_array_equal(model.get_layer("Transformer-0-FeedForward").output_kernel.numpy(), arrays["bert/encoder/layer_0/output/dense/kernel"])
+    np.testing.assert_array_equal(
+        model.get_layer("Transformer-0-FeedForward").output_kernel.numpy(),
+        arrays["bert/encoder/layer_0/output/dense/kernel"],
+    )
 
 
 def test_roformer_google_checkpoint_has_no_position_table(tmp_path):
     google_checkpoint(tmp_path / "roformer", tiny_config(), positions=False)
     model = kwiden.build_transformer_model(checkpoint_path=tmp_path / "roformer", model="roformer", with_mlm=True)
     assert model.get_layer("Transformer-0-MultiHeadSelfAttention").rotary is not None
-    with pytest.raises(ValueError, match=r"no tensor 'bert/embeddings/position_embeddings' for 'Embedding-Position/embeddings'"):
+    with pytest.raises(
+        ValueError, match=r"no tensor 'bert/embeddings/position_embeddings' for 'Embedding-Position/embeddings'"
+    ):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "roformer", model="bert")
 
 
@@ -144,15 +155,25 @@ def test_keep_tokens_keeps_rows_in_order(bert, tmp_path):
     keep = [0, 5, 3, 96]
     small = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True, keep_tokens=keep)
     assert small.get_layer("Embedding-Token").input_dim == 4
-    np.testing.assert_array_equal(small.get_layer("Embedding-Token").embeddings.numpy(), model.get_layer("Embedding-Token").embeddings.numpy()[keep])
-    np.testing.assert_array_equal(small.get_layer("MLM-Bias").bias.numpy(), model.get_layer("MLM-Bias").bias.numpy()[keep])
-    with pytest.raises(ValueError, match=r"`keep_tokens` selects rows of a checkpoint's vocabulary; pass `checkpoint_path`"):
+    np.testing.assert_array_equal(
+        small.get_layer("Embedding-Token").embeddings.numpy(),
+        model.get_layer("Embedding-Token").embeddings.numpy()[keep],
+    )
+    np.testing.assert_array_equal(
+        small.get_layer("MLM-Bias").bias.numpy(), model.get_layer("MLM-Bias").bias.numpy()[keep]
+    )
+    with pytest.raises(
+        ValueError, match=r"`keep_tokens` selects rows of a checkpoint's vocabulary; pass `checkpoint_path`"
+    ):
         kwiden.build_transformer_model(tiny_config(), keep_tokens=keep)
 
 
 def test_checkpoint_errors(bert, tmp_path):
     google_checkpoint(tmp_path / "google", tiny_config())
-    with pytest.raises(ValueError, match=r"'Transformer-0-FeedForward/inner_kernel' \(shape \(16, 30\)\) needs 'bert/encoder/layer_0/intermediate/dense/kernel' of shape \(16, 30\); the checkpoint's has \(16, 24\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"'Transformer-0-FeedForward/inner_kernel' \(shape \(16, 30\)\) needs 'bert/encoder/layer_0/intermediate/dense/kernel' of shape \(16, 30\); the checkpoint's has \(16, 24\)",
+    ):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", intermediate_size=30)
     with pytest.raises(FileNotFoundError, match=r"No config.json or bert_config.json beside"):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "elsewhere.safetensors")

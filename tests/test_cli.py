@@ -114,11 +114,29 @@ def test_grow_command_deepens_and_reports_approximate_growth(bert, tmp_path, cap
 
 
 def test_grow_command_takes_target_sizes(tmp_path, capsys):
-    config = dict(vocab_size=97, hidden_size=16, num_hidden_layers=1, num_attention_heads=4, intermediate_size=24, rms_norm_eps=1e-3)
+    config = dict(
+        vocab_size=97,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=24,
+        rms_norm_eps=1e-3,
+    )
     small = kwiden.build_transformer_model(config, model="llama")
     src, dst = tmp_path / "llama.keras", tmp_path / "big.keras"
     small.save(src)
-    args = ["grow", str(src), str(dst), "--hidden-size", "24", "--intermediate-size", "40", "--heads", "count", "--check"]
+    args = [
+        "grow",
+        str(src),
+        str(dst),
+        "--hidden-size",
+        "24",
+        "--intermediate-size",
+        "40",
+        "--heads",
+        "count",
+        "--check",
+    ]
     assert main(args) == 0
     assert "kwiden.verify (×3/2, rtol=1e-05): OK" in capsys.readouterr().out
     big = keras.saving.load_model(dst)
@@ -130,7 +148,9 @@ def test_grow_command_takes_target_sizes(tmp_path, capsys):
 @pytest.mark.parametrize("name", ["BertBackbone", "GPT2Backbone"])
 def test_grow_command_checks_keras_hub_models(tmp_path, capsys, name):
     keras_hub = pytest.importorskip("keras_hub")
-    sizes = dict(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=12)
+    sizes = dict(
+        vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=12
+    )
     small = randomize_weights(getattr(keras_hub.models, name)(**sizes, dropout=0.0))
     small.save(tmp_path / "small.keras")
     assert main(["grow", str(tmp_path / "small.keras"), str(tmp_path / "big.keras"), "--factor", "2", "--check"]) == 0

@@ -14,6 +14,7 @@ keras_hub = pytest.importorskip("keras_hub", reason="needs the `hub` extra: pip 
 
 SIZES = dict(vocabulary_size=61, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=24, max_sequence_length=32)
 
+
 def inputs(segments=True, seed=0):
     ids = np.random.default_rng(seed).integers(1, 61, (3, 9)).astype("int32")
     mask = np.ones_like(ids, dtype=bool)
@@ -42,9 +43,15 @@ def test_backbones_grow_exactly(name, k, heads):
     small_out, big_out = small(batch), big(batch)
     if name != "BertBackbone":  # the others return the sequence alone
         small_out, big_out = {"sequence_output": small_out}, {"sequence_output": big_out}
-    assert_close(Space.stream(k).carry(keras.ops.convert_to_numpy(small_out["sequence_output"])), keras.ops.convert_to_numpy(big_out["sequence_output"]))
+    assert_close(
+        Space.stream(k).carry(keras.ops.convert_to_numpy(small_out["sequence_output"])),
+        keras.ops.convert_to_numpy(big_out["sequence_output"]),
+    )
     if name == "BertBackbone":
-        assert_close(Space.copy(k).carry(keras.ops.convert_to_numpy(small_out["pooled_output"])), keras.ops.convert_to_numpy(big_out["pooled_output"]))
+        assert_close(
+            Space.copy(k).carry(keras.ops.convert_to_numpy(small_out["pooled_output"])),
+            keras.ops.convert_to_numpy(big_out["pooled_output"]),
+        )
     kwiden.grow(small, k, heads=heads, check=batch)  # the same comparison, inside grow
 
 
@@ -78,12 +85,16 @@ def test_target_sizes_and_refusals():
     with pytest.raises(GrowthError, match=r"approximate .*pass `check=` inputs to measure it"):
         kwiden.grow(small, Fraction(3, 2), heads="count", allow_approximate=True)
     with pytest.warns(UserWarning, match="approximate"):
-        approximate = kwiden.grow(small, Fraction(3, 2), heads="count", allow_approximate=True, check=inputs(segments=False))
+        approximate = kwiden.grow(
+            small, Fraction(3, 2), heads="count", allow_approximate=True, check=inputs(segments=False)
+        )
     report = approximate.growth_report
     assert isinstance(report, kwiden.VerifyReport) and not report.ok
     assert 1e-4 < report.outputs[0].max_relative_error < 0.5
     with pytest.raises(GrowthError, match=r"does not support optimizer, depth yet"):
         kwiden.grow(small, 2, optimizer=keras.optimizers.Adam(), depth=2)
-    classifier = keras_hub.models.BertTextClassifier(backbone=keras_hub.models.BertBackbone(**SIZES), num_classes=3, preprocessor=None)
+    classifier = keras_hub.models.BertTextClassifier(
+        backbone=keras_hub.models.BertBackbone(**SIZES), num_classes=3, preprocessor=None
+    )
     with pytest.raises(GrowthError, match=r"not BertTextClassifier.*grow its backbone"):
         kwiden.grow(classifier, 2)

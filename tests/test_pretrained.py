@@ -79,7 +79,9 @@ def test_minilm_sentence_embeddings_match_a_numpy_forward_pass(folder, model):
     token_ids, segment_ids = tokenizer(SENTENCES)
     assert tokenizer.tokenize("A man")[:3] == ["[CLS]", "a", "man"]
     config = json.loads((folder / "config.json").read_text())
-    reference = mean_pool(numpy_bert(load_file(folder / "model.safetensors"), config, token_ids, segment_ids), token_ids)
+    reference = mean_pool(
+        numpy_bert(load_file(folder / "model.safetensors"), config, token_ids, segment_ids), token_ids
+    )
     embeddings = mean_pool(numpy_outputs(model, [token_ids, segment_ids])[0], token_ids)
     np.testing.assert_allclose(embeddings, reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())
     unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
@@ -102,9 +104,17 @@ def test_minilm_grows_exactly_by_count_of_heads(folder, model):
 
 
 def test_loading_is_all_or_nothing(folder, tmp_path):
-    with pytest.raises(ValueError, match=r"'Transformer-0-FeedForward/inner_kernel' \(shape \(384, 1000\)\) needs 'encoder.layer.0.intermediate.dense.weight' of shape \(1000, 384\); the checkpoint's has \(1536, 384\)"):
-        kwiden.build_transformer_model(config_path=folder / "config.json", checkpoint_path=folder, intermediate_size=1000)
-    with pytest.raises(ValueError, match=r"no tensor 'cls.predictions.transform.dense.weight' for 'MLM-Dense/kernel' \(build without that head"):
+    with pytest.raises(
+        ValueError,
+        match=r"'Transformer-0-FeedForward/inner_kernel' \(shape \(384, 1000\)\) needs 'encoder.layer.0.intermediate.dense.weight' of shape \(1000, 384\); the checkpoint's has \(1536, 384\)",
+    ):
+        kwiden.build_transformer_model(
+            config_path=folder / "config.json", checkpoint_path=folder, intermediate_size=1000
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"no tensor 'cls.predictions.transform.dense.weight' for 'MLM-Dense/kernel' \(build without that head",
+    ):
         kwiden.build_transformer_model(config_path=folder / "config.json", checkpoint_path=folder, with_mlm=True)
     with pytest.raises(FileNotFoundError, match=r"No model.safetensors and no \*.ckpt.index in"):
         kwiden.build_transformer_model(config_path=folder / "config.json", checkpoint_path=tmp_path)

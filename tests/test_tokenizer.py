@@ -5,7 +5,22 @@ import pytest
 
 import kwiden
 
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "我", "爱", "北", "京", "hello", "world", "play", "##ing", "café"]
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "我",
+    "爱",
+    "北",
+    "京",
+    "hello",
+    "world",
+    "play",
+    "##ing",
+    "café",
+]
 
 
 @pytest.fixture

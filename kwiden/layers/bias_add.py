@@ -24,9 +24,7 @@ class BiasAdd(Expandable, keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
 
     def build(self, input_shape):
-        self.bias = self.add_weight(
-            shape=(input_shape[-1],), initializer=self.bias_initializer, name="bias"
-        )
+        self.bias = self.add_weight(shape=(input_shape[-1],), initializer=self.bias_initializer, name="bias")
 
     def call(self, inputs):
         return inputs + ops.cast(self.bias, self.compute_dtype)

@@ -26,7 +26,10 @@ class ExpandableDense(Expandable, keras.layers.Dense):
     """
 
     def get_expanded_config(self, k, input_space=None):
-        return {**self.get_config(), "units": grown_size(self.units, Growth.of(k).k, f"ExpandableDense '{self.name}' units")}
+        return {
+            **self.get_config(),
+            "units": grown_size(self.units, Growth.of(k).k, f"ExpandableDense '{self.name}' units"),
+        }
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
         k = Growth.of(k).k

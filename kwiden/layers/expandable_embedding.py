@@ -82,13 +82,14 @@ class ExpandableEmbedding(Expandable, keras.layers.Layer):
             "input_dim": self.input_dim,
             "output_dim": self.output_dim,
             "mode": self.mode,
-            "embeddings_initializer": keras.initializers.serialize(
-                self.embeddings_initializer
-            ),
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
         }
 
     def get_expanded_config(self, k, input_space=None):
-        return {**self.get_config(), "output_dim": grown_size(self.output_dim, Growth.of(k).k, f"ExpandableEmbedding '{self.name}' output_dim")}
+        return {
+            **self.get_config(),
+            "output_dim": grown_size(self.output_dim, Growth.of(k).k, f"ExpandableEmbedding '{self.name}' output_dim"),
+        }
 
     def get_expanded_output_space(self, k, input_space=None, reverse=False, **call_kwargs):
         k = Growth.of(k).k

@@ -54,13 +54,9 @@ class ExpandableLayerNormalization(Expandable, keras.layers.Layer):
     def build(self, input_shape):
         dim = input_shape[-1]
         if self.scale:
-            self.gamma = self.add_weight(
-                shape=(dim,), initializer=self.gamma_initializer, name="gamma"
-            )
+            self.gamma = self.add_weight(shape=(dim,), initializer=self.gamma_initializer, name="gamma")
         if self.center:
-            self.beta = self.add_weight(
-                shape=(dim,), initializer=self.beta_initializer, name="beta"
-            )
+            self.beta = self.add_weight(shape=(dim,), initializer=self.beta_initializer, name="beta")
 
     def call(self, inputs):
         x = ops.cast(inputs, "float32")
@@ -102,8 +98,7 @@ class ExpandableLayerNormalization(Expandable, keras.layers.Layer):
         if self.rms and input_space.scale != ISOMETRY:
             growth.refuse_approximation(
                 what,
-                f"its input is {input_space}, and the mean square over unequal copies is not the "
-                "small model's.",
+                f"its input is {input_space}, and the mean square over unequal copies is not the small model's.",
                 "grow by an integer factor",
             )
         if not self.rms:

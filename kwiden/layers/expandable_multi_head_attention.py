@@ -79,9 +79,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         self.heads = heads
         self.key_value_heads = key_value_heads
         if key_value_heads is not None and heads % key_value_heads:
-            raise ValueError(
-                f"`heads` ({heads}) must be a multiple of `key_value_heads` ({key_value_heads})."
-            )
+            raise ValueError(f"`heads` ({heads}) must be a multiple of `key_value_heads` ({key_value_heads}).")
         self.head_size = head_size
         self.output_dim = output_dim
         self.scaled = scaled

@@ -61,14 +61,10 @@ class FeedForward(Expandable, keras.layers.Layer):
         self._add_projection("output", (self.intermediate_size, dim))
 
     def _add_projection(self, name, shape):
-        kernel = self.add_weight(
-            shape=shape, initializer=self.kernel_initializer, name=f"{name}_kernel"
-        )
+        kernel = self.add_weight(shape=shape, initializer=self.kernel_initializer, name=f"{name}_kernel")
         bias = None
         if self.use_bias:
-            bias = self.add_weight(
-                shape=shape[-1:], initializer=self.bias_initializer, name=f"{name}_bias"
-            )
+            bias = self.add_weight(shape=shape[-1:], initializer=self.bias_initializer, name=f"{name}_bias")
         setattr(self, f"{name}_kernel", kernel)
         setattr(self, f"{name}_bias", bias)
 
@@ -102,7 +98,9 @@ class FeedForward(Expandable, keras.layers.Layer):
         }
 
     def get_expanded_config(self, k, input_space=None):
-        size = grown_size(self.intermediate_size, Growth.of(k).ffn_factor, f"FeedForward '{self.name}' intermediate_size")
+        size = grown_size(
+            self.intermediate_size, Growth.of(k).ffn_factor, f"FeedForward '{self.name}' intermediate_size"
+        )
         return {**self.get_config(), "intermediate_size": size}
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):

@@ -100,7 +100,10 @@ class RelativePositionBias(Expandable, keras.layers.Layer):
         growth = Growth.of(k)
         if growth.heads == "size":
             return self.get_config()
-        return {**self.get_config(), "heads": self._heads_space(growth).grown_size(self.heads, f"RelativePositionBias '{self.name}' heads")}
+        return {
+            **self.get_config(),
+            "heads": self._heads_space(growth).grown_size(self.heads, f"RelativePositionBias '{self.name}' heads"),
+        }
 
     def _heads_space(self, growth):
         # Each copied head keeps its source head's biases: the same copies as

@@ -60,7 +60,10 @@ def _pooler(config, x):
     """tanh Dense on the first token."""
     pooled = layers.SelectToken(0, name=naming.POOLER)(x)
     dense = layers.ExpandableDense(
-        config["hidden_size"], activation="tanh", kernel_initializer=blocks.initializer(config), name=naming.POOLER_DENSE
+        config["hidden_size"],
+        activation="tanh",
+        kernel_initializer=blocks.initializer(config),
+        name=naming.POOLER_DENSE,
     )
     return dense(pooled)
 
@@ -148,7 +151,9 @@ def _layer_norm_eps(model, format):
     """BERT's config has one ε: the most common of the model's norms (a grown
     model's stream norms have ε/k, its MLM norm ε); a warning names the others.
     Another warns that Google's own code ignores it."""
-    norms = {layer.name: layer.epsilon for layer in model.layers if isinstance(layer, layers.ExpandableLayerNormalization)}
+    norms = {
+        layer.name: layer.epsilon for layer in model.layers if isinstance(layer, layers.ExpandableLayerNormalization)
+    }
     epsilon = collections.Counter(norms.values()).most_common(1)[0][0]
     different = {name: value for name, value in norms.items() if value != epsilon}
     if different:
@@ -189,9 +194,7 @@ def _block_skeleton(index):
     attention, ffn = naming.block(index, naming.ATTENTION), naming.block(index, naming.FEED_FORWARD)
     entries = {}
     for projection in ("query", "key", "value"):
-        entries.update(
-            _dense(attention, f"{path} attention self {projection}", projection, "heads_out", "heads_bias")
-        )
+        entries.update(_dense(attention, f"{path} attention self {projection}", projection, "heads_out", "heads_bias"))
     entries.update(_dense(attention, f"{path} attention output dense", "output", "heads_in"))
     entries.update(_norm(naming.block(index, naming.ATTENTION, naming.NORM), f"{path} attention output LayerNorm"))
     entries.update(_dense(ffn, f"{path} intermediate dense", "inner"))
@@ -210,7 +213,14 @@ def _dense(layer, path, weight=None, kind="linear", bias_kind=None):
     return {(layer, kernel): (path, "kernel", kind), (layer, bias): (path, "bias", bias_kind)}
 
 
-HF_ROLES = {"kernel": "weight", "gamma": "weight", "table": "weight", "bias": "bias", "beta": "bias", "output_bias": "bias"}
+HF_ROLES = {
+    "kernel": "weight",
+    "gamma": "weight",
+    "table": "weight",
+    "bias": "bias",
+    "beta": "bias",
+    "output_bias": "bias",
+}
 
 
 def checkpoint_names(num_blocks, format, prefix=""):

@@ -23,7 +23,9 @@ def to_hf_config(model, format="google"):
     10000.0
     """
     if format == "hf":
-        raise ValueError("A RoFormer saved as a Hugging Face BERT would lose its rotary attention; use format='google'.")
+        raise ValueError(
+            "A RoFormer saved as a Hugging Face BERT would lose its rotary attention; use format='google'."
+        )
     attention = model.get_layer(naming.block(0, naming.ATTENTION))
     if attention.rotary_frequencies is not None:
         raise ValueError(

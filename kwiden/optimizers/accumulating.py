@@ -73,8 +73,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         super().__init__(learning_rate=learning_rate, **kwargs)
         if isinstance(accum_steps, bool) or not isinstance(accum_steps, int) or accum_steps < 1:
             raise ValueError(
-                f"`accum_steps` must be an integer >= 1 (1: no accumulation), got "
-                f"accum_steps={accum_steps!r}."
+                f"`accum_steps` must be an integer >= 1 (1: no accumulation), got accum_steps={accum_steps!r}."
             )
         if isinstance(learning_rate, (int, float)) and learning_rate < 0:
             raise ValueError(f"`learning_rate` must be >= 0, got learning_rate={learning_rate!r}.")
@@ -83,8 +82,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         for pattern, multiplier in (lr_multipliers or {}).items():
             if not isinstance(multiplier, (int, float)) or multiplier < 0:
                 raise ValueError(
-                    f"`lr_multipliers` values must be numbers >= 0; got {multiplier!r} "
-                    f"for pattern {pattern!r}."
+                    f"`lr_multipliers` values must be numbers >= 0; got {multiplier!r} for pattern {pattern!r}."
                 )
         self.accum_steps = accum_steps
         # Keras' attribute; kwiden applies the decay itself, once per update.
@@ -100,8 +98,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         self._multipliers = [self._multiplier_of(v) for v in variables]
         self._growth = [self.growth_scales.get(v.path, (1.0, 1)) for v in variables]
         self._decays = [
-            self.weight_decay is not None
-            and not any(re.search(p, v.path) for p in self.exclude_patterns)
+            self.weight_decay is not None and not any(re.search(p, v.path) for p in self.exclude_patterns)
             for v in variables
         ]
 

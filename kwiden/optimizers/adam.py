@@ -51,9 +51,7 @@ class Adam(AccumulatingOptimizer):
         if self.built:
             return
         super().build(variables)
-        self.momentums, self.velocities = self.add_optimizer_variables(
-            variables, ["momentum", "velocity"]
-        )
+        self.momentums, self.velocities = self.add_optimizer_variables(variables, ["momentum", "velocity"])
 
     def moments(self, gradient, variable):
         """Accumulate both moments; return them and the update number t."""

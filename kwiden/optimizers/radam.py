@@ -1,4 +1,3 @@
-
 import keras
 from keras import ops
 
@@ -42,9 +41,7 @@ class RAdam(Adam):
         beta_2_t = ops.power(ops.convert_to_tensor(self.beta_2, t.dtype), t)
         rho_t = rho_inf - 2.0 * t * beta_2_t / (1.0 - beta_2_t)
         rectification = ops.sqrt(
-            ops.maximum((rho_t - 4.0) * (rho_t - 2.0), 0.0)
-            * rho_inf
-            / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)
+            ops.maximum((rho_t - 4.0) * (rho_t - 2.0), 0.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)
         )
         dtype = variable.dtype
         m_hat = m / ops.cast(1.0 - ops.power(ops.convert_to_tensor(self.beta_1, t.dtype), t), dtype)
@@ -61,5 +58,3 @@ class RAdam(Adam):
 
     def get_config(self):
         return {**super().get_config(), "rectify_threshold": self.rectify_threshold}
-
-

@@ -21,8 +21,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError(f"`decay` must be 'linear' or 'cosine', got decay={decay!r}.")
         if not 0 <= warmup_steps <= total_steps:
             raise ValueError(
-                f"Need 0 <= warmup_steps <= total_steps, got warmup_steps={warmup_steps}, "
-                f"total_steps={total_steps}."
+                f"Need 0 <= warmup_steps <= total_steps, got warmup_steps={warmup_steps}, total_steps={total_steps}."
             )
         self.peak = float(peak)
         self.warmup_steps = int(warmup_steps)
@@ -33,9 +32,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         step = ops.cast(step, "float32")
         warmup = self.peak * step / max(self.warmup_steps, 1)
-        progress = ops.clip(
-            (step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0
-        )
+        progress = ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
         if self.decay == "cosine":
             fraction = 0.5 * (1.0 + ops.cos(progress * 3.141592653589793))
         else:

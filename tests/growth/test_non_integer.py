@@ -89,7 +89,9 @@ def test_non_integer_ffn_is_exact_for_layernorm_models(request, family):
 
 def test_layernorm_model_grows_by_a_fraction_only_approximately_and_says_so(bert):
     small = bert(num_attention_heads=4, with_mlm=True)
-    with pytest.raises(GrowthError, match=r"LayerNorm under the non-integer factor 3/2 is approximate.*allow_approximate=True"):
+    with pytest.raises(
+        GrowthError, match=r"LayerNorm under the non-integer factor 3/2 is approximate.*allow_approximate=True"
+    ):
         kwiden.grow(small, hidden_size=24, heads="count")
     with pytest.warns(UserWarning, match="the grown model is approximate"):
         big = kwiden.grow(small, hidden_size=24, heads="count", allow_approximate=True, check=padded_batch())
@@ -104,9 +106,13 @@ def test_layernorm_model_grows_by_a_fraction_only_approximately_and_says_so(bert
 
 def test_non_integer_growth_errors():
     small = llama()
-    with pytest.raises(GrowthError, match=r"'Transformer-0-MultiHeadSelfAttention'.*non-integer factor 3/2.*heads='count'"):
+    with pytest.raises(
+        GrowthError, match=r"'Transformer-0-MultiHeadSelfAttention'.*non-integer factor 3/2.*heads='count'"
+    ):
         kwiden.grow(small, hidden_size=24)
-    with pytest.raises(GrowthError, match=r"'Transformer-0-MultiHeadSelfAttention' heads is 4, and 4 × 9/8 = 4.5 is not a whole"):
+    with pytest.raises(
+        GrowthError, match=r"'Transformer-0-MultiHeadSelfAttention' heads is 4, and 4 × 9/8 = 4.5 is not a whole"
+    ):
         kwiden.grow(small, hidden_size=18, heads="count")
     with pytest.raises(ValueError, match=r"`hidden_size` must be an integer >= the model's 16, got hidden_size=8"):
         kwiden.grow(small, hidden_size=8)

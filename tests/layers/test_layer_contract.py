@@ -75,7 +75,11 @@ def test_every_exported_layer_has_a_contract_example():
 
 @pytest.mark.parametrize(
     "make, inputs, options",
-    [pytest.param(*example, id=f"{name}-{i}") for name in LAYER_CLASSES for i, example in enumerate(EXAMPLES.get(name, []))],
+    [
+        pytest.param(*example, id=f"{name}-{i}")
+        for name in LAYER_CLASSES
+        for i, example in enumerate(EXAMPLES.get(name, []))
+    ],
 )
 def test_layer_contract(make, inputs, options):
     report = testing.assert_layer_contract(make(), inputs(), **options)

@@ -57,7 +57,9 @@ def test_the_registry_takes_a_new_family_by_name():
         assert register_family(rms_bert, replace=True) is rms_bert
     finally:
         del FAMILIES["rms-bert"]
-    with pytest.raises(ValueError, match=r"`model` must be one of \['bert', 'gpt', 'llama', 'roformer', 't5'\], got model='rms-bert'"):
+    with pytest.raises(
+        ValueError, match=r"`model` must be one of \['bert', 'gpt', 'llama', 'roformer', 't5'\], got model='rms-bert'"
+    ):
         kwiden.build_transformer_model(tiny_config(), model="rms-bert")
     with pytest.raises(TypeError, match=r"register_family takes a kwiden.models.Family, got dict"):
         register_family({"name": "x"})
@@ -70,7 +72,9 @@ def test_family_errors():
         kwiden.build_transformer_model(tiny_config(), model=plain, with_pool=True)
     with pytest.raises(ValueError, match=r"load BERT-style weights \(model='bert' or 'roformer'\), not model='plain'"):
         kwiden.build_transformer_model(tiny_config(), model=plain, checkpoint_path="anywhere")
-    with pytest.raises(ValueError, match=r"Family 'half': give `checkpoint_names` and the `formats` they cover, or neither"):
+    with pytest.raises(
+        ValueError, match=r"Family 'half': give `checkpoint_names` and the `formats` they cover, or neither"
+    ):
         Family("half", bert.build_bert, checkpoint_names=bert.checkpoint_names)
 
 
@@ -115,7 +119,16 @@ def test_gpt2_and_t5_sizes_translate():
     gpt = kwiden.build_transformer_model(gpt2, model="gpt")
     assert naming.count_blocks(layer.name for layer in gpt.layers) == 3
     assert gpt.get_layer(naming.EMBEDDING_POSITION).input_dim == 20
-    t5 = dict(vocab_size=97, d_model=16, num_layers=1, num_heads=2, d_kv=4, d_ff=24, feed_forward_proj="relu", dropout_rate=0.0)
+    t5 = dict(
+        vocab_size=97,
+        d_model=16,
+        num_layers=1,
+        num_heads=2,
+        d_kv=4,
+        d_ff=24,
+        feed_forward_proj="relu",
+        dropout_rate=0.0,
+    )
     model = kwiden.build_transformer_model(t5, model="t5")
     ffn = model.get_layer(naming.block(0, naming.FEED_FORWARD))
     assert not ffn.glu and ffn.get_config()["activation"] == "relu" and ffn.intermediate_size == 24
@@ -125,19 +138,30 @@ def test_gpt2_and_t5_sizes_translate():
 @pytest.mark.filterwarnings("ignore:Google's BERT code")
 def test_a_family_says_which_checkpoints_hold_it(tmp_path):
     llama = kwiden.build_transformer_model(CONFIGS["llama"], model="llama")
-    with pytest.raises(ValueError, match=r"A LLaMA model has no place in a BERT checkpoint: kwiden reads and writes checkpoints of BERT, RoFormer"):
+    with pytest.raises(
+        ValueError,
+        match=r"A LLaMA model has no place in a BERT checkpoint: kwiden reads and writes checkpoints of BERT, RoFormer",
+    ):
         kwiden.save_checkpoint(llama, tmp_path / "llama")
     roformer = kwiden.build_transformer_model(tiny_config(), model="roformer")
-    with pytest.raises(ValueError, match=r"This model's attention is rotary, a RoFormer's: save it with family='roformer'"):
+    with pytest.raises(
+        ValueError, match=r"This model's attention is rotary, a RoFormer's: save it with family='roformer'"
+    ):
         kwiden.save_checkpoint(roformer, tmp_path / "as-bert", format="google", family="bert")
     hf_bert = kwiden.save_checkpoint(kwiden.build_transformer_model(tiny_config()), tmp_path / "hf")
-    with pytest.raises(ValueError, match=r"RoFormer weights are kept in Google's \(bert_model.ckpt.\*\) checkpoints only"):
+    with pytest.raises(
+        ValueError, match=r"RoFormer weights are kept in Google's \(bert_model.ckpt.\*\) checkpoints only"
+    ):
         kwiden.checkpoints.load_weights(roformer, hf_bert)
 
 
 def test_models_and_checkpoints_import_no_tensorflow():
     """TensorFlow is imported only to read or write Google-format files."""
     code = "import keras, sys; before = 'tensorflow' in sys.modules; import kwiden.models, kwiden.checkpoints; print(before, 'tensorflow' in sys.modules)"
-    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(kwiden.__file__))] + sys.path)}
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(kwiden.__file__))] + sys.path),
+    }
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "False"], result.stderr

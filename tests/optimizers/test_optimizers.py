@@ -35,7 +35,9 @@ def run(optimizer, grads, seed=0):
 
 
 def cycle_means(grads, k):
-    return [[np.mean([g[i] for g in grads[c : c + k]], axis=0) for i in range(len(SHAPES))] for c in range(0, len(grads), k)]
+    return [
+        [np.mean([g[i] for g in grads[c : c + k]], axis=0) for i in range(len(SHAPES))] for c in range(0, len(grads), k)
+    ]
 
 
 def assert_weights_equal(a, b, atol=1e-6):
@@ -310,10 +312,14 @@ def test_mirrored_strategy_on_two_cpu_devices_equals_one_device():
     assert "max difference" in result.stdout
 
 
-@pytest.mark.parametrize("ours, theirs", [
-    (lambda: optimizers.Adam(0.01), lambda: keras.optimizers.Adam(0.01)),
-    (lambda: optimizers.SGDM(0.1), lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
-], ids=["Adam", "SGDM"])
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        (lambda: optimizers.Adam(0.01), lambda: keras.optimizers.Adam(0.01)),
+        (lambda: optimizers.SGDM(0.1), lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+    ],
+    ids=["Adam", "SGDM"],
+)
 def test_sparse_embedding_gradients_match_keras(rng, ours, theirs):
     ids = rng.integers(0, 50, (16, 5)).astype("int32")
     y = rng.normal(size=(16, 5, 4)).astype("float32")
