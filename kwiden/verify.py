@@ -12,7 +12,7 @@ from kwiden import naming
 from kwiden.depth import copies_per_block, new_indices, renamed
 from kwiden.expansion import Growth, GrowthError, as_factor
 from kwiden.graph import nodes_in_order, probe
-from kwiden.keras_internals import producer
+from kwiden.keras_internals import all_layers, producer
 from kwiden.layers import ExpandableEmbedding, ExpandableMultiHeadAttention
 from kwiden.plan import walk
 
@@ -229,8 +229,9 @@ def sample_inputs(model, batch_size=2, length=16, seed=0):
         op = node.operation
         if isinstance(op, (ExpandableEmbedding, keras.layers.Embedding)) and node.input_tensors:
             bounds[id(node.input_tensors[0])].append(op)
-        if isinstance(getattr(op, "sequence_length", None), int):  # KerasHub's position embeddings
-            length = min(length, op.sequence_length)
+    for layer in all_layers(model):  # KerasHub's position embeddings, nested in its tasks too
+        if isinstance(getattr(layer, "sequence_length", None), int):
+            length = min(length, layer.sequence_length)
     for tables in bounds.values():
         for op in tables:
             if getattr(op, "mode", "lookup") == "position":

@@ -145,18 +145,22 @@ def test_grow_command_takes_target_sizes(tmp_path, capsys):
     assert "'Embedding-Token' output_dim is 16, and 16 × 4/3 = 21.33 is not a whole number" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["BertBackbone", "GPT2Backbone"])
+@pytest.mark.parametrize("name", ["BertBackbone", "GPT2Backbone", "GPT2CausalLM"])
 def test_grow_command_checks_keras_hub_models(tmp_path, capsys, name):
     keras_hub = pytest.importorskip("keras_hub")
     sizes = dict(
         vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=12
     )
-    small = randomize_weights(getattr(keras_hub.models, name)(**sizes, dropout=0.0))
+    if name == "GPT2CausalLM":
+        backbone = keras_hub.models.GPT2Backbone(**sizes, dropout=0.0)
+        small = randomize_weights(keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None))
+    else:
+        small = randomize_weights(getattr(keras_hub.models, name)(**sizes, dropout=0.0))
     small.save(tmp_path / "small.keras")
     assert main(["grow", str(tmp_path / "small.keras"), str(tmp_path / "big.keras"), "--factor", "2", "--check"]) == 0
     printed = capsys.readouterr().out
     assert "kwiden.verify (×2, rtol=1e-05): OK" in printed and "outputs only" in printed
     big = keras.saving.load_model(tmp_path / "big.keras")
-    assert type(big).__name__ == name and big.get_config()["hidden_dim"] == 16
+    assert type(big).__name__ == name and getattr(big, "backbone", big).get_config()["hidden_dim"] == 16
     inputs = sample_inputs(small)
     assert set(inputs) >= {"token_ids", "padding_mask"} and inputs["token_ids"].shape == (2, 12)
