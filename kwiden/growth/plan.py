@@ -23,6 +23,7 @@ class GrowthPlan:
     walk: object  # kwiden.plan.Walk of the small model
     blocks: list = dataclasses.field(default_factory=list)  # depth.Block, when deepening
     indices: list = dataclasses.field(default_factory=list)  # new block indices per source block
+    renames: dict = dataclasses.field(default_factory=dict)  # small block layer name -> its grown name
 
     @property
     def spaces(self):
@@ -38,14 +39,7 @@ class GrowthPlan:
 
     def renamed(self, name):
         """A small-model layer's name in the grown model."""
-        block = self._block_of_layer.get(name)
-        if block is None:
-            return name
-        return depth_growth.renamed(name, block.index, self.indices[block.index][0])
-
-    @property
-    def _block_of_layer(self):
-        return {node.operation.name: block for block in self.blocks for node in block.nodes}
+        return self.renames.get(name, name)
 
 
 def plan_growth(model, options):
@@ -55,6 +49,11 @@ def plan_growth(model, options):
         plan.blocks = depth_growth.find_blocks(model)
         counts = depth_growth.copies_per_block(len(plan.blocks), options.depth, options.num_layers)
         plan.indices = depth_growth.new_indices(counts)
+        plan.renames = {
+            node.operation.name: depth_growth.renamed(node.operation.name, block.index, plan.indices[block.index][0])
+            for block in plan.blocks
+            for node in block.nodes
+        }
         inexact = [b.index for b in plan.copied_inexactly]
         if inexact and not options.growth.allow_approximate:
             raise GrowthError(
