@@ -43,6 +43,11 @@ def optimizer_slots(optimizer):
     return slots
 
 
+def variable_index(optimizer, variable):
+    """Where `variable`'s slots sit in each of `optimizer`'s slot lists."""
+    return optimizer._get_variable_index(variable)
+
+
 def slot_of(optimizer, slots, variable):
     """The slot in `slots` (one of `optimizer`'s lists) that belongs to `variable`."""
-    return slots[optimizer._get_variable_index(variable)]
+    return slots[variable_index(optimizer, variable)]

@@ -12,6 +12,8 @@ import re
 import keras
 from keras import ops
 
+from kwiden.keras_internals import variable_index
+
 
 def scalar_dtype():
     if keras.backend.backend() == "jax":
@@ -158,7 +160,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
 
     def growth_of(self, variable):
         """`(c, copies)` of a grown variable, `(1, 1)` for others."""
-        return self._growth[self._get_variable_index(variable)]
+        return self._growth[variable_index(self, variable)]
 
     def step_scale(self, variable):
         """The step multiplier that follows the small model's trajectory after
@@ -168,7 +170,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
 
     def move(self, variable, step, learning_rate):
         """On a cycle's last micro-step: decay the weight, then `θ ← θ − lr·step`."""
-        index = self._get_variable_index(variable)
+        index = variable_index(self, variable)
         lr = ops.cast(learning_rate, variable.dtype) * self._multipliers[index] * self.cycle_end(variable.dtype)
         if self._decays[index]:
             self.assign_sub(variable, variable * (lr * self.weight_decay))

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from kwiden.keras_internals import variable_index
 from kwiden.optimizers.accumulating import AccumulatingOptimizer
 
 
@@ -56,7 +57,7 @@ class Adam(AccumulatingOptimizer):
     def moments(self, gradient, variable):
         """Accumulate both moments; return them and the update number t."""
         gradient = ops.cast(gradient, variable.dtype)
-        index = self._get_variable_index(variable)
+        index = variable_index(self, variable)
         m, v = self.momentums[index], self.velocities[index]
         self.accumulate(m, gradient, 1.0 - self.beta_1, self.beta_1, variable.dtype)
         self.accumulate(v, ops.square(gradient), 1.0 - self.beta_2, self.beta_2, variable.dtype)

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from kwiden.keras_internals import variable_index
 from kwiden.optimizers.accumulating import AccumulatingOptimizer
 
 
@@ -51,7 +52,7 @@ class SGDM(AccumulatingOptimizer):
 
     def update_step(self, gradient, variable, learning_rate):
         gradient = ops.cast(gradient, variable.dtype)
-        m = self.momentums[self._get_variable_index(variable)]
+        m = self.momentums[variable_index(self, variable)]
         self.accumulate(m, gradient, 1.0, self.momentum, variable.dtype)
         step = ops.add(gradient, ops.multiply(m, self.momentum)) if self.nesterov else m
         self.move(variable, step, learning_rate)
