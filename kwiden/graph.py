@@ -25,7 +25,10 @@ def nodes_in_order(model):
 
 def fresh_inputs(model):
     """`{id(input of model): a new keras.Input like it}`: where a rebuilt graph starts."""
-    return {id(x): keras.Input(batch_shape=x.shape, dtype=x.dtype, name=x.name) for x in model.inputs}
+    return {
+        id(x): keras.Input(batch_shape=x.shape, dtype=x.dtype, name=keras_internals.producer(x).name)
+        for x in model.inputs
+    }
 
 
 def call_like(layer, node, tensors):
@@ -85,11 +88,13 @@ class Graph:
         self.outputs = {id(x) for x in model.outputs}
 
     def upstream(self, tensor, through=(keras.layers.Dropout,)):
-        """Follow `tensor` back through layers of the classes `through`:
-        the tensors passed (`tensor` first) and the node that starts the chain
-        (None at a model input)."""
+        """Follow `tensor` back through single-input layers of the classes
+        `through` (or for which `through(layer)` is true): the tensors passed
+        (`tensor` first) and the node that starts the chain (None at a model
+        input)."""
+        passes = through if callable(through) and not isinstance(through, tuple) else lambda op: isinstance(op, through)
         chain, node = [tensor], self.producer.get(id(tensor))
-        while node is not None and isinstance(node.operation, through):
+        while node is not None and len(node.input_tensors) == 1 and passes(node.operation):
             chain.append(node.input_tensors[0])
             node = self.producer.get(id(chain[-1]))
         return chain, node

@@ -6,8 +6,14 @@ import pytest
 
 import kwiden
 from kwiden import GrowthError
-from kwiden.layers import ExpandableDense
-from kwiden.testing import assert_exact, padded_batch
+from kwiden.layers import (
+    ExpandableDense,
+    ExpandableEmbedding,
+    ExpandableLayerNormalization,
+    ExpandableMultiHeadAttention,
+    FeedForward,
+)
+from kwiden.testing import assert_exact, padded_batch, randomize_weights
 
 
 @pytest.mark.backends
@@ -55,3 +61,115 @@ def test_depth_argument_errors(gpt):
     x_in = keras.Input((None, 8))
     with pytest.raises(GrowthError, match=r"Depth growth needs residual blocks"):
         kwiden.grow(keras.Model(x_in, ExpandableDense(8)(x_in)), 2, depth=2)
+
+
+def custom_model(blocks=2, parallel=False, adapter=False, residual_head=False, branch_act=None, names=True):
+    """A Pre-LN model built by hand: kwiden-named blocks or not, parallel
+    attention and feed-forward (GPT-J), an adapter before the blocks, a
+    residual head after them, an activation ending the FFN branch."""
+    from kwiden.layers import (
+        ExpandableEmbedding,
+        ExpandableLayerNormalization,
+        FeedForward,
+    )
+
+    def name(i, part):
+        return f"Transformer-{i}-{part}" if names else f"b{i}_{part.lower()}"
+
+    ids = keras.Input((None,), dtype="int32")
+    x = ExpandableEmbedding(97, 16, name="Embedding-Token")(ids)
+    if adapter:
+        x = keras.layers.Add(name="Adapter-Add")([x, FeedForward(24, name="Adapter")(x)])
+    for i in range(blocks):
+        if parallel:
+            h = ExpandableLayerNormalization(epsilon=1e-3, name=name(i, "Norm"))(x)
+            attention = ExpandableMultiHeadAttention(2, 8, name=name(i, "MultiHeadSelfAttention"))(h)
+            ffn = FeedForward(24, name=name(i, "FeedForward"))(h)
+            x = keras.layers.Add(name=name(i, "Add1"))([x, attention])
+            x = keras.layers.Add(name=name(i, "Add2"))([ffn, x])  # the stream second
+            continue
+        h = ExpandableLayerNormalization(epsilon=1e-3, name=name(i, "Attention-Norm"))(x)
+        x = keras.layers.Add(name=name(i, "Attention-Add"))(
+            [x, ExpandableMultiHeadAttention(2, 8, name=name(i, "Attention"))(h)]
+        )
+        y = FeedForward(24, name=name(i, "FeedForward"))(
+            ExpandableLayerNormalization(epsilon=1e-3, name=name(i, "FFN-Norm"))(x)
+        )
+        if branch_act:
+            y = keras.layers.Activation(branch_act, name=name(i, "FFN-Act"))(y)
+        x = keras.layers.Add(name=name(i, "FFN-Add"))([x, y])
+    if residual_head:
+        x = keras.layers.Add(name="Head-Add")([x, ExpandableDense(16, name="Head-Dense")(x)])
+    x = ExpandableLayerNormalization(epsilon=1e-3, name="Output-Norm")(x)
+    return randomize_weights(keras.Model(ids, keras.layers.Dense(97, name="Logits")(x)))
+
+
+def new_layers(small, big):
+    return [layer.name for layer in big.layers if layer.name not in {s.name for s in small.layers}]
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (dict(parallel=True), ["Norm", "MultiHeadSelfAttention", "Add1", "FeedForward", "Add2"]),
+        (dict(adapter=True), ["Attention-Norm", "Attention", "Attention-Add", "FFN-Norm", "FeedForward", "FFN-Add"]),
+        (
+            dict(residual_head=True),
+            ["Attention-Norm", "Attention", "Attention-Add", "FFN-Norm", "FeedForward", "FFN-Add"],
+        ),
+        (
+            dict(branch_act="relu"),
+            ["Attention-Norm", "Attention", "Attention-Add", "FFN-Norm", "FeedForward", "FFN-Act", "FFN-Add"],
+        ),
+        (
+            dict(blocks=1, adapter=True),
+            ["Attention-Norm", "Attention", "Attention-Add", "FFN-Norm", "FeedForward", "FFN-Add"],
+        ),
+    ],
+    ids=["parallel", "adapter-before", "residual-head", "relu-branch", "one-block-adapter"],
+)
+def test_blocks_are_found_by_structure(options, expected):
+    small = custom_model(**options)
+    blocks = options.get("blocks", 2)
+    big = kwiden.grow(small, 2, num_layers=blocks + 1)
+    assert big.growth_report.ok, str(big.growth_report)  # depth growth is always measured
+    assert sorted(new_layers(small, big)) == sorted(f"Transformer-{blocks}-{part}" for part in expected)
+    assert_exact(small, big, padded_batch(segments=False))
+
+
+def test_blocks_without_kwiden_names_keep_their_names_and_copies_are_suffixed():
+    small = custom_model(names=False)
+    big = kwiden.grow(small, 2, depth=2)
+    names = [layer.name for layer in big.layers]
+    assert {layer.name for layer in small.layers} <= set(names)
+    assert "b0_attention-1" in names and "b1_feedforward-3" in names and len(set(names)) == len(names)
+    assert_exact(small, big, padded_batch(segments=False))
+
+
+def test_two_residual_streams_are_refused():
+
+    towers = []
+    inputs = [keras.Input((None,), dtype="int32") for _ in range(2)]
+    for t, ids in enumerate(inputs):
+        x = ExpandableEmbedding(97, 16, name=f"Embedding-{t}")(ids)
+        for i in range(2):
+            x = keras.layers.Add(name=f"Tower-{t}-Add-{i}")([x, FeedForward(24, name=f"Tower-{t}-FFN-{i}")(x)])
+        towers.append(x)
+    model = keras.Model(inputs, keras.layers.Add()(towers))
+    with pytest.raises(GrowthError, match=r"needs its blocks on one residual stream.*Grow each tower"):
+        kwiden.grow(model, 2, depth=2)
+
+
+def test_post_ln_model_of_one_merge_copies_its_norm_and_says_it_is_approximate():
+
+    ids = keras.Input((None,), dtype="int32")
+    x = ExpandableEmbedding(97, 16, name="Embedding-Token")(ids)
+    x = ExpandableLayerNormalization(epsilon=1e-3, name="ln0")(
+        keras.layers.Add(name="add0")([x, FeedForward(24, name="ff0")(x)])
+    )
+    small = randomize_weights(keras.Model(ids, keras.layers.Dense(97, name="Logits")(x)))
+    with pytest.raises(GrowthError, match=r"blocks \[0\] are not Pre-LN"):
+        kwiden.grow(small, 2, depth=2)
+    with pytest.warns(UserWarning, match="approximate"):
+        big = kwiden.grow(small, 2, depth=2, allow_approximate=True)
+    assert new_layers(small, big) == ["ff0-1", "add0-1", "ln0-1"]

@@ -16,7 +16,9 @@ def default_rtol(model):
 
 
 def needs_check(options, approximations):
-    return options.check is not None or bool(approximations)
+    """Measure when asked to, when the growth is approximate, and after depth
+    growth, whose blocks are found by structure: a wrongly found block shows."""
+    return options.check is not None or bool(approximations) or options.deepening
 
 
 def check(small, big, options, plan=None, approximations=()):

@@ -57,8 +57,9 @@ def plan_growth(model, options):
         inexact = [b.index for b in plan.copied_inexactly]
         if inexact and not options.growth.allow_approximate:
             raise GrowthError(
-                f"Transformer blocks {inexact} are not Pre-LN: a LayerNorm sits on their "
-                "residual stream, so no new block can be an exact identity (docs/depth.md). Pass "
+                f"Transformer blocks {inexact} are not Pre-LN: something other than a plain Add "
+                "sits on their residual stream (a Post-LN or Admin LayerNorm), so no new block can "
+                "be an exact identity (docs/depth.md). Pass "
                 "allow_approximate=True to stack copies anyway, and `check=` inputs to measure "
                 "the deviation."
             )

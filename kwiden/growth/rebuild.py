@@ -52,7 +52,7 @@ def _copy_block(block, indices, graph, place):
         for node in block.nodes:
             op = node.operation
             zeroed = id(op) in block.zeroed
-            place(node, renamed(op.name, block.index, index), local, (index, id(op)), zeroed)
+            place(node, renamed(op.name, block.index, index, copy=True), local, (index, id(op)), zeroed)
         stream = local[id(block.stream_out)]
     graph.tensors[id(block.stream_out)] = stream
 
