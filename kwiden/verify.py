@@ -77,19 +77,21 @@ def verify(small, big, inputs, rtol=1e-5, k=None, plan=None):
         inputs: model inputs, as `small(inputs)` takes them.
         rtol: the relative error accepted.
         k: the width factor; by default the one `big` was grown by.
-        plan: how `big` was grown (a `GrowthPlan`); by default
-            `big.growth_plan` when `big` was grown from `small` in this
-            process. Without one (a model loaded from disk), the factor, head
-            mode and block renaming are inferred from the weight shapes and
-            layer names.
+        plan: how `big` was grown (`big.growth_plan`, which is the default
+            when `big` was grown from `small` in this process). Without one (a
+            model loaded from disk, or a `k` other than the plan's), the
+            factor, head mode and block renaming are inferred from the weight
+            shapes and layer names.
 
     Returns:
         A `VerifyReport`; `report.ok` is a bool and `str(report)` a table.
     """
-    plan = plan if plan is not None else getattr(big, "growth_plan", None)
-    if plan is not None and plan.source is not small:
-        plan = None  # grown from another model
-    if plan is not None and k is None:
+    if plan is None:
+        plan = getattr(big, "growth_plan", None)
+        plan = plan if plan is not None and plan.source is small else None
+    elif plan.source is not small:
+        raise ValueError("`plan` describes a growth of another model than `small`; pass the model it was grown from.")
+    if plan is not None and (k is None or as_factor(k) == plan.growth.k):
         k, spaces, rename = plan.growth.k, plan.spaces, plan.renamed
     else:
         k = infer_factor(small, big) if k is None else as_factor(k)

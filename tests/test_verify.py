@@ -58,3 +58,23 @@ def test_infers_the_factor(gpt, k):
 def test_bad_factor_is_refused(gpt):
     with pytest.raises(ValueError, match="`k` must be a number >= 1"):
         kwiden.verify(gpt(), gpt(), padded_batch(segments=False), k=0)
+
+
+def test_verify_reads_the_recorded_plan(gpt):
+    import gc
+    import weakref
+
+    small = gpt()
+    big = kwiden.grow(small, 2, depth=2)
+    record = big.growth_plan
+    assert record.source is small and record.growth.k == 2 and record.blocks == {0: (0, 1), 1: (2, 3)}
+    assert record.renamed("Transformer-1-FeedForward") == "Transformer-2-FeedForward"
+    assert kwiden.verify(small, big, padded_batch(segments=False), k=2).ok  # the plan's own k: the plan is used
+    with pytest.raises(ValueError, match="another model than `small`"):
+        kwiden.verify(gpt(seed=1), big, padded_batch(segments=False), plan=record)
+    bigger = kwiden.grow(big, 2)
+    assert bigger.growth_plan.source is big
+    reference = weakref.ref(small)
+    del small, record
+    gc.collect()
+    assert reference() is None and big.growth_plan.source is None  # growths do not keep their sources alive

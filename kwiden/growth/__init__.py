@@ -19,7 +19,7 @@ from kwiden.growth.check import check as check_growth
 from kwiden.growth.check import needs_check
 from kwiden.growth.optimizer import grow_optimizer
 from kwiden.growth.options import GrowthOptions, resolve
-from kwiden.growth.plan import GrowthPlan, plan_growth
+from kwiden.growth.plan import GrowthPlan, GrowthRecord, plan_growth
 from kwiden.growth.rebuild import rebuild
 from kwiden.growth.transfer import transfer, variable_sources
 from kwiden.keras_internals import is_functional
@@ -39,7 +39,7 @@ class GrowthResult(typing.NamedTuple):
 
     @property
     def plan(self):
-        """The `GrowthPlan`: how the model was grown."""
+        """The `GrowthRecord`: how the model was grown."""
         return getattr(self.model, "growth_plan", None)
 
 
@@ -148,7 +148,7 @@ def grow(
     plan = plan_growth(model, options)
     big, placed = rebuild(plan)
     transfer(placed, options.spread, options.rng())
-    big.growth_plan = plan
+    big.growth_plan = plan.record()
     if needs_check(options, plan.approximations):
         check_growth(model, big, options, plan, plan.approximations)
     if options.optimizer is None:
@@ -190,4 +190,4 @@ def growth_scales(model, k, ffn_factor=None, heads="size"):
     return {path: growth_scale(axes) for path, axes in weight_axes(model, growth).items()}
 
 
-__all__ = ["GrowthOptions", "GrowthPlan", "GrowthResult", "grow", "growth_scales", "weight_axes"]
+__all__ = ["GrowthOptions", "GrowthPlan", "GrowthRecord", "GrowthResult", "grow", "growth_scales", "weight_axes"]

@@ -3,11 +3,13 @@
 `GrowthPlan` records how the model was grown: the `Growth` (factor, FFN
 factor, head mode, RoPE mode), the plan of every call and the space of every
 tensor (`kwiden.plan.walk`), the blocks and their new indices for depth
-growth, and what was accepted as approximate. The later stages read it;
-`kwiden.verify` reads it from `big.growth_plan` instead of guessing.
+growth, and what was accepted as approximate. The later stages read it. The
+grown model keeps its `GrowthRecord` as `big.growth_plan`, which
+`kwiden.verify` reads instead of guessing.
 """
 
 import dataclasses
+import weakref
 
 from kwiden import depth as depth_growth
 from kwiden import hub
@@ -39,6 +41,39 @@ class GrowthPlan:
 
     def renamed(self, name):
         """A small-model layer's name in the grown model."""
+        return self.renames.get(name, name)
+
+    def record(self):
+        """What the grown model keeps of this plan (no graph, no strong hold on the source)."""
+        blocks = {b.index: tuple(new) for b, new in zip(self.blocks, self.indices)}
+        return GrowthRecord(
+            self.growth, self.spaces, self.renames, tuple(self.approximations), blocks, weakref.ref(self.source)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class GrowthRecord:
+    """How a model was grown, kept on it as `big.growth_plan`: the `Growth`
+    (factor, FFN factor, head mode, RoPE mode), the grown space of every
+    tensor of the source model (by `id`), the new names of renamed block
+    layers, the blocks copied (`{source block: new indices}`) and what was
+    accepted as approximate. It holds the source model weakly: a chain of
+    growths does not keep every earlier model alive."""
+
+    growth: object
+    spaces: dict
+    renames: dict
+    approximations: tuple
+    blocks: dict
+    _source: object = dataclasses.field(repr=False)
+
+    @property
+    def source(self):
+        """The model this one was grown from, while it is alive (else None)."""
+        return self._source()
+
+    def renamed(self, name):
+        """A source layer's name in the grown model."""
         return self.renames.get(name, name)
 
 
