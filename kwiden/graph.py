@@ -14,6 +14,11 @@ from keras import tree
 from kwiden import keras_internals
 
 
+def is_keras_hub(model):
+    """Whether `model` is a KerasHub model (its layers hold nested blocks)."""
+    return type(model).__module__.startswith("keras_hub")
+
+
 def nodes_in_order(model):
     """The layer calls of a functional `model`, each after those it reads."""
     by_depth = keras_internals.nodes_by_depth(model)

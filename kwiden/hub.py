@@ -30,10 +30,6 @@ BACKBONES = ("BertBackbone", "RobertaBackbone", "GPT2Backbone")
 TASKS = ("GPT2CausalLM", "BertMaskedLM")
 
 
-def is_keras_hub(model):
-    return type(model).__module__.startswith("keras_hub")
-
-
 def grow_keras_hub(model, growth, spread=0.0, rng=None):
     """A KerasHub model of `model`'s class, widened by `growth`, computing the same function."""
     name = type(model).__name__

@@ -105,7 +105,7 @@ class LayerReport:
         return "\n".join(lines)
 
 
-def check_layer(layer, inputs, k=2, call_kwargs=None, input_space=None, rtol=RTOL, seed=0):
+def check_layer(layer, inputs, k=2, call_kwargs=None, input_space=None, rtol=RTOL, seed=0, growth=True):
     """Run kwiden's layer contract on `layer`, called on `inputs`.
 
     The checks: every weight gets random non-zero values (biases and norms
@@ -126,13 +126,24 @@ def check_layer(layer, inputs, k=2, call_kwargs=None, input_space=None, rtol=RTO
         input_space: the `Space` float inputs live in (default the stream).
         rtol: the relative error growth may show.
         seed: seed of the random weights.
+        growth: whether the layer must grow (subclass `Expandable`); False
+            for a layer that only lives inside others (a rotary embedding).
 
     Returns:
         A `LayerReport`; `report.ok` is True when every check passed, and
-        `str(report)` names what failed. Raises nothing for a failed check.
+        `str(report)` names what failed. Raises nothing for a failed check;
+        the layer keeps its own weights.
     """
     call_kwargs = dict(call_kwargs or {})
-    outputs = _call(layer, inputs, call_kwargs)
+    _call(layer, inputs, call_kwargs)  # builds the layer
+    own_weights = layer.get_weights()
+    try:
+        return _checks(layer, inputs, call_kwargs, k, input_space, rtol, seed, growth)
+    finally:
+        layer.set_weights(own_weights)
+
+
+def _checks(layer, inputs, call_kwargs, k, input_space, rtol, seed, growth):
     randomize_weights(layer, seed)
     outputs = _call(layer, inputs, call_kwargs)
     problems = {
@@ -142,6 +153,11 @@ def check_layer(layer, inputs, k=2, call_kwargs=None, input_space=None, rtol=RTO
     }
     if isinstance(layer, Expandable):
         problems["growth"] = _run(_check_growth, layer, inputs, call_kwargs, outputs, k, input_space, rtol, seed)
+    elif growth:
+        problems["growth"] = (
+            "not a kwiden.layers.Expandable: kwiden.grow refuses it wherever grown tensors reach it "
+            "(docs/extending.md); pass growth=False for a layer that only lives inside others"
+        )
     return LayerReport(layer.name, problems)
 
 

@@ -11,7 +11,7 @@ from keras import tree
 from kwiden import naming
 from kwiden.depth import copies_per_block, new_indices, renamed
 from kwiden.expansion import Growth, GrowthError, as_factor
-from kwiden.graph import nodes_in_order, probe
+from kwiden.graph import is_keras_hub, nodes_in_order, probe
 from kwiden.keras_internals import all_layers, producer
 from kwiden.layers import ExpandableEmbedding, ExpandableMultiHeadAttention
 from kwiden.plan import walk
@@ -86,6 +86,12 @@ def verify(small, big, inputs, rtol=1e-5, k=None, plan=None):
     Returns:
         A `VerifyReport`; `report.ok` is a bool and `str(report)` a table.
     """
+    if is_keras_hub(small):
+        raise ValueError(
+            f"kwiden.verify walks kwiden's functional models, not KerasHub's {type(small).__name__}: grow it "
+            "with kwiden.grow(..., check=inputs), which measures its outputs and keeps the report as "
+            "big.growth_report."
+        )
     if plan is None:
         plan = getattr(big, "growth_plan", None)
         plan = plan if plan is not None and plan.source is small else None

@@ -98,3 +98,11 @@ def test_target_sizes_and_refusals():
     )
     with pytest.raises(GrowthError, match=r"not BertTextClassifier.*grow its backbone"):
         kwiden.grow(classifier, 2)
+
+
+def test_verify_points_keras_hub_models_to_the_growth_check():
+    small = randomize_weights(keras_hub.models.GPT2Backbone(**SIZES, dropout=0.0))
+    big = kwiden.grow(small, 2, check=inputs(segments=False))
+    assert big.growth_report.ok and not big.growth_report.layers_compared
+    with pytest.raises(ValueError, match=r"not KerasHub's GPT2Backbone.*check=inputs"):
+        kwiden.verify(small, big, inputs(segments=False))

@@ -15,13 +15,14 @@ import typing
 
 from kwiden import hub
 from kwiden.expansion import Growth, GrowthError, growth_scale
+from kwiden.graph import is_keras_hub
 from kwiden.growth.check import check as check_growth
 from kwiden.growth.check import needs_check
-from kwiden.growth.optimizer import grow_optimizer
+from kwiden.growth.optimizer import grow_optimizer, variable_sources
 from kwiden.growth.options import GrowthOptions, resolve
 from kwiden.growth.plan import GrowthPlan, GrowthRecord, plan_growth
 from kwiden.growth.rebuild import rebuild
-from kwiden.growth.transfer import transfer, variable_sources
+from kwiden.growth.transfer import transfer
 from kwiden.keras_internals import is_functional
 from kwiden.plan import walk
 
@@ -142,7 +143,7 @@ def grow(
         spread=spread, seed=seed, depth=depth, num_layers=num_layers, check=check, rtol=rtol,
         optimizer=optimizer, scale_learning_rates=scale_learning_rates,
     )  # fmt: skip
-    if hub.is_keras_hub(model):
+    if is_keras_hub(model):
         return _grow_keras_hub(model, options)
     _require_functional(model)
     plan = plan_growth(model, options)

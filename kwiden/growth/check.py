@@ -4,6 +4,7 @@ import warnings
 
 from kwiden import hub
 from kwiden.expansion import GrowthError
+from kwiden.graph import is_keras_hub
 from kwiden.verify import sample_inputs, verify
 
 ROUNDING = {"float16": 1e-2, "bfloat16": 5e-2}
@@ -27,7 +28,7 @@ def check(small, big, options, plan=None, approximations=()):
     approximate one departs."""
     rtol = default_rtol(small) if options.rtol is None else options.rtol
     inputs = options.check
-    if hub.is_keras_hub(small):
+    if is_keras_hub(small):
         if inputs is None:
             raise GrowthError(
                 f"This growth of a KerasHub {type(small).__name__} is approximate "

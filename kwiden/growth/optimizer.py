@@ -82,3 +82,15 @@ def _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_b
             slot = slot_of(optimizer, small_slots, small_variables[small_path])
             value = expand_gradient_like(keras.ops.convert_to_numpy(slot), axes_by_path[small_path], power)
             slot_of(grown, big_slots[name], variable).assign(value)
+
+
+def variable_sources(placed):
+    """`{big variable path: (small variable path, fresh)}`: where each grown
+    variable comes from; the zeroed output weights of new blocks start fresh."""
+    sources = {}
+    for entry in placed:
+        fresh = set(entry.layer.residual_output_weights) if entry.zeroed else set()
+        for variable in getattr(entry.layer, "trainable_weights", []):
+            small_path = entry.source_name + variable.path[len(entry.layer.name) :]
+            sources[variable.path] = (small_path, variable.name in fresh)
+    return sources

@@ -14,6 +14,7 @@ import weakref
 from kwiden import depth as depth_growth
 from kwiden import hub
 from kwiden.expansion import GrowthError, Space
+from kwiden.graph import is_keras_hub
 from kwiden.layers.feed_forward import FeedForward
 from kwiden.plan import walk
 
@@ -104,7 +105,7 @@ def plan_growth(model, options):
 def hidden_size_of(model):
     """The width of `model`'s residual stream: of the first tensor the
     growth puts on the stream."""
-    if hub.is_keras_hub(model):
+    if is_keras_hub(model):
         return hub.config_of(model)["hidden_dim"]
     model_walk = walk(model, 2)
     for node, _ in model_walk.steps:
@@ -116,7 +117,7 @@ def hidden_size_of(model):
 
 def intermediate_size_of(model):
     """The feed-forward width all of `model`'s FeedForward layers share."""
-    if hub.is_keras_hub(model):
+    if is_keras_hub(model):
         return hub.config_of(model)["intermediate_dim"]
     sizes = {layer.intermediate_size for layer in model.layers if isinstance(layer, FeedForward)}
     if len(sizes) != 1:

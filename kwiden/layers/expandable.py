@@ -16,7 +16,8 @@ class Expandable:
     - `get_expanded_config(k, input_space)`: the config of the bigger layer.
     - `get_expanded_output_space(k, input_space, **call_kwargs)`: the space
       its output lives in once grown.
-    - `get_expanded_weight_axes(k, input_space)`: for each weight, by name,
+    - `get_expanded_weight_axes(k, input_space)`: for each weight, by name
+      (by its path inside the layer, `"up/kernel"`, where names repeat),
       which axis reads from which space (`IN`) and which writes into which
       (`OUT`).
 
@@ -80,31 +81,43 @@ def default_space(k, input_space):
     return Space.stream(Growth.of(k).k) if input_space is None else input_space
 
 
-def axes_in_order(layer, axes_by_name):
-    """The axes of each of `layer.weights`, in order, from `{weight name: axes}`;
-    a `GrowthError` naming the layer if a weight is missing, unknown, or has
-    axes for the wrong number of dimensions."""
+def weight_keys(layer):
+    """How `get_expanded_weight_axes` names each of `layer.weights`: by its
+    name (`"kernel"`), or, where names repeat (a layer made of sublayers),
+    by its path inside the layer (`"up/kernel"`)."""
     names = [w.name for w in layer.weights]
+    prefix = f"{layer.path}/"
+    return [
+        name if names.count(name) == 1 else w.path[len(prefix) :] if w.path.startswith(prefix) else w.path
+        for name, w in zip(names, layer.weights)
+    ]
+
+
+def axes_in_order(layer, axes_by_name):
+    """The axes of each of `layer.weights`, in order, from `{weight key: axes}`
+    (`weight_keys`); a `GrowthError` naming the layer if a weight is missing,
+    unknown, or has axes for the wrong number of dimensions."""
+    keys = weight_keys(layer)
     where = f"{type(layer).__name__} '{layer.name}'.get_expanded_weight_axes"
     if not isinstance(axes_by_name, dict):
         raise GrowthError(f"{where} must return {{weight name: axes}}, got {type(axes_by_name).__name__}.")
-    missing = [name for name in names if name not in axes_by_name]
-    unknown = [name for name in axes_by_name if name not in names]
-    if missing or unknown or len(set(names)) != len(names):
+    missing = [key for key in keys if key not in axes_by_name]
+    unknown = [key for key in axes_by_name if key not in keys]
+    if missing or unknown or len(set(keys)) != len(keys):
         raise GrowthError(
-            f"{where} names the weights {sorted(axes_by_name)}; the layer has {names}"
+            f"{where} names the weights {sorted(axes_by_name)}; the layer has {keys}"
             + (f" (no axes for {missing})" if missing else "")
             + (f" (no weight {unknown})" if unknown else "")
-            + ("; its weight names repeat" if len(set(names)) != len(names) else "")
-            + ". Give one entry per weight, keyed by the weight's name."
+            + ". Give one entry per weight, keyed by the weight's name (by its path inside the layer, "
+            "'up/kernel', where names repeat)."
         )
-    for weight in layer.weights:
-        if len(axes_by_name[weight.name]) != len(weight.shape):
+    for key, weight in zip(keys, layer.weights):
+        if len(axes_by_name[key]) != len(weight.shape):
             raise GrowthError(
-                f"{where}: weight '{weight.name}' has shape {tuple(weight.shape)} but axes "
-                f"{axes_by_name[weight.name]!r}: give one entry (None or (space, IN/OUT)) per axis."
+                f"{where}: weight '{key}' has shape {tuple(weight.shape)} but axes "
+                f"{axes_by_name[key]!r}: give one entry (None or (space, IN/OUT)) per axis."
             )
-    return [axes_by_name[name] for name in names]
+    return [axes_by_name[key] for key in keys]
 
 
 def expand_weights(variables, axes, spread=0.0, rng=None):

@@ -60,8 +60,12 @@ EXAMPLES = {
         (lambda: layers.RelativePositionBias(heads=2, num_buckets=8, bidirectional=False), ids, {}),
     ],
     "RotaryEmbedding": [
-        (lambda: layers.RotaryEmbedding(head_size=4), lambda: stream(shape=(2, 5, 3, 4)), {}),
-        (lambda: layers.RotaryEmbedding(head_size=4, base=500.0), lambda: stream(shape=(2, 5, 3, 4)), {}),
+        (lambda: layers.RotaryEmbedding(head_size=4), lambda: stream(shape=(2, 5, 3, 4)), {"growth": False}),
+        (
+            lambda: layers.RotaryEmbedding(head_size=4, base=500.0),
+            lambda: stream(shape=(2, 5, 3, 4)),
+            {"growth": False},
+        ),
     ],
     "SelectToken": [(lambda: layers.SelectToken(0), stream, {})],
 }
@@ -120,3 +124,55 @@ def test_the_worked_example_in_the_docs_meets_the_contract():
     exec(compile(runnable, "docs/extending.md", "exec"), namespace)  # noqa: S102 - the docs' own example
     assert namespace["report"].ok, str(namespace["report"])
     assert set(namespace["report"].problems) == {"config", "serialization", "save/load", "growth"}
+
+
+def test_a_layer_made_of_sublayers_names_its_weights_by_path():
+    import keras
+
+    from kwiden import IN, OUT, Space
+
+    @keras.saving.register_keras_serializable(package="kwiden_tests")
+    class TwoDense(layers.Expandable, keras.layers.Layer):
+        """`down(relu(up(x)))`: two Dense sublayers, so two weights named `kernel`."""
+
+        def __init__(self, width=8, **kwargs):
+            super().__init__(**kwargs)
+            self.width = width
+            self.up = keras.layers.Dense(6, activation="relu", name="up")
+            self.down = keras.layers.Dense(width, name="down")
+
+        def build(self, input_shape):
+            self.up.build(input_shape)
+            self.down.build((*input_shape[:-1], 6))
+
+        def call(self, x):
+            return self.down(self.up(x))
+
+        def get_config(self):
+            return {**super().get_config(), "width": self.width}
+
+        def get_expanded_config(self, k, input_space=None):
+            return {**self.get_config(), "width": self.width * Growth.of(k).k}  # the hidden width 6 stays
+
+        def get_expanded_weight_axes(self, k, input_space):
+            inner = Space()
+            return {
+                "up/kernel": [(input_space, IN), (inner, OUT)],
+                "up/bias": [(inner, OUT)],
+                "down/kernel": [(inner, IN), (input_space, OUT)],
+                "down/bias": [(input_space, OUT)],
+            }
+
+    testing.assert_layer_contract(TwoDense(), stream())
+
+
+def test_check_layer_keeps_the_layers_weights_and_wants_growable_layers():
+    import keras
+
+    layer = layers.ExpandableDense(4)
+    layer(stream())
+    before = [w.copy() for w in layer.get_weights()]
+    assert testing.check_layer(layer, stream()).ok
+    assert all((a == b).all() for a, b in zip(before, layer.get_weights()))
+    report = testing.check_layer(keras.layers.Dense(4), stream())
+    assert "not a kwiden.layers.Expandable" in report.problems["growth"]

@@ -230,7 +230,9 @@ def test_bad_arguments(make, message):
 
 def fit_model(optimizer, x, y, steps_before_save=None, tmp_path=None):
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(2)])
+    # Named layers: Keras' automatic names count the layers made before, in any test.
+    layers = [keras.layers.Dense(4, activation="tanh", name="hidden"), keras.layers.Dense(2, name="out")]
+    model = keras.Sequential([keras.Input((3,)), *layers])
     model.compile(optimizer, "mse")
     if steps_before_save is None:
         model.fit(x, y, batch_size=2, shuffle=False, verbose=0)
@@ -248,7 +250,7 @@ def fit_model(optimizer, x, y, steps_before_save=None, tmp_path=None):
     "make",
     [
         lambda: optimizers.SGDM(0.1, accum_steps=4),
-        lambda: optimizers.AdamW(0.01, accum_steps=4, lr_multipliers={"dense_1": 0.5}),
+        lambda: optimizers.AdamW(0.01, accum_steps=4, lr_multipliers={"out/": 0.5}),
         lambda: optimizers.RAdam(optimizers.WarmupDecay(0.01, 2, 10), accum_steps=4),
     ],
     ids=["SGDM", "AdamW", "RAdam"],
