@@ -41,7 +41,10 @@ def rebuild(plan):
         block = last_nodes.get(id(node))
         if block is not None:
             _copy_block(block, plan.indices[block.index][1:], graph, place)
-    return graph.finish(), placed
+    big = graph.finish()
+    for entry in placed:  # built now: their configs get their initializers back
+        restore_initializers(entry.layer, entry.plan.config)
+    return big, placed
 
 
 def _copy_block(block, indices, graph, place):

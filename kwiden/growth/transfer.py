@@ -1,7 +1,6 @@
 """Stage 4 of `grow`: the grown weights into the grown layers."""
 
 from kwiden.depth import zero_output_weights
-from kwiden.growth.rebuild import restore_initializers
 
 
 def transfer(placed, spread=0.0, rng=None):
@@ -9,7 +8,6 @@ def transfer(placed, spread=0.0, rng=None):
     inputs unequally; docs/symmetry.md); a copied block's branch ends start with
     their output weights at zero."""
     for entry in placed:
-        restore_initializers(entry.layer, entry.plan.config)
         if entry.plan.weights:
             weights = entry.plan.grown_weights(spread, rng)
             entry.layer.set_weights(zero_output_weights(entry.layer, weights) if entry.zeroed else weights)
