@@ -133,6 +133,8 @@ def as_factor(k, name="k"):
     )
     if isinstance(k, bool) or not isinstance(k, (int, np.integer, fractions.Fraction, float)):
         raise ValueError(problem + ".")
+    if isinstance(k, float) and not np.isfinite(k):
+        raise ValueError(problem + ", which is not a finite number.")
     ratio = fractions.Fraction(k).limit_denominator(4096) if isinstance(k, float) else fractions.Fraction(k)
     if isinstance(k, float) and abs(float(ratio) - k) > 1e-12:
         raise ValueError(problem + ", which is no simple ratio: pass a Fraction, or target sizes.")

@@ -106,6 +106,12 @@ def plan_node(op, growth, node, in_spaces):
     for layer_class, rule in GLUE_RULES:
         if isinstance(op, layer_class):
             return rule(op, node, in_spaces)
+    if not isinstance(op, keras.layers.Layer):
+        raise GrowthError(
+            f"'{op.name}' is a raw `keras.ops` call ({type(op).__name__}) on grown tensors "
+            f"({', '.join(map(str, in_spaces))}); kwiden grows layers, whose configs it can read. Use the "
+            "layer that does the same (keras.layers.Add for `x + y`, keras.layers.Multiply, Activation, …)."
+        )
     raise GrowthError(
         f"kwiden cannot grow layer '{op.name}' ({type(op).__name__}): it receives "
         f"grown tensors ({', '.join(map(str, in_spaces))}) and kwiden does not know "
@@ -140,6 +146,18 @@ def _same_space(op, node, in_spaces):
             "layer (e.g. two residual-stream tensors)."
         )
     return LayerPlan([in_spaces[0]] * len(node.outputs), op.get_config(), [], [])
+
+
+def _dropout(op, node, in_spaces):
+    """Dropout on grown features: a `noise_shape` that names the feature
+    width grows with it (one mask entry per feature, copied or not, is still
+    a valid dropout)."""
+    plan = _same_space(op, node, in_spaces)
+    shape = getattr(op, "noise_shape", None)
+    if shape is not None and shape[-1] is not None and shape[-1] != 1:
+        grown = in_spaces[0].grown_size(shape[-1], f"Dropout '{op.name}' noise_shape")
+        plan.config = {**plan.config, "noise_shape": (*shape[:-1], grown)}
+    return plan
 
 
 def _activation(op, node, in_spaces):
@@ -191,7 +209,7 @@ def _dense_head(op, node, in_spaces):
 
 
 GLUE_RULES = [
-    (keras.layers.Dropout, _same_space),
+    (keras.layers.Dropout, _dropout),
     (keras.layers.SpatialDropout1D, _same_space),
     (keras.layers.GaussianDropout, _same_space),
     (keras.layers.Add, _same_space),

@@ -45,7 +45,8 @@ class VerifyReport:
 
     @property
     def ok(self):
-        return all(o.max_relative_error <= self.rtol for o in self.outputs)
+        """Every output within `rtol`, and no compared layer beyond it."""
+        return self.first_departure is None and all(o.max_relative_error <= self.rtol for o in self.outputs)
 
     def __str__(self):
         lines = [f"kwiden.verify (×{self.factor}, rtol={self.rtol:g}): {'OK' if self.ok else 'NOT EXACT'}"]
@@ -102,6 +103,8 @@ def verify(small, big, inputs, rtol=1e-5, k=None, plan=None):
     else:
         k = infer_factor(small, big) if k is None else as_factor(k)
         spaces, rename = walk(small, _carrying(k, small, big)).spaces, _block_renaming(small, big)
+    _check_outputs_match(small, big, spaces, rename, k)
+    check_inputs(small, inputs)
     small_tensors, big_tensors, names = _matching_tensors(small, big, rename)
     small_values = probe(small, small_tensors + small.outputs, inputs)
     big_values = probe(big, big_tensors + big.outputs, inputs)
@@ -117,6 +120,44 @@ def verify(small, big, inputs, rtol=1e-5, k=None, plan=None):
         for tensor, a, b in zip(small.outputs, small_values[count:], big_values[count:])
     ]
     return VerifyReport(k, rtol, outputs, first_departure)
+
+
+def _check_outputs_match(small, big, spaces, rename, k):
+    """`big` has `small`'s outputs, in order, from the same layers, of the
+    widths growth by `k` gives them: else no comparison is meaningful."""
+    small_names = [rename(producer(x).name) for x in small.outputs]
+    big_names = [producer(x).name for x in big.outputs]
+    if len(small_names) != len(big_names) or not all(map(_same_layer, small_names, big_names)):
+        raise ValueError(
+            f"`big` does not have `small`'s outputs: small gives {small_names}, big gives {big_names}. "
+            "Pass the grown model second (verify(small, big, inputs)), grown from this small model."
+        )
+    for x, y in zip(small.outputs, big.outputs):
+        expected = spaces[id(x)].grown_size(x.shape[-1]) if x.shape[-1] is not None else None
+        if expected != y.shape[-1]:
+            raise ValueError(
+                f"Output '{producer(y).name}' of `big` is {y.shape[-1]} wide; `small`'s ({x.shape[-1]}) grown by "
+                f"k={k} would be {expected}. Pass the factor `big` was grown by (or leave `k` out), and the "
+                "grown model second."
+            )
+
+
+def _same_layer(name, grown_name):
+    """Whether `grown_name` is `name`'s layer, or its copy in a later block
+    (depth growth hands the last block's output on from its last copy)."""
+    if name == grown_name or grown_name.startswith(f"{name}-"):
+        return True
+    blocks = naming.block_index(name), naming.block_index(grown_name)
+    return None not in blocks and naming.renumbered(name, 0) == naming.renumbered(grown_name, 0)
+
+
+def check_inputs(model, inputs, name="inputs"):
+    """Refuse empty model inputs, or a number of arrays `model` does not take."""
+    flat = tree.flatten(inputs)
+    if not flat or any(np.size(x) == 0 for x in flat):
+        raise ValueError(f"`{name}` is empty: comparing models needs inputs with at least one example.")
+    if len(flat) != len(model.inputs):
+        raise ValueError(f"`{name}` holds {len(flat)} arrays; model '{model.name}' takes {len(model.inputs)}.")
 
 
 def compare_output(name, space, small_value, big_value):

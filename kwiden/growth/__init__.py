@@ -96,7 +96,8 @@ def grow(
             each input over its copies with unequal weights `(1 + spread·u)/k`,
             so the copies of a neuron train apart from the first step while the
             grown model still computes the same function. 0 gives plain copies;
-            values of order 1 are where to start.
+            values of order 1 are where to start; at most 100 (beyond, the
+            splits cancel in float32).
         seed: seed of the random splits (`spread > 0`).
         optimizer: the small model's optimizer. If given, `grow` returns
             `(big, big_optimizer)`: an optimizer of the same class whose slots

@@ -11,6 +11,8 @@ grown model keeps its `GrowthRecord` as `big.growth_plan`, which
 import dataclasses
 import weakref
 
+import numpy as np
+
 from kwiden import depth as depth_growth
 from kwiden import hub
 from kwiden.expansion import GrowthError, Space
@@ -99,7 +101,67 @@ def plan_growth(model, options):
                 "allow_approximate=True to stack copies anyway, and `check=` inputs to measure "
                 "the deviation."
             )
+    _check_something_grows(plan, options)
+    _check_memory(plan)
     return plan
+
+
+def _check_something_grows(plan, options):
+    """A growth that asks for more width or depth and finds nothing to grow
+    is a mistake (a model of plain Keras layers), not an equal copy."""
+    asked = plan.growth.k != 1 or plan.growth.ffn_factor != 1
+    grows = any(spec is not None and spec[0].expanded for axes in plan.walk.weight_axes().values() for spec in axes)
+    if asked and not grows and not options.deepening:
+        raise GrowthError(
+            f"Nothing in model '{plan.source.name}' grows by k={plan.growth.k}: no kwiden layer (kwiden.layers) "
+            "sits on a tensor the growth widens, so the model would come back unchanged. Build it with "
+            "kwiden's layers (kwiden.build_transformer_model does)."
+        )
+
+
+def grown_bytes(plan):
+    """`(bytes of the grown model's weights, bytes of its largest tensor)`."""
+    copies = {id(node.operation): len(new) for block, new in zip(plan.blocks, plan.indices) for node in block.nodes}
+    total, largest, seen = 0, 0, set()
+    for node, layer_plan in plan.walk.steps:
+        if id(node.operation) in seen:
+            continue  # a shared layer's weights, once
+        seen.add(id(node.operation))
+        for weight, axes in zip(layer_plan.weights, layer_plan.axes):
+            size = 1
+            for n, spec in zip(weight.shape, axes):
+                size *= n if spec is None else spec[0].grown_size(n)
+            itemsize = np.dtype(weight.dtype).itemsize
+            largest = max(largest, size * itemsize)
+            total += size * itemsize * copies.get(id(node.operation), 1)
+    return total, largest
+
+
+def _check_memory(plan):
+    """Refuse, before allocating anything, a growth whose peak would not fit:
+    the grown model, once more while its weights are set, and the float64
+    work of expanding its largest tensor."""
+    available = available_memory()
+    total, largest = grown_bytes(plan)
+    peak = 2 * total + 3 * 2 * largest
+    if available is not None and peak > available:
+        raise GrowthError(
+            f"Growing '{plan.source.name}' by k={plan.growth.k} makes a model of {total / 2**30:.2f} GiB of weights "
+            f"and needs about {peak / 2**30:.2f} GiB at its peak; {available / 2**30:.2f} GiB of memory is "
+            "available. Grow by a smaller factor, or on a machine with more memory."
+        )
+
+
+def available_memory():
+    """Bytes of memory available now (Linux' MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def hidden_size_of(model):

@@ -61,7 +61,7 @@ def test_spread_is_reproducible_and_rejects_negative_values(gpt):
     b = kwiden.grow(small, 2, spread=0.5, seed=7)
     for x, y in zip(a.weights, b.weights):
         np.testing.assert_array_equal(x.numpy(), y.numpy())
-    with pytest.raises(ValueError, match=r"`spread` must be >= 0"):
+    with pytest.raises(ValueError, match=r"`spread` must be a number in \[0, 100\] \(0: plain copies"):
         kwiden.grow(small, 2, spread=-1.0)
 
 
