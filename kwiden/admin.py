@@ -141,6 +141,12 @@ def fold(model, allow_approximate=False, check=None):
     for node in nodes:
         layer = node.operation
         omega = keras.ops.convert_to_numpy(layer.omega).astype(np.float64)
+        if not np.all(np.isfinite(omega)):
+            raise ValueError(
+                f"AdminResidual '{layer.name}': ω is not finite in channels "
+                f"{np.flatnonzero(~np.isfinite(omega)).tolist()[:8]}; folding it would give NaN weights. "
+                "Re-initialise ω (kwiden.admin.initialize) or train with a lower learning rate."
+            )
         stream, branch = node.input_tensors
         if np.all(omega != 0) and _fold_into_norm(node, stream, omega, weights, graph):
             continue

@@ -1,8 +1,11 @@
 """The `kwiden` command: `kwiden grow SRC DST --factor K [--check]`, `kwiden demo`."""
 
 import argparse
+import os
+import pathlib
 import sys
 import warnings
+import zipfile
 from fractions import Fraction
 
 
@@ -12,10 +15,11 @@ def _grow(args):
     import kwiden
     from kwiden.verify import sample_inputs
 
-    small = keras.saving.load_model(args.src)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="kwiden.grow")  # the report is printed below
+    src, dst = _source_path(args.src), _destination_path(args.dst, args.src)
+    small = keras.saving.load_model(src)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="kwiden.grow")  # the report is printed below
+        try:
             big = kwiden.grow(
                 small,
                 args.factor,
@@ -32,20 +36,58 @@ def _grow(args):
                 hidden_size=args.hidden_size,
                 intermediate_size=args.intermediate_size,
             )
-    except ValueError as error:
-        print(f"kwiden grow: {error}", file=sys.stderr)
-        if isinstance(error, kwiden.GrowthError) and args.check:
-            print("kwiden grow: not saved", file=sys.stderr)
-        return 1
+        except kwiden.GrowthError as error:
+            raise CommandError(str(error) + ("\nnot saved" if args.check else "")) from None
     print(f"parameters: {small.count_params():,} -> {big.count_params():,}")
     report = getattr(big, "growth_report", None)
     if report is not None:
         print(report)
         if not report.ok:
             print("kwiden grow: not exact; saved anyway (--allow-approximate)", file=sys.stderr)
-    big.save(args.dst)
-    print(f"saved {args.dst}")
+    _save_atomically(big, dst)
+    print(f"saved {dst}")
     return 0
+
+
+class CommandError(Exception):
+    """What the command prints, on one line, before it exits with status 1."""
+
+
+def _source_path(path):
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise CommandError(f"{path} does not exist.")
+    if path.is_dir():
+        raise CommandError(f"{path} is a folder; kwiden grow reads a model saved as one .keras file.")
+    if path.suffix in (".h5", ".hdf5"):
+        raise CommandError(
+            f"{path} is a legacy HDF5 file; load it in Keras and save it as .keras (model.save('x.keras'))."
+        )
+    if path.suffix != ".keras" or not zipfile.is_zipfile(path):
+        raise CommandError(f"{path} is not a .keras model file (a zip archive written by model.save).")
+    return path
+
+
+def _destination_path(path, source):
+    path = pathlib.Path(path)
+    if path.suffix != ".keras":
+        raise CommandError(f"{path}: the grown model is saved as a .keras file; give a name ending in .keras.")
+    if not path.parent.is_dir():
+        raise CommandError(f"{path}: the folder {path.parent} does not exist.")
+    if path.exists() and path.resolve() == pathlib.Path(source).resolve():
+        raise CommandError(f"{path} is the source model; write the grown model to another file.")
+    return path
+
+
+def _save_atomically(model, path):
+    """Save into a temporary sibling, then rename: a failed save leaves no
+    partial file and whatever was at `path` before intact."""
+    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp.keras")
+    try:
+        model.save(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def _demo(args):
@@ -55,16 +97,31 @@ def _demo(args):
     return 0
 
 
+def _fraction(text):
+    """A factor such as 2, 1.5 or 4/3."""
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a factor such as 2, 1.5 or 4/3") from None
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def parser():
     root = argparse.ArgumentParser(prog="kwiden", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
     grow = commands.add_parser("grow", help="grow a saved .keras model to a wider one")
     grow.add_argument("src", help="the .keras model to grow")
     grow.add_argument("dst", help="where to save the grown .keras model")
-    grow.add_argument("--factor", type=Fraction, default=None, help="width factor k (2 doubles; 4/3 is 384 -> 512)")
+    grow.add_argument("--factor", type=_fraction, default=None, help="width factor k (2 doubles; 4/3 is 384 -> 512)")
     grow.add_argument("--hidden-size", type=int, default=None, help="target hidden size instead of --factor")
     grow.add_argument(
-        "--ffn-factor", type=Fraction, default=None, help="the FFN width's own factor (default: --factor)"
+        "--ffn-factor", type=_fraction, default=None, help="the FFN width's own factor (default: --factor)"
     )
     grow.add_argument("--intermediate-size", type=int, default=None, help="target FFN width instead of --ffn-factor")
     grow.add_argument("--heads", choices=["size", "count"], default="size", help="grow head size or head count")
@@ -82,8 +139,8 @@ def parser():
     grow.add_argument("--seed", type=int, default=0)
     grow.set_defaults(run=_grow)
     demo = commands.add_parser("demo", help="train a small GPT on shipped text, grow it ×2, train on")
-    demo.add_argument("--steps", type=int, default=300, help="training steps of the small model")
-    demo.add_argument("--grow-steps", type=int, default=150, help="training steps after growth")
+    demo.add_argument("--steps", type=_positive, default=300, help="training steps of the small model")
+    demo.add_argument("--grow-steps", type=_positive, default=150, help="training steps after growth")
     demo.add_argument("--factor", type=int, default=2)
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(run=_demo)
@@ -92,7 +149,12 @@ def parser():
 
 def main(argv=None):
     args = parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except (CommandError, ValueError, OSError) as error:
+        # One line a user can act on, not a traceback; GrowthError is a ValueError.
+        print(f"kwiden {args.command}: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

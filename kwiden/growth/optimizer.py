@@ -4,7 +4,7 @@
 import keras
 
 from kwiden.expansion import GrowthError, copy_count, expand_gradient_like, growth_scale
-from kwiden.keras_internals import optimizer_slots, slot_of
+from kwiden.keras_internals import optimizer_slots, slot_of, variable_index
 from kwiden.optimizers import AccumulatingOptimizer
 
 # The optimizers whose slots kwiden knows how to grow (`keras_internals.OPTIMIZER_SLOTS`).
@@ -37,6 +37,7 @@ def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=Tru
     small_variables = {v.path: v for v in small.trainable_variables}
     if not optimizer.built:
         optimizer.build(list(small_variables.values()))
+    _check_built_on(optimizer, small)
     big_variables = big.trainable_variables
     source = {v.path: (sources or {}).get(v.path, (v.path, False)) for v in big_variables}
     config = optimizer.get_config()
@@ -47,6 +48,19 @@ def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=Tru
     grown.iterations.assign(optimizer.iterations)
     _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path)
     return grown
+
+
+def _check_built_on(optimizer, model):
+    """The optimizer must hold state for `model`'s variables, not another model's."""
+    try:
+        for variable in model.trainable_variables:
+            variable_index(optimizer, variable)
+    except KeyError:
+        raise ValueError(
+            f"`optimizer` ({type(optimizer).__name__}) was built on other variables than those of model '{model.name}' "
+            f"(its state has no slot for '{variable.path}'): pass the optimizer the small model was trained "
+            "with (small.optimizer)."
+        ) from None
 
 
 def _learning_rate_scales(optimizer, big_variables, source, axes_by_path):

@@ -1,0 +1,177 @@
+"""Bad input to growth, verify, Admin folding and the command line: each case
+an adversarial user tried gets one clear error, and no file is lost."""
+
+import math
+import re
+
+import keras
+import numpy as np
+import pytest
+
+import kwiden
+from kwiden import GrowthError
+from kwiden.cli import main
+from kwiden.growth import plan as growth_plan
+from kwiden.growth.options import resolve
+from kwiden.layers import ExpandableEmbedding
+from kwiden.testing import padded_batch, randomize_weights, tiny_config
+
+
+def resolve_options(model, k):
+    return resolve(model, k, None, "size", "exact", False, None, None)
+
+
+@pytest.mark.parametrize("k", [math.nan, math.inf, 1e-9, np.float64("nan")])
+def test_factors_that_are_no_factors(gpt, k):
+    with pytest.raises(ValueError, match=r"`k` must be a number >= 1"):
+        kwiden.grow(gpt(), k)
+
+
+@pytest.mark.parametrize("spread", [math.nan, math.inf, -1.0, 1e4, "1"])
+def test_spread_out_of_its_exact_range(gpt, spread):
+    with pytest.raises(ValueError, match=r"`spread` must be a number in \[0, 100\]"):
+        kwiden.grow(gpt(), 2, spread=spread)
+
+
+def test_a_growth_too_big_for_memory_is_refused_before_it_starts(gpt, monkeypatch):
+    small = gpt()
+    monkeypatch.setattr(growth_plan, "available_memory", lambda: 2**30)  # 1 GiB free
+    total, _ = growth_plan.grown_bytes(growth_plan.plan_growth(small, resolve_options(small, 4)))
+    assert total == 4 * sum(int(np.prod(w.shape)) for w in kwiden.grow(small, 4).weights)  # the estimate is exact
+    with pytest.raises(GrowthError, match=r"k=200 makes a model of 0.5\d GiB of weights and needs about 1.\d+ GiB"):
+        kwiden.grow(small, 200)
+
+
+def test_nothing_to_grow_is_an_error(tmp_path, capsys):
+    x = keras.Input((4,))
+    plain = keras.Model(x, keras.layers.Dense(3)(keras.layers.Dense(5)(x)))
+    with pytest.raises(GrowthError, match=r"Nothing in model .* grows by k=2"):
+        kwiden.grow(plain, 2)
+    plain.save(tmp_path / "plain.keras")
+    assert main(["grow", str(tmp_path / "plain.keras"), str(tmp_path / "big.keras"), "--factor", "2"]) == 1
+    assert "Nothing in model" in capsys.readouterr().err and not (tmp_path / "big.keras").exists()
+
+
+def test_raw_ops_on_grown_tensors_are_named():
+    ids = keras.Input((None,), dtype="int32")
+    x = ExpandableEmbedding(20, 8, name="Embedding-Token")(ids)
+    with pytest.raises(GrowthError, match=r"raw `keras.ops` call \(Add\).*keras.layers.Add for `x \+ y`"):
+        kwiden.grow(keras.Model(ids, x + x), 2)
+
+
+def test_dropout_noise_shape_grows_with_the_features():
+    ids = keras.Input((None,), dtype="int32")
+    x = ExpandableEmbedding(20, 8, name="Embedding-Token")(ids)
+    x = keras.layers.Dropout(0.5, noise_shape=(None, 1, 8), name="drop")(x)
+    big = kwiden.grow(randomize_weights(keras.Model(ids, x)), 2)
+    assert big.get_layer("drop").noise_shape == (None, 1, 16)
+    big.compile("adam", "mse")
+    big.fit(np.ones((2, 3), "int32"), np.ones((2, 3, 16), "float32"), verbose=0)  # trains
+
+
+def test_empty_check_batch(gpt):
+    with pytest.raises(ValueError, match=r"`check` is empty"):
+        kwiden.grow(gpt(), 2, check=np.zeros((0, 4), "int32"))
+
+
+def test_optimizer_of_another_model(gpt):
+    optimizer = kwiden.optimizers.Adam(1e-3)
+    optimizer.build(gpt(seed=1).trainable_variables)
+    with pytest.raises(ValueError, match=r"was built on other variables than those of model 'gpt'.*small.optimizer"):
+        kwiden.grow(gpt(), 2, optimizer=optimizer)
+
+
+def test_verify_refuses_mismatched_models(bert):
+    small = bert(with_mlm=True)
+    big = kwiden.grow(small, 2)
+    inputs = padded_batch()
+    without_mlm = keras.Model(big.inputs, big.outputs[0])
+    with pytest.raises(ValueError, match=r"`big` does not have `small`'s outputs"):
+        kwiden.verify(small, without_mlm, inputs)  # a missing output
+    extra = keras.Model(big.inputs, [*big.outputs, keras.layers.Dense(3, name="extra")(big.outputs[0])])
+    with pytest.raises(ValueError, match=r"`big` does not have `small`'s outputs"):
+        kwiden.verify(small, extra, inputs)  # an extra output
+    with pytest.raises(ValueError, match=r"is 16 wide; `small`'s \(32\) grown by k=1 would be 32"):
+        kwiden.verify(big, small, inputs)  # swapped arguments
+    with pytest.raises(ValueError, match=r"is 32 wide; `small`'s \(16\) grown by k=3 would be 48"):
+        kwiden.verify(small, big, inputs, k=3)  # a wrong factor
+    with pytest.raises(ValueError, match=r"`inputs` is empty"):
+        kwiden.verify(small, big, [np.zeros((0, 4), "int32")] * 2)
+
+
+def test_a_report_is_never_ok_beside_a_departure(bert):
+    small = bert()
+    big = kwiden.grow(small, 2)
+    big.get_layer("Transformer-0-FeedForward").output_bias.assign(np.full(32, 0.1, "float32"))
+    report = kwiden.verify(small, big, padded_batch())
+    assert report.first_departure is not None and not report.ok
+
+
+def test_fold_refuses_non_finite_omega():
+    model = kwiden.build_transformer_model(tiny_config(), model="gpt", residual="admin")
+    model.get_layer("Transformer-0-FeedForward-Norm").omega.assign(np.full(16, np.nan, "float32"))
+    with pytest.raises(ValueError, match=r"'Transformer-0-FeedForward-Norm': ω is not finite in channels \[0, 1"):
+        kwiden.admin.fold(model)
+
+
+@pytest.fixture
+def saved(gpt, tmp_path):
+    path = tmp_path / "small.keras"
+    gpt().save(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "make_args, message",
+    [
+        (lambda d, s: [str(d / "missing.keras"), str(d / "big.keras")], r"missing.keras does not exist"),
+        (lambda d, s: [str(d), str(d / "big.keras")], r"is a folder"),
+        (lambda d, s: [str(s), str(s)], r"is the source model; write the grown model to another file"),
+        (lambda d, s: [str(s), str(d / "no" / "big.keras")], r"the folder .*no does not exist"),
+        (lambda d, s: [str(s), str(d / "big.h5")], r"give a name ending in .keras"),
+    ],
+    ids=["missing", "folder", "same-file", "missing-folder", "h5-destination"],
+)
+def test_grow_command_checks_paths_before_any_work(saved, tmp_path, capsys, make_args, message):
+    before = saved.read_bytes()
+    assert main(["grow", *make_args(tmp_path, saved), "--factor", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("kwiden grow: ")  # one line, no traceback
+    assert re.search(message, err), err
+    assert saved.read_bytes() == before
+
+
+def test_grow_command_refuses_files_that_are_not_keras_models(tmp_path, capsys):
+    (tmp_path / "model.h5").write_bytes(b"\x89HDF")
+    (tmp_path / "broken.keras").write_text("not a zip")
+    assert main(["grow", str(tmp_path / "model.h5"), str(tmp_path / "big.keras"), "--factor", "2"]) == 1
+    assert "legacy HDF5 file" in capsys.readouterr().err
+    assert main(["grow", str(tmp_path / "broken.keras"), str(tmp_path / "big.keras"), "--factor", "2"]) == 1
+    assert "is not a .keras model file" in capsys.readouterr().err
+
+
+def test_grow_command_rejects_a_factor_with_a_zero_denominator(saved, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["grow", str(saved), str(tmp_path / "big.keras"), "--factor", "1/0"])
+    assert exit.value.code == 2 and "'1/0' is not a factor such as 2, 1.5 or 4/3" in capsys.readouterr().err
+
+
+def test_a_failed_save_leaves_the_old_file_and_no_partial_one(saved, tmp_path, monkeypatch, capsys):
+    destination = tmp_path / "big.keras"
+    destination.write_bytes(b"the previous grown model")
+
+    def fail(self, path, *args, **kwargs):
+        open(path, "wb").write(b"half a model")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(keras.Model, "save", fail)
+    assert main(["grow", str(saved), str(destination), "--factor", "2"]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert destination.read_bytes() == b"the previous grown model"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.keras", "small.keras"]
+
+
+def test_demo_refuses_zero_steps_before_training(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["demo", "--steps", "0"])
+    assert exit.value.code == 2 and "must be at least 1, got 0" in capsys.readouterr().err
