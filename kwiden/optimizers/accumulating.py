@@ -13,6 +13,7 @@ import keras
 from keras import ops
 
 from kwiden.keras_internals import variable_index
+from kwiden.optimizers import arguments
 
 
 def scalar_dtype():
@@ -28,18 +29,29 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
     in updates, parameter-wise learning-rate multipliers and decoupled weight
     decay with exclusion patterns.
 
+    Every argument is checked when the optimizer is made
+    (`kwiden.optimizers.arguments`), not at its first step: numbers must be
+    finite and in range, patterns valid regular expressions, and a schedule's
+    values finite and ≥ 0 at update 0 and at its breakpoints; a `ValueError`
+    names the argument and its value.
+
     Args:
-        learning_rate: a float, a `keras.optimizers.schedules.LearningRateSchedule`
+        learning_rate: a number ≥ 0, a `keras.optimizers.schedules.LearningRateSchedule`
             (called with the number of parameter updates done so far, not
-            micro-steps), or a callable.
-        accum_steps: micro-batches per parameter update (an integer ≥ 1).
-        weight_decay: decoupled weight decay, `θ ← θ − lr·wd·θ` on each update
+            micro-steps), or a callable (called with no arguments, as Keras does).
+            A schedule is checked at update 0 and at its `breakpoints` (kwiden's
+            schedules; for Keras' own, the steps they name: `boundaries`,
+            `decay_steps`, `warmup_steps`); a callable at construction.
+        accum_steps: micro-batches per parameter update (an integer ≥ 1, of any
+            integer type: `np.int64(4)` too).
+        weight_decay: decoupled weight decay ≥ 0, `θ ← θ − lr·wd·θ` on each update
             (before the gradient step, as Keras does), or None.
-        exclude_from_weight_decay: regular expressions searched in each
-            variable's path (`"Transformer-0-FeedForward/output_bias"`); a
-            variable that matches any is not decayed. bert4keras users write
-            `["Norm", "bias"]`.
-        lr_multipliers: `{pattern: multiplier}`; a variable's learning rate is
+        exclude_from_weight_decay: a regular expression, or a list of them,
+            searched in each variable's path
+            (`"Transformer-0-FeedForward/output_bias"`); a variable that matches
+            any is not decayed. One string is one pattern: `"bias"` excludes the
+            biases. bert4keras users write `["Norm", "bias"]`.
+        lr_multipliers: `{pattern: multiplier ≥ 0}`; a variable's learning rate is
             multiplied by the multiplier of the first pattern found in its path
             (as bert4keras' `extend_with_parameter_wise_lr`). Saved in the config.
         growth_scales: `{variable path: (c, copies)}`, set by `kwiden.grow`
@@ -72,26 +84,21 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
                 "an extra buffer per weight)."
             )
         kwargs.pop("gradient_accumulation_steps", None)
+        # Every argument checked before Keras makes any variable.
+        learning_rate = arguments.learning_rate(learning_rate)
+        accum_steps = arguments.integer(accum_steps, "accum_steps", at_least=1, hint="1: no accumulation")
+        if weight_decay is not None:
+            weight_decay = arguments.number(weight_decay, "weight_decay", at_least=0, hint="or None")
+        exclude_patterns = arguments.patterns(exclude_from_weight_decay, "exclude_from_weight_decay")
+        lr_multipliers = arguments.multipliers(lr_multipliers)
+        growth_scales = arguments.growth_scales(growth_scales)
         super().__init__(learning_rate=learning_rate, **kwargs)
-        if isinstance(accum_steps, bool) or not isinstance(accum_steps, int) or accum_steps < 1:
-            raise ValueError(
-                f"`accum_steps` must be an integer >= 1 (1: no accumulation), got accum_steps={accum_steps!r}."
-            )
-        if isinstance(learning_rate, (int, float)) and learning_rate < 0:
-            raise ValueError(f"`learning_rate` must be >= 0, got learning_rate={learning_rate!r}.")
-        if weight_decay is not None and weight_decay < 0:
-            raise ValueError(f"`weight_decay` must be >= 0 or None, got weight_decay={weight_decay!r}.")
-        for pattern, multiplier in (lr_multipliers or {}).items():
-            if not isinstance(multiplier, (int, float)) or multiplier < 0:
-                raise ValueError(
-                    f"`lr_multipliers` values must be numbers >= 0; got {multiplier!r} for pattern {pattern!r}."
-                )
         self.accum_steps = accum_steps
         # Keras' attribute; kwiden applies the decay itself, once per update.
         self.weight_decay = weight_decay
-        self.exclude_patterns = list(exclude_from_weight_decay or [])
-        self.lr_multipliers = {str(k): float(v) for k, v in (lr_multipliers or {}).items()}
-        self.growth_scales = {str(k): (float(c), int(n)) for k, (c, n) in (growth_scales or {}).items()}
+        self.exclude_patterns = exclude_patterns
+        self.lr_multipliers = lr_multipliers
+        self.growth_scales = growth_scales
 
     def build(self, variables):
         if self.built:
@@ -106,7 +113,21 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
 
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         """Keras' API: exclude these variables, or variables whose path contains
-        one of these names, from weight decay. Call before the first step."""
+        one of these names (plain text, not regular expressions), from weight
+        decay. One variable or one name may be given alone. Call before the
+        optimizer is built (its first step)."""
+        if self.built:
+            raise ValueError(
+                "`exclude_from_weight_decay()` can only be configured before the optimizer is built "
+                "(its first step); pass `exclude_from_weight_decay=` patterns to the constructor instead."
+            )
+        if isinstance(var_list, keras.Variable):
+            var_list = [var_list]
+        if isinstance(var_names, str):
+            var_names = [var_names]
+        for name in var_names or []:
+            if not isinstance(name, str):
+                raise ValueError(f"`var_names` takes strings, got {arguments.typed(name)}.")
         self.exclude_patterns += [f"^{re.escape(v.path)}$" for v in var_list or []]
         self.exclude_patterns += [re.escape(name) for name in var_names or []]
 

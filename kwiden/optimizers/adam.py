@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from kwiden.keras_internals import variable_index
+from kwiden.optimizers import arguments
 from kwiden.optimizers.accumulating import AccumulatingOptimizer
 
 
@@ -19,7 +20,8 @@ class Adam(AccumulatingOptimizer):
 
     Args:
         learning_rate: float, schedule (counted in updates) or callable.
-        beta_1, beta_2, epsilon: as in `keras.optimizers.Adam`.
+        beta_1, beta_2, epsilon: as in `keras.optimizers.Adam` (β in [0, 1),
+            ε > 0).
         accum_steps, weight_decay, exclude_from_weight_decay, lr_multipliers,
         **kwargs: see `AccumulatingOptimizer`.
 
@@ -40,13 +42,13 @@ class Adam(AccumulatingOptimizer):
         name="adam",
         **kwargs,
     ):
+        beta_1 = arguments.number(beta_1, "beta_1", at_least=0, below=1)
+        beta_2 = arguments.number(beta_2, "beta_2", at_least=0, below=1)
+        epsilon = arguments.number(epsilon, "epsilon", above=0, hint="it keeps m/(√v + ε) finite where v is 0")
         super().__init__(learning_rate, accum_steps=accum_steps, name=name, **kwargs)
-        for arg, value in (("beta_1", beta_1), ("beta_2", beta_2)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"`{arg}` must be in [0, 1), got {arg}={value!r}.")
-        self.beta_1 = float(beta_1)
-        self.beta_2 = float(beta_2)
-        self.epsilon = float(epsilon)
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
 
     def build(self, variables):
         if self.built:
@@ -92,10 +94,21 @@ class AdamW(Adam):
     are not decayed by default.
 
     Args:
-        weight_decay: the decay rate (Keras' default, 0.004).
-        exclude_from_weight_decay: patterns searched in variable paths;
-            default `("gamma", "beta", "bias")`.
+        weight_decay: the decay rate, ≥ 0 (Keras' default, 0.004).
+        exclude_from_weight_decay: a regular expression or a list of them,
+            searched in variable paths; default `("gamma", "beta", "bias")`.
+            One string is one pattern.
         Others as `Adam`.
+
+    Example: decay everything but the biases.
+
+    >>> import keras, numpy as np, kwiden
+    >>> kernel = keras.Variable(np.ones(2, "float32"), name="kernel")
+    >>> bias = keras.Variable(np.ones(2, "float32"), name="bias")
+    >>> optimizer = kwiden.optimizers.AdamW(0.1, weight_decay=0.5, exclude_from_weight_decay="bias")
+    >>> optimizer.apply([np.zeros(2, "float32")] * 2, [kernel, bias])
+    >>> print(keras.ops.convert_to_numpy(kernel), keras.ops.convert_to_numpy(bias))
+    [0.95 0.95] [1. 1.]
     """
 
     def __init__(

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from kwiden.optimizers import arguments
 from kwiden.optimizers.adam import Adam
 
 
@@ -27,13 +28,11 @@ class RAdam(Adam):
     """
 
     def __init__(self, learning_rate=0.001, rectify_threshold=5.0, name="radam", **kwargs):
+        rectify_threshold = arguments.number(
+            rectify_threshold, "rectify_threshold", at_least=4, hint="the rectification is undefined below ρ_t = 4"
+        )
         super().__init__(learning_rate, name=name, **kwargs)
-        if rectify_threshold < 4:
-            raise ValueError(
-                "`rectify_threshold` must be >= 4 (the rectification is undefined below "
-                f"ρ_t = 4), got rectify_threshold={rectify_threshold!r}."
-            )
-        self.rectify_threshold = float(rectify_threshold)
+        self.rectify_threshold = rectify_threshold
 
     def update_step(self, gradient, variable, learning_rate):
         m, v, t = self.moments(gradient, variable)

@@ -5,11 +5,14 @@ updates means the same thing whatever the accumulation."""
 import keras
 from keras import ops
 
+from kwiden.optimizers import arguments
+
 
 @keras.saving.register_keras_serializable(package="kwiden")
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup from 0 to `peak` over `warmup_steps`, then linear or cosine
-    decay to `end` at `total_steps`, constant after.
+    decay to `end` at `total_steps`, constant after. `peak` and `end` are
+    finite and >= 0, the steps integers (`1e4` is 10000).
 
     >>> schedule = WarmupDecay(1e-3, warmup_steps=10, total_steps=110)
     >>> [round(float(schedule(s)), 6) for s in (0, 5, 10, 60, 110, 200)]
@@ -19,15 +22,20 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, peak, warmup_steps, total_steps, decay="linear", end=0.0):
         if decay not in ("linear", "cosine"):
             raise ValueError(f"`decay` must be 'linear' or 'cosine', got decay={decay!r}.")
-        if not 0 <= warmup_steps <= total_steps:
+        self.peak = arguments.number(peak, "peak", at_least=0)
+        self.warmup_steps = arguments.integer(warmup_steps, "warmup_steps", at_least=0, whole_floats=True)
+        self.total_steps = arguments.integer(total_steps, "total_steps", at_least=0, whole_floats=True)
+        if self.warmup_steps > self.total_steps:
             raise ValueError(
                 f"Need 0 <= warmup_steps <= total_steps, got warmup_steps={warmup_steps}, total_steps={total_steps}."
             )
-        self.peak = float(peak)
-        self.warmup_steps = int(warmup_steps)
-        self.total_steps = int(total_steps)
         self.decay = decay
-        self.end = float(end)
+        self.end = arguments.number(end, "end", at_least=0)
+
+    @property
+    def breakpoints(self):
+        """The updates where the schedule changes course (checked by the optimizers)."""
+        return (0, self.warmup_steps, self.total_steps)
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
@@ -59,16 +67,26 @@ class PiecewiseLinear(keras.optimizers.schedules.LearningRateSchedule):
     >>> schedule = PiecewiseLinear(1e-3, {1000: 1.0, 2000: 0.1})
     >>> [round(float(schedule(s)), 6) for s in (0, 500, 1000, 1500, 2000, 5000)]
     [0.0, 0.0005, 0.001, 0.00055, 0.0001, 0.0001]
+
+    Multipliers and the rate must be finite and >= 0:
+
+    >>> PiecewiseLinear(1e-3, {1000: -1.0})
+    Traceback (most recent call last):
+    ...
+    ValueError: `schedule` values must be numbers >= 0 and finite, got schedule[1000]=-1.0.
     """
 
     def __init__(self, learning_rate, schedule):
-        points = sorted((int(step), float(value)) for step, value in dict(schedule).items())
-        if not points or points[0][0] < 0:
-            raise ValueError(f"`schedule` needs steps >= 0, got schedule={schedule!r}.")
+        points = arguments.schedule_points(schedule)
         if points[0][0] != 0:
             points.insert(0, (0, 0.0))
-        self.learning_rate = float(learning_rate)
+        self.learning_rate = arguments.number(learning_rate, "learning_rate", at_least=0)
         self.points = points
+
+    @property
+    def breakpoints(self):
+        """The updates where the schedule changes course (checked by the optimizers)."""
+        return tuple(step for step, _ in self.points)
 
     def __call__(self, step):
         step = ops.cast(step, "float32")

@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from kwiden.keras_internals import variable_index
+from kwiden.optimizers import arguments
 from kwiden.optimizers.accumulating import AccumulatingOptimizer
 
 
@@ -33,15 +34,14 @@ class SGDM(AccumulatingOptimizer):
     """
 
     def __init__(self, learning_rate=0.01, momentum=0.9, nesterov=False, accum_steps=1, name="sgdm", **kwargs):
+        momentum = arguments.number(momentum, "momentum", at_least=0, below=1)
         super().__init__(learning_rate, accum_steps=accum_steps, name=name, **kwargs)
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"`momentum` must be in [0, 1), got momentum={momentum!r}.")
-        if nesterov and accum_steps > 1:
+        if nesterov and self.accum_steps > 1:
             raise ValueError(
                 "SGDM(nesterov=True) needs each update's mean gradient, which accumulation "
                 "inside the momentum does not keep; use nesterov=False with accum_steps > 1."
             )
-        self.momentum = float(momentum)
+        self.momentum = momentum
         self.nesterov = nesterov
 
     def build(self, variables):
