@@ -6,13 +6,26 @@ TensorFlow imported only then).
 This module knows the files; the model's family (`kwiden.models.Family`) knows
 the rest: which tensor holds each weight (`checkpoint_names`) and the
 `config.json` (`to_hf_config`). Each kwiden variable is named by its layer
-and weight (`kwiden.naming`). Loading is all or nothing: a missing tensor or a
-wrong shape raises before any weight is assigned.
+and weight (`kwiden.naming`). Loading is all or nothing: a missing tensor, a
+wrong shape, a NaN or a damaged file raises before any weight is assigned.
+
+What kwiden writes it can vouch for: `save_checkpoint` writes into a
+temporary sibling folder and moves the files into place only once all are
+written, with `kwiden-manifest.json` recording each file's size and sha256;
+loading checks the files against it wherever it is found, and refuses a folder
+that holds more than one checkpoint.
 """
 
 import collections.abc
+import dataclasses
+import hashlib
 import json
+import os
 import pathlib
+import re
+import shutil
+import uuid
+from typing import Optional
 
 import numpy as np
 
@@ -24,6 +37,13 @@ SAFETENSORS = "model.safetensors"
 GOOGLE_PREFIX = "bert_model.ckpt"
 CONFIG_FILES = {"hf": "config.json", "google": "bert_config.json"}
 FORMAT_TITLES = {"hf": "Hugging Face's (model.safetensors)", "google": "Google's (bert_model.ckpt.*)"}
+OWNERS = {"hf": "Hugging Face's", "google": "Google's"}
+
+# The record of a checkpoint kwiden wrote: each file's size and sha256.
+MANIFEST = "kwiden-manifest.json"
+MANIFEST_VERSION = 1
+# Part of the name of the folder a checkpoint is written into before it is moved into place.
+TEMPORARY = ".kwiden-tmp-"
 
 # How a kwiden weight relates to its checkpoint tensor. Kernels are (in, out)
 # in kwiden and Google checkpoints, (out, in) in Hugging Face's; attention
@@ -79,62 +99,231 @@ def _find(name, tensors):
     return None
 
 
-def config_beside(checkpoint_path):
-    """The `config.json` or `bert_config.json` in a checkpoint's folder."""
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint found on disk (`open_checkpoint`'s): its `format`, its
+    weights' `path` (a safetensors file or a Google prefix), the `config`
+    file beside them (None where there is none) and the files its
+    `kwiden-manifest.json` vouched for (`verified`, empty without one)."""
+
+    format: str
+    path: pathlib.Path
+    config: Optional[pathlib.Path] = None
+    verified: tuple = ()
+
+
+def open_checkpoint(checkpoint_path):
+    """Find a checkpoint (`detect_format`) and its config, and check its
+    files against the folder's `kwiden-manifest.json` where there is one
+    (`verify_manifest`). Returns a `Checkpoint`."""
+    if isinstance(checkpoint_path, Checkpoint):
+        return checkpoint_path
     folder = pathlib.Path(checkpoint_path)
-    folder = folder if folder.is_dir() else folder.parent
-    for name in CONFIG_FILES.values():
-        if (folder / name).exists():
-            return folder / name
-    raise FileNotFoundError(f"No config.json or bert_config.json beside {checkpoint_path}; pass `config_path`.")
+    verified = verify_manifest(folder) if folder.is_dir() else ()  # first: it names a missing file best
+    format, path = detect_format(checkpoint_path)
+    if not folder.is_dir():
+        verified = verify_manifest(path.parent)
+    return Checkpoint(format, path, _config_file(format, path), verified)
+
+
+def config_beside(checkpoint_path):
+    """The `config.json` or `bert_config.json` beside a checkpoint's weights
+    (the format's own where a folder holds both)."""
+    if isinstance(checkpoint_path, Checkpoint):
+        path, config = checkpoint_path.path, checkpoint_path.config
+    else:
+        format, path = detect_format(checkpoint_path)
+        config = _config_file(format, path)
+    if config is None:
+        raise FileNotFoundError(f"No config.json or bert_config.json beside {path}; pass `config` or `config_path`.")
+    return config
+
+
+def _config_file(format, path):
+    own = CONFIG_FILES[format]
+    names = [own] + [name for name in CONFIG_FILES.values() if name != own]
+    return next((path.parent / name for name in names if (path.parent / name).is_file()), None)
 
 
 def detect_format(checkpoint_path):
-    """`(format, path)`: a Hugging Face safetensors file, or a Google checkpoint prefix."""
+    """`(format, path)`: a Hugging Face safetensors file, or a Google checkpoint prefix.
+
+    A folder must hold one checkpoint: one with `model.safetensors` and a
+    Google checkpoint, or two Google checkpoints, is refused, naming the
+    files (pass the one meant instead of the folder).
+    """
     path = pathlib.Path(checkpoint_path)
     if path.is_dir():
-        if (path / SAFETENSORS).exists():
-            return "hf", path / SAFETENSORS
-        indexes = sorted(path.glob("*.ckpt*.index"))
-        if indexes:
-            return "google", indexes[0].with_suffix("")
-        raise FileNotFoundError(
-            f"No {SAFETENSORS} and no *.ckpt.index in {path}: a Hugging Face BERT folder holds "
-            "the first, a Google one the second."
-        )
-    if path.suffix == ".safetensors" and path.exists():
-        return "hf", path
-    if path.with_name(path.name + ".index").exists():
+        found = _weight_files(path)
+        if len(found) > 1:
+            files = "; ".join(_describe(path, name) for name in found)
+            raise ValueError(
+                f"The folder {path} holds more than one checkpoint ({files}), and kwiden cannot tell which is meant: "
+                "pass the one to load as checkpoint_path (a .safetensors file or a Google prefix such as "
+                f"{path / GOOGLE_PREFIX}), or move the others away."
+            )
+        if not found:
+            raise FileNotFoundError(
+                f"No {SAFETENSORS} and no *.ckpt.index in {path}: a Hugging Face BERT folder holds "
+                "the first, a Google one the second."
+            )
+        return _weights_at(path / found[0])
+    if path.is_file() and (path.suffix == ".safetensors" or _GOOGLE_FILE.search(path.name)):
+        return _weights_at(path)
+    if path.with_name(path.name + ".index").is_file():
         return "google", path
-    raise FileNotFoundError(f"Checkpoint {path} not found (a folder, a .safetensors file or a ckpt prefix).")
+    if path.exists():
+        raise ValueError(
+            f"{path} is not a checkpoint kwiden reads: give a folder, a .safetensors file or a Google "
+            "checkpoint prefix (such as bert_model.ckpt, beside bert_model.ckpt.index)."
+        )
+    if path.suffix == ".safetensors":
+        raise FileNotFoundError(f"The checkpoint file {path} does not exist.")
+    raise FileNotFoundError(
+        f"The checkpoint folder {path} does not exist (nor a Google checkpoint {path}.index): give a folder "
+        "with model.safetensors or bert_model.ckpt.*, a .safetensors file or a Google checkpoint prefix."
+    )
+
+
+# A Google checkpoint's own files: `<prefix>.index` and `<prefix>.data-00000-of-00001`.
+_GOOGLE_FILE = re.compile(r"\.(index|data-\d+-of-\d+)$")
+
+
+def _weight_files(folder):
+    """The weights in `folder`: `model.safetensors` and each Google checkpoint's index."""
+    indexes = sorted(p.name for p in folder.glob("*.ckpt*.index") if p.is_file())
+    return [SAFETENSORS] * (folder / SAFETENSORS).is_file() + indexes
+
+
+def _weights_at(file):
+    """`(format, path)` of a weight file: a safetensors file, or the prefix of a Google checkpoint's file."""
+    if file.suffix == ".safetensors":
+        return "hf", file
+    prefix = file.with_name(_GOOGLE_FILE.sub("", file.name))
+    if not prefix.with_name(prefix.name + ".index").is_file():
+        raise FileNotFoundError(f"{file} is part of a Google checkpoint, but {prefix}.index is missing.")
+    return "google", prefix
+
+
+def _google_files(folder, prefix):
+    """The files of the Google checkpoint `prefix` (a name) in `folder`."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(prefix + ".") and _GOOGLE_FILE.search(p.name))
+
+
+def _describe(folder, weight_file):
+    """A weight file and the files that go with it, with whose they are."""
+    if weight_file == SAFETENSORS:
+        return f"{OWNERS['hf']} {SAFETENSORS}"
+    return f"{OWNERS['google']} {', '.join(_google_files(folder, weight_file[: -len('.index')]))}"
+
+
+def verify_manifest(folder):
+    """Check each file `folder`'s `kwiden-manifest.json` lists against its
+    recorded size and sha256. Returns the names checked, or `()` where there
+    is no manifest (a folder written by another tool). Raises naming the
+    first file that is missing or differs.
+    """
+    folder = pathlib.Path(folder)
+    path = folder / MANIFEST
+    if not path.is_file():
+        return ()
+    files = _read_manifest(path)
+    for name, record in files.items():
+        file = folder / name
+        if not file.is_file():
+            raise FileNotFoundError(
+                f"{file} is missing, though {path} lists it: the file was deleted, or a save into {folder} was "
+                "interrupted. Save or download the checkpoint again."
+            )
+        size = file.stat().st_size
+        if size != record["bytes"] or _sha256(file) != record["sha256"]:
+            how = f"{size} bytes where {record['bytes']} were written" if size != record["bytes"] else "another sha256"
+            raise ValueError(
+                f"{file} is not the file kwiden wrote ({how}, says {MANIFEST}): it was damaged or changed since, or "
+                "a save into this folder was interrupted. Save or download the checkpoint again; if another tool "
+                f"rewrote it on purpose, delete {path}."
+            )
+    return tuple(files)
+
+
+def _read_manifest(path):
+    """`{file name: {"bytes": …, "sha256": …}}` from a manifest, checked."""
+    problem = f"{path} is not a manifest kwiden can read"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{problem} ({error}); save the checkpoint again, or delete it to load unchecked.") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or manifest.get("kwiden_manifest") != MANIFEST_VERSION:
+        raise ValueError(
+            f"{problem} (version {MANIFEST_VERSION}, with its files' sizes and sha256); save the checkpoint again."
+        )
+    for name, record in files.items():
+        if (
+            pathlib.Path(name).name != name
+            or name in ("", ".", "..")
+            or not isinstance(record, dict)
+            or not isinstance(record.get("bytes"), int)
+            or not re.fullmatch(r"[0-9a-f]{64}", str(record.get("sha256")))
+        ):
+            raise ValueError(f"{problem}: its entry {name!r} is not a file name with bytes and a sha256.")
+    return files
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_tensors(format, path):
-    """`{tensor name: array}`; a Google checkpoint's are read when asked for."""
+    """`{tensor name: array}`; a Google checkpoint's are read when asked for.
+    A file that cannot be read raises a ValueError saying it is damaged."""
     if format == "hf":
+        from safetensors import SafetensorError
         from safetensors.numpy import load_file
 
-        return load_file(str(path))
+        try:
+            return load_file(str(path))
+        except SafetensorError as error:
+            raise ValueError(_damaged(path, error)) from None
     return _read_google(path)
+
+
+def _damaged(path, error):
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"The checkpoint {path} is damaged or not a checkpoint ({detail}); write or download it again."
 
 
 def _read_google(path):
     import tensorflow as tf  # only Google-format files need TensorFlow
 
-    return _LazyTensors(tf.train.load_checkpoint(str(path)))
+    try:
+        return _LazyTensors(tf.train.load_checkpoint(str(path)), path)
+    except (tf.errors.OpError, IndexError, RuntimeError) as error:
+        raise ValueError(_damaged(path, error)) from None
 
 
 class _LazyTensors(collections.abc.Mapping):
-    """A Google checkpoint's tensors, read when asked for."""
+    """A Google checkpoint's tensors, read when asked for; a tensor that
+    cannot be read (a truncated or damaged data file) raises a ValueError."""
 
-    def __init__(self, reader):
+    def __init__(self, reader, path):
         self.reader = reader
+        self.path = path
         self.shapes = reader.get_variable_to_shape_map()
 
     def __getitem__(self, name):
         if name not in self.shapes:
             raise KeyError(name)
-        return self.reader.get_tensor(name)
+        import tensorflow as tf  # imported already: the reader is TensorFlow's
+
+        try:
+            return self.reader.get_tensor(name)
+        except (tf.errors.OpError, IndexError, RuntimeError) as error:
+            raise ValueError(_damaged(self.path, f"reading '{name}' failed: {error}")) from None
 
     def __contains__(self, name):
         return name in self.shapes
@@ -178,24 +367,29 @@ def _no_place(family):
     )
 
 
-def load_weights(model, checkpoint_path, keep_tokens=None, family=None):
+def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_nonfinite=False):
     """Fill every weight of `model` (a BERT or RoFormer) from a checkpoint.
 
-    `keep_tokens`: the vocabulary ids to keep, in their new order (the model
-    was built with `vocab_size=len(keep_tokens)`). `family`: the model's (a
-    name or a `Family`); by default the one named like the model. Raises,
-    naming the variable, before assigning anything if a tensor is missing or
-    has the wrong shape.
+    `checkpoint_path`: a folder, a safetensors file, a Google prefix, or an
+    `open_checkpoint` `Checkpoint`. `keep_tokens`: the vocabulary ids to
+    keep, in their new order (the model was built with
+    `vocab_size=len(keep_tokens)`). `family`: the model's (a name or a
+    `Family`); by default the one named like the model. Raises, naming the
+    variable or the file, before assigning anything if a tensor is missing,
+    has the wrong shape or holds NaN or infinite values (unless
+    `allow_nonfinite=True`), if a file is damaged or differs from the
+    folder's `kwiden-manifest.json`, or if the folder holds two checkpoints.
     """
     family = _family(model, family)
-    format, path = detect_format(checkpoint_path)
+    checkpoint = open_checkpoint(checkpoint_path)
+    format, path = checkpoint.format, checkpoint.path
     _check_format(family, format)
     tensors = read_tensors(format, path)
     blocks = _num_blocks(model)
     prefix = _hf_prefix(family, tensors, blocks) if format == "hf" else ""
-    _check_blocks(family, tensors, blocks, format, prefix, checkpoint_path)
+    _check_blocks(family, tensors, blocks, format, prefix, path)
     values = [
-        (variable, _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint_path))
+        (variable, _value(tensors, layer, variable, name, kind, format, keep_tokens, path, allow_nonfinite))
         for layer, variable, name, kind in _placed(model, family, _names(family, blocks, format, prefix))
     ]
     for variable, value in values:  # only once every weight has its value
@@ -203,7 +397,7 @@ def load_weights(model, checkpoint_path, keep_tokens=None, family=None):
     return model
 
 
-def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint_path):
+def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint_path, allow_nonfinite):
     """The checkpoint's value for `variable`, checked and in kwiden's layout."""
     found = _find(name, tensors)
     if found is None:
@@ -218,7 +412,25 @@ def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint
             f"'{variable.path}' (shape {tuple(variable.shape)}) needs '{name}' of shape {expected}; "
             f"the checkpoint's has {tuple(value.shape)}: the config does not match the checkpoint."
         )
+    bad = 0 if allow_nonfinite else nonfinite(value)
+    if bad:
+        raise ValueError(
+            f"The checkpoint {checkpoint_path}'s tensor '{found}' (for '{variable.path}') holds {bad} NaN or "
+            "infinite values, which would make the model's outputs NaN; pass allow_nonfinite=True to load it anyway."
+        )
     return to_kwiden(value, tuple(variable.shape), kind, format)
+
+
+def nonfinite(value):
+    """How many of `value`'s entries are NaN or infinite (0 for integers).
+
+    >>> nonfinite(np.array([1.0, np.nan, -np.inf])), nonfinite(np.arange(3))
+    (2, 0)
+    """
+    value = np.asarray(value)
+    if value.dtype.kind not in "fc" and "float" not in value.dtype.name:  # bfloat16's kind is "V"
+        return 0
+    return int(value.size - np.count_nonzero(np.isfinite(value)))
 
 
 def _check_blocks(family, tensors, blocks, format, prefix, checkpoint_path):
@@ -284,16 +496,32 @@ def _check_keep_tokens(keep_tokens, vocab):
     return keep
 
 
-def save_checkpoint(model, directory, format="hf", family=None):
+def save_checkpoint(model, directory, format="hf", family=None, allow_nonfinite=False):
     """Write a kwiden BERT or RoFormer (built, loaded, fine-tuned or grown) as
     a checkpoint other tools load: `format="hf"` writes `config.json` and
     `model.safetensors`, `"google"` writes `bert_config.json` and
-    `bert_model.ckpt.*`. Returns the directory.
+    `bert_model.ckpt.*`; both write `kwiden-manifest.json`, each file's size
+    and sha256, which loading checks. Returns the directory.
 
     `family`: the model's (a name or a `kwiden.models.Family`); by default the
     registered family named like the model (kwiden's builders name models
     after their family, and growth keeps the name). The family writes the
     config (`to_hf_config`) and names the tensors (`checkpoint_names`).
+
+    Nothing is lost and nothing half-written is visible: the files are
+    written into a temporary sibling folder (`.<name>.kwiden-tmp-*`), which is
+    removed if anything fails, leaving `directory` as it was. A new
+    `directory` is that folder renamed, in one step. In an existing one,
+    files of other names (a `vocab.txt`) stay; the manifest is moved in first,
+    then each of kwiden's files replaces its old copy (one rename each), and
+    an old Google checkpoint's files of the same prefix that the new one
+    lacks are removed; were the process killed between those renames, loading
+    would refuse the folder, naming the file that does not match the manifest.
+    A folder that holds the other format's weights, or another Google
+    checkpoint, is refused (saving would leave two checkpoints that loading
+    could not choose between): save into another folder or delete them first.
+    Weights with NaN or infinite values are refused, naming the variable,
+    unless `allow_nonfinite=True`.
 
     BERT's config has one LayerNorm epsilon; a grown model's stream norms use
     ε/k and its MLM norm ε, so the most common value is written and a warning
@@ -310,27 +538,124 @@ def save_checkpoint(model, directory, format="hf", family=None):
     ...     dict(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2))
     >>> folder = kwiden.save_checkpoint(bert, tempfile.mkdtemp())
     >>> sorted(p.name for p in folder.iterdir())
-    ['config.json', 'model.safetensors']
+    ['config.json', 'kwiden-manifest.json', 'model.safetensors']
+    >>> kwiden.save_checkpoint(bert, folder, format="google")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: ... holds Hugging Face's model.safetensors; saving Google's (bert_model.ckpt.*) weights beside ...
     """
     if format not in FORMATS:
         raise ValueError(f"`format` must be one of {FORMATS}, got format={format!r}.")
     family = _family(model, family)
     if family.to_hf_config is None:
         raise ValueError(_no_place(family))
+    directory = pathlib.Path(directory)
+    _check_target(directory, format)
     config = family.to_hf_config(model, format)
     names = _names(family, _num_blocks(model), format, _written_prefix(config))
-    tensors = {
-        name: np.ascontiguousarray(to_checkpoint(np.asarray(variable.numpy()), kind, format))
-        for _, variable, name, kind in _placed(model, family, names)
-    }
-    directory = pathlib.Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / CONFIG_FILES[format]).write_text(json.dumps(config, indent=2) + "\n")
-    if format == "hf":
-        _write_safetensors(tensors, directory / SAFETENSORS)
-    else:
-        _write_google(tensors, directory / GOOGLE_PREFIX)
+    tensors = {}
+    for _, variable, name, kind in _placed(model, family, names):
+        tensors[name] = np.ascontiguousarray(to_checkpoint(np.asarray(variable.numpy()), kind, format))
+        bad = 0 if allow_nonfinite else nonfinite(tensors[name])
+        if bad:
+            raise ValueError(
+                f"'{variable.path}' holds {bad} NaN or infinite values, and loading would refuse the checkpoint; "
+                "pass allow_nonfinite=True to write it anyway."
+            )
+    _write_atomically(directory, format, config, tensors)
     return directory
+
+
+def _check_target(directory, format):
+    """Raise if `directory` is a file, or holds weights that are not the ones
+    this save replaces: the other format's, or another Google checkpoint."""
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory} is a file; save_checkpoint writes a folder.")
+    if not directory.is_dir():
+        return
+    own = SAFETENSORS if format == "hf" else f"{GOOGLE_PREFIX}.index"
+    others = [name for name in _weight_files(directory) if name != own]
+    if others:
+        files = "; ".join(_describe(directory, name) for name in others)
+        raise ValueError(
+            f"{directory} holds {files}; saving {FORMAT_TITLES[format]} weights beside them would leave two "
+            "checkpoints that loading cannot choose between. Save into another folder, or delete those files first."
+        )
+
+
+def _write_atomically(directory, format, config, tensors):
+    """Write the checkpoint into a temporary sibling folder, then move it into
+    `directory` (`save_checkpoint` says how); the temporary folder is gone
+    after, whatever happened."""
+    target = directory.resolve()  # a link's target: the sibling is then on its file system
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = _temporary_folder(target)
+    try:
+        (temporary / CONFIG_FILES[format]).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        if format == "hf":
+            _write_safetensors(tensors, temporary / SAFETENSORS)
+        else:
+            _write_google(tensors, temporary / GOOGLE_PREFIX)
+        files = sorted(p.name for p in temporary.iterdir() if p.is_file())
+        _write_manifest(temporary, format, files)
+        for name in (*files, MANIFEST):
+            _sync(temporary / name)
+        _move_into_place(temporary, target, files, format)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _temporary_folder(target):
+    """A new hidden folder beside `target`, made as any folder is (the umask's
+    permissions, where `tempfile.mkdtemp` gives 0o700): a new checkpoint
+    folder is this one renamed."""
+    for _ in range(100):
+        folder = target.parent / f".{target.name}{TEMPORARY}{uuid.uuid4().hex[:8]}"
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"No free name for a temporary folder beside {target}.")
+
+
+def _write_manifest(folder, format, files):
+    records = {name: {"bytes": (folder / name).stat().st_size, "sha256": _sha256(folder / name)} for name in files}
+    manifest = {"kwiden_manifest": MANIFEST_VERSION, "format": format, "files": records}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+
+def _move_into_place(temporary, target, files, format):
+    if not target.exists():
+        try:
+            os.rename(temporary, target)  # one step: the whole checkpoint or nothing
+            _sync(target.parent)
+            return
+        except OSError:
+            if not target.is_dir():  # not a folder made meanwhile by someone else
+                raise
+    stale = [name for name in _google_files(target, GOOGLE_PREFIX) if name not in files] if format == "google" else []
+    # The manifest first: from here until the last rename, loading refuses the folder.
+    os.replace(temporary / MANIFEST, target / MANIFEST)
+    for name in files:
+        os.replace(temporary / name, target / name)
+    for name in stale:
+        (target / name).unlink()
+    _sync(target)
+
+
+def _sync(path):
+    """Flush a file, or a folder's entries, to the disk (where the system allows it)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:  # Windows opens no folders
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def _written_prefix(config):

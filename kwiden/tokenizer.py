@@ -1,6 +1,18 @@
 """BERT's WordPiece tokenizer, on Hugging Face's `tokenizers` library."""
 
+import collections
+import pathlib
+
 import numpy as np
+
+# The tokens BERT's WordPiece cannot do without: unknown words, and the two
+# that `encode` puts around texts.
+REQUIRED_TOKENS = ("[UNK]", "[CLS]", "[SEP]")
+# What `tokenizers` strips from the end of a vocabulary line (Rust's
+# whitespace: Python's but for the separators \x1c-\x1f).
+LINE_END_SPACES = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 class Tokenizer:
@@ -11,10 +23,16 @@ class Tokenizer:
     for one text or a pair: `[CLS] first [SEP] second [SEP]`, segment 0 then 1,
     the longer text truncated first to fit `maxlen`. Calling the tokenizer on
     a list of texts (or of pairs) gives the two arrays padded with 0, ready for
-    a kwiden BERT.
+    a kwiden BERT; an empty list gives two int32 arrays of shape (0, 0).
+
+    The vocabulary is checked when the tokenizer is made (`read_vocabulary`):
+    a missing file, a folder, an empty file, one without [UNK], [CLS] or
+    [SEP], and one that repeats a token (whose ids would skip, leaving
+    `vocab_size` below the largest id) are refused with an error naming the
+    file (and the repeated token's lines).
 
     Args:
-        vocab_path: the model's `vocab.txt`.
+        vocab_path: the model's `vocab.txt`, one token a line, ids from 0.
         lowercase: lower-case and strip accents first (uncased models); False
             for cased models. Chinese models are usually uncased.
         maxlen: the default `maxlen` (512, BERT's positions).
@@ -31,12 +49,18 @@ class Tokenizer:
     def __init__(self, vocab_path, lowercase=True, maxlen=512):
         from tokenizers import BertWordPieceTokenizer
 
+        tokens = read_vocabulary(vocab_path)
         self.vocab_path = str(vocab_path)
         self.lowercase = lowercase
         self.maxlen = maxlen
         self._tokenizer = BertWordPieceTokenizer(
             self.vocab_path, lowercase=lowercase, strip_accents=lowercase, handle_chinese_chars=True
         )
+        if self.vocab_size != len(tokens):  # lines `tokenizers` splits otherwise than Python does
+            raise ValueError(
+                f"The vocabulary {self.vocab_path} has {len(tokens)} lines, which `tokenizers` reads as "
+                f"{self.vocab_size} tokens: some repeat, and ids would skip."
+            )
 
     @property
     def vocab_size(self):
@@ -59,7 +83,7 @@ class Tokenizer:
             raise ValueError("Call the tokenizer on a list of texts (or of pairs); for one text use `encode`.")
         self._truncate(maxlen)
         encodings = self._tokenizer.encode_batch(list(texts))
-        length = max(len(e.ids) for e in encodings)
+        length = max((len(e.ids) for e in encodings), default=0)
         token_ids = np.zeros((len(encodings), length), "int32")
         segment_ids = np.zeros_like(token_ids)
         for row, e in enumerate(encodings):
@@ -72,3 +96,55 @@ class Tokenizer:
         if maxlen < 3:
             raise ValueError(f"`maxlen` must leave room for [CLS] and [SEP], at least 3; got maxlen={maxlen}.")
         self._tokenizer.enable_truncation(maxlen, strategy="longest_first")
+
+
+def read_vocabulary(vocab_path):
+    """The tokens of a WordPiece `vocab.txt`, in id order, as `tokenizers`
+    reads them (one a line, trailing spaces dropped). Raises, naming the
+    file, where it is missing, a folder, empty, not UTF-8, lacks one of
+    `REQUIRED_TOKENS` or repeats a token (naming it and its lines).
+
+    >>> import tempfile, os
+    >>> vocab = os.path.join(tempfile.mkdtemp(), "vocab.txt")
+    >>> _ = open(vocab, "w").write("\\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "hello"]))
+    >>> read_vocabulary(vocab)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: The vocabulary .../vocab.txt repeats 'hello' on lines 5 and 7; ...
+    """
+    path = pathlib.Path(vocab_path)
+    if path.is_dir():
+        inside = " (its vocab.txt?)" if (path / "vocab.txt").is_file() else ""
+        raise ValueError(f"The vocabulary {path} is a folder; give the vocab.txt file{inside}.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"The vocabulary {path} does not exist; give the model's vocab.txt.") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"The vocabulary {path} is not UTF-8 text (at byte offset {error.start}).") from None
+    lines = text.split("\n")
+    if lines[-1] == "":  # the newline ending the last line
+        lines.pop()
+    if not lines:
+        raise ValueError(f"The vocabulary {path} is empty; a WordPiece vocab.txt has one token a line.")
+    tokens = [line.rstrip(LINE_END_SPACES) for line in lines]
+    missing = [token for token in REQUIRED_TOKENS if token not in tokens]
+    if missing:
+        raise ValueError(
+            f"The vocabulary {path} has no {' or '.join(missing)} line: BERT's WordPiece needs [UNK] for unknown "
+            "words and [CLS] and [SEP] around texts. Is it a WordPiece vocab.txt?"
+        )
+    lines_of = collections.defaultdict(list)
+    for number, token in enumerate(tokens, 1):
+        lines_of[token].append(number)
+    repeated = {token: numbers for token, numbers in lines_of.items() if len(numbers) > 1}
+    if repeated:
+        token, numbers = next(iter(repeated.items()))
+        where = ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}"
+        others = len(repeated) - 1
+        more = f" (and {others} more repeated token{'s' * (others > 1)})" if others else ""
+        raise ValueError(
+            f"The vocabulary {path} repeats {token!r} on lines {where}{more}; each token must have one line, "
+            "or ids skip and vocab_size falls below the largest id."
+        )
+    return tokens

@@ -134,6 +134,7 @@ def test_older_hugging_face_names_load(bert, tmp_path):
         name = name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
         renamed[name.replace("cls.predictions.bias", "cls.predictions.decoder.bias")] = value
     save_file(renamed, str(folder / "model.safetensors"))
+    (folder / "kwiden-manifest.json").unlink()  # the file is another tool's now, without kwiden's record
     loaded = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True)
     for a, b in zip(numpy_outputs(model, padded_batch()), numpy_outputs(loaded, padded_batch())):
         np.testing.assert_array_equal(a, b)
@@ -175,8 +176,15 @@ def test_checkpoint_errors(bert, tmp_path):
         match=r"'Transformer-0-FeedForward/inner_kernel' \(shape \(16, 30\)\) needs 'bert/encoder/layer_0/intermediate/dense/kernel' of shape \(16, 30\); the checkpoint's has \(16, 24\)",
     ):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", intermediate_size=30)
-    with pytest.raises(FileNotFoundError, match=r"No config.json or bert_config.json beside"):
+    with pytest.raises(FileNotFoundError, match=r"The checkpoint file \S+elsewhere.safetensors does not exist\.$"):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "elsewhere.safetensors")
+    with pytest.raises(FileNotFoundError, match=r"The checkpoint folder \S+nowhere does not exist \(nor a Google"):
+        kwiden.build_transformer_model(tiny_config(), checkpoint_path=tmp_path / "nowhere")
+    (tmp_path / "weights-only").mkdir()
+    (tmp_path / "google" / "bert_model.ckpt.index").rename(tmp_path / "weights-only" / "bert_model.ckpt.index")
+    with pytest.raises(FileNotFoundError, match=r"No config.json or bert_config.json beside \S+weights-only"):
+        kwiden.build_transformer_model(checkpoint_path=tmp_path / "weights-only")
+    (tmp_path / "weights-only" / "bert_model.ckpt.index").rename(tmp_path / "google" / "bert_model.ckpt.index")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"No model.safetensors and no \*.ckpt.index in"):
         kwiden.build_transformer_model(tiny_config(), checkpoint_path=tmp_path / "empty")

@@ -67,3 +67,49 @@ def test_tokenize_does_not_depend_on_the_last_call(tokenizer):
 def test_too_short_maxlen_is_refused(tokenizer):
     with pytest.raises(ValueError, match=r"`maxlen` must leave room for \[CLS\] and \[SEP\], at least 3; got maxlen=2"):
         tokenizer.encode("我", maxlen=2)
+
+
+def test_bad_vocabularies_are_refused_when_the_tokenizer_is_made(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"The vocabulary \S+missing.txt does not exist; give the model's vocab.txt"):  # fmt: skip
+        kwiden.Tokenizer(tmp_path / "missing.txt")
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"The vocabulary \S+ is a folder; give the vocab.txt file \(its vocab.txt\?\)"):  # fmt: skip
+        kwiden.Tokenizer(tmp_path)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=r"The vocabulary \S+empty.txt is empty; a WordPiece vocab.txt has one token a line"):  # fmt: skip
+        kwiden.Tokenizer(empty)
+    no_unk = tmp_path / "no-unk.txt"
+    no_unk.write_text("\n".join(token for token in VOCAB if token != "[UNK]"), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"The vocabulary \S+no-unk.txt has no \[UNK\] line: BERT's WordPiece needs \[UNK\] for unknown words"):  # fmt: skip
+        kwiden.Tokenizer(no_unk)
+    no_sep = tmp_path / "no-sep.txt"
+    no_sep.write_text("\n".join(token for token in VOCAB if token not in ("[CLS]", "[SEP]")), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"no-sep.txt has no \[CLS\] or \[SEP\] line"):
+        kwiden.Tokenizer(no_sep)
+    latin = tmp_path / "latin-1.txt"
+    latin.write_bytes("\n".join(VOCAB).replace("é", "e").encode() + "\ncafé".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin-1.txt is not UTF-8 text \(at byte offset \d+\)"):
+        kwiden.Tokenizer(latin)
+
+
+def test_a_vocabulary_that_repeats_a_token_is_refused_naming_its_lines(tmp_path):
+    """Repeated, `tokenizers` keeps the last id: vocab_size would fall below the largest id."""
+    repeated = tmp_path / "vocab.txt"
+    repeated.write_text("\n".join(VOCAB + ["hello", "world  ", "我"]) + "\n", encoding="utf-8")
+    with pytest.raises(
+        ValueError,
+        match=r"The vocabulary \S+vocab.txt repeats '我' on lines 6 and 17 \(and 2 more repeated tokens\); "
+        r"each token must have one line, or ids skip and vocab_size falls below the largest id\.",
+    ):
+        kwiden.Tokenizer(repeated)
+    # A last line's newline makes no token; nor does `tokenizers` strip \x1c (which Python counts as a space).
+    ended = tmp_path / "ended.txt"
+    ended.write_text("\n".join(VOCAB + ["world\x1c"]) + "\n", encoding="utf-8")
+    assert kwiden.Tokenizer(ended).vocab_size == len(VOCAB) + 1
+
+
+def test_an_empty_batch_gives_empty_arrays(tokenizer):
+    token_ids, segment_ids = tokenizer([])
+    assert token_ids.shape == segment_ids.shape == (0, 0)
+    assert token_ids.dtype == segment_ids.dtype == np.int32

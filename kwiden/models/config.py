@@ -7,6 +7,8 @@ override in kwiden's words beats the file's key in Hugging Face's.
 """
 
 import json
+import numbers
+import pathlib
 
 REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
 DEFAULTS = {
@@ -24,11 +26,45 @@ DEFAULTS = {
 
 def config_sources(config=None, config_path=None, overrides=None):
     """The file's dict, `config` and `overrides`, in the order they apply."""
-    sources = []
-    if config_path is not None:
-        with open(config_path, encoding="utf-8") as f:
-            sources.append(json.load(f))
+    sources = [] if config_path is None else [read_config_file(config_path)]
     return sources + [dict(config or {}), dict(overrides or {})]
+
+
+def read_config_file(config_path):
+    """The dict in a `config.json`; a one-line error naming the file where it
+    is missing, a folder, not JSON (with the error's position) or not an object.
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "config.json")
+    >>> _ = open(path, "w").write('{"hidden_size": 8,}')
+    >>> read_config_file(path)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: The config file .../config.json is not valid JSON: Expecting property name ... at line 1, column 19 ...
+    """
+    path = pathlib.Path(config_path)
+    if path.is_dir():
+        raise ValueError(f"The config file {path} is a folder; give the config.json in it.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"The config file {path} does not exist; give a config.json, or `config`.") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"The config file {path} is not UTF-8 text (at byte offset {error.start}), so not JSON."
+        ) from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"The config file {path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno} "
+            f"(character {error.pos}). Fix it, or pass `config` instead."
+        ) from None
+    if not isinstance(config, dict):
+        raise ValueError(
+            f"The config file {path} holds a JSON {type(config).__name__}, not an object of keys such as hidden_size."
+        )
+    return config
 
 
 def renamed(config, names):
@@ -56,6 +92,14 @@ def complete_config(config, defaults=None):
             f"The transformer config lacks {', '.join(missing)}; give them in "
             "`config`, in the file at `config_path`, or as keyword arguments."
         )
+    wrong = {
+        key: config[key] for key in REQUIRED if not _is_count(config[key], least=0 if key == "num_hidden_layers" else 1)
+    }
+    if wrong:
+        raise ValueError(
+            f"The transformer config's {', '.join(f'{key}={value!r}' for key, value in wrong.items())} must be "
+            "whole numbers (at least 1; num_hidden_layers at least 0)."
+        )
     config = dict(config)
     for key, value in {**DEFAULTS, **(defaults or {})}.items():
         if config.get(key) is None:
@@ -65,6 +109,10 @@ def complete_config(config, defaults=None):
     if config["attention_head_size"] is None:
         config["attention_head_size"] = _head_size(config["hidden_size"], config["num_attention_heads"])
     return config
+
+
+def _is_count(value, least):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= least
 
 
 def _head_size(hidden, heads):

@@ -22,6 +22,7 @@ def build_transformer_model(
     with_pool=False,
     residual=None,
     keep_tokens=None,
+    allow_nonfinite=False,
     **overrides,
 ):
     """Build a Transformer from a BERT-style config, as bert4keras does.
@@ -41,7 +42,12 @@ def build_transformer_model(
             `bert_model.ckpt.*`, or its prefix); the format is detected from
             the files. Every weight must be found with its shape, or nothing
             is loaded. Without `config`/`config_path`, the folder's
-            `config.json` or `bert_config.json` is read.
+            `config.json` or `bert_config.json` is read. Refused, with a
+            one-line error naming the file: a folder that holds two
+            checkpoints, files that differ from the folder's
+            `kwiden-manifest.json` (written by `kwiden.save_checkpoint`),
+            damaged files, and tensors with NaN or infinite values.
+        allow_nonfinite: load tensors with NaN or infinite values all the same.
         keep_tokens: vocabulary ids to keep (bert4keras' option): the token
             table and the MLM bias keep those rows, in that order, and
             `vocab_size` becomes their number.
@@ -85,8 +91,10 @@ def build_transformer_model(
     family = get_family(model)
     flags = _flags(family, with_mlm=with_mlm, with_pool=with_pool)
     _check_weights_options(family, checkpoint_path, keep_tokens)
-    if checkpoint_path is not None and config is None and config_path is None:
-        config_path = checkpoints.config_beside(checkpoint_path)
+    if checkpoint_path is not None:  # found and checked against its manifest before its config is read
+        checkpoint_path = checkpoints.open_checkpoint(checkpoint_path)
+        if config is None and config_path is None:
+            config_path = checkpoints.config_beside(checkpoint_path)
     if keep_tokens is not None:
         overrides["vocab_size"] = len(keep_tokens)
     config = family.config(config, config_path, **overrides)
@@ -95,7 +103,7 @@ def build_transformer_model(
     built = family.build(config, name=family.name, **flags)
     if checkpoint_path is None:
         return built
-    return checkpoints.load_weights(built, checkpoint_path, keep_tokens, family=family)
+    return checkpoints.load_weights(built, checkpoint_path, keep_tokens, family=family, allow_nonfinite=allow_nonfinite)
 
 
 def _flags(family, **flags):
