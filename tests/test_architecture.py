@@ -147,3 +147,17 @@ def test_code_is_formatted_and_lint_free():
             [sys.executable, "-m", "ruff", *command, *paths], cwd=root, capture_output=True, text=True
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_readme_test_command_is_what_ci_runs():
+    root = PACKAGE.parent
+    readme = (root / "README.md").read_text().split("```bash\n", 1)[1].split("```", 1)[0]
+    test_line = next(line for line in readme.splitlines() if "pytest" in line)
+    ci = (root / ".ci" / "run").read_text()
+    for command in test_line.split("#")[0].split("&&"):
+        command = (
+            command.strip()
+            .replace("pip install -e", "python -m pip install -q -e")
+            .replace("pip install --no-deps", "python -m pip install -q --no-deps")
+        )
+        assert command in ci, f"README runs `{command}`; .ci/run does not"
