@@ -31,6 +31,7 @@ from common import environment, table
 
 import kwiden
 from kwiden import corpus, optimizers
+from kwiden.files import replaced_atomically
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 RESIDUALS = ("post_ln", "pre_ln", "admin")
@@ -118,7 +119,8 @@ def plot_output_change(depths, changes):
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "admin_output_change.png", dpi=120)
+    with replaced_atomically(RESULTS / "admin_output_change.png") as temporary:
+        fig.savefig(temporary, dpi=120)
 
 
 def plot_curves(curves, depths, optimizer_names, unigram):
@@ -142,7 +144,8 @@ def plot_curves(curves, depths, optimizer_names, unigram):
     fig.supxlabel("updates")
     fig.supylabel("validation loss (nats per byte)")
     fig.tight_layout()
-    fig.savefig(RESULTS / "admin_training.png", dpi=120)
+    with replaced_atomically(RESULTS / "admin_training.png") as temporary:
+        fig.savefig(temporary, dpi=120)
 
 
 def main():

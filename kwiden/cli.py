@@ -1,12 +1,13 @@
 """The `kwiden` command: `kwiden grow SRC DST --factor K [--check]`, `kwiden demo`."""
 
 import argparse
-import os
 import pathlib
 import sys
 import warnings
 import zipfile
 from fractions import Fraction
+
+from kwiden.files import replaced_atomically
 
 
 def _grow(args):
@@ -44,7 +45,8 @@ def _grow(args):
         print(report)
         if not report.ok:
             print("kwiden grow: not exact; saved anyway (--allow-approximate)", file=sys.stderr)
-    _save_atomically(big, dst)
+    with replaced_atomically(dst) as temporary:  # a failed save leaves DST as it was
+        big.save(temporary)
     print(f"saved {dst}")
     return 0
 
@@ -77,17 +79,6 @@ def _destination_path(path, source):
     if path.exists() and path.resolve() == pathlib.Path(source).resolve():
         raise CommandError(f"{path} is the source model; write the grown model to another file.")
     return path
-
-
-def _save_atomically(model, path):
-    """Save into a temporary sibling, then rename: a failed save leaves no
-    partial file and whatever was at `path` before intact."""
-    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp.keras")
-    try:
-        model.save(temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def _demo(args):

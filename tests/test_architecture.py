@@ -13,7 +13,14 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "kwiden"
 # Lower layers know nothing of higher ones: the calculus no Keras model, layers
 # no graph, the graph no growth, growth no KerasHub-free public API, … .
 LAYERS = [
-    ("kwiden.expansion", "kwiden.naming", "kwiden.keras_internals", "kwiden.corpus", "kwiden.tokenizer"),
+    (
+        "kwiden.expansion",
+        "kwiden.naming",
+        "kwiden.keras_internals",
+        "kwiden.files",
+        "kwiden.corpus",
+        "kwiden.tokenizer",
+    ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),
     ("kwiden.plan", "kwiden.depth"),
