@@ -26,3 +26,18 @@ def replaced_atomically(path):
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def read_text(path, what, wanted, not_utf8=""):
+    """The UTF-8 text of the file at `path`, or one error that calls it `what`
+    ("The vocabulary …") and says what to give instead (`wanted`) when it is a
+    folder, is missing, or is not UTF-8 (`not_utf8` ends that sentence)."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a folder; give {wanted}.")
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what} {path} does not exist; give {wanted}.") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{what} {path} is not UTF-8 text (at byte offset {error.start}){not_utf8}.") from None

@@ -5,6 +5,8 @@ import pathlib
 
 import numpy as np
 
+from kwiden.files import read_text
+
 # The tokens BERT's WordPiece cannot do without: unknown words, and the two
 # that `encode` puts around texts.
 REQUIRED_TOKENS = ("[UNK]", "[CLS]", "[SEP]")
@@ -116,12 +118,7 @@ def read_vocabulary(vocab_path):
     if path.is_dir():
         inside = " (its vocab.txt?)" if (path / "vocab.txt").is_file() else ""
         raise ValueError(f"The vocabulary {path} is a folder; give the vocab.txt file{inside}.")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"The vocabulary {path} does not exist; give the model's vocab.txt.") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"The vocabulary {path} is not UTF-8 text (at byte offset {error.start}).") from None
+    text = read_text(path, "The vocabulary", "the model's vocab.txt")
     lines = text.split("\n")
     if lines[-1] == "":  # the newline ending the last line
         lines.pop()

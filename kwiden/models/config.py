@@ -10,6 +10,8 @@ import json
 import numbers
 import pathlib
 
+from kwiden.files import read_text
+
 REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
 DEFAULTS = {
     "intermediate_size": None,  # 4 × hidden_size
@@ -45,14 +47,7 @@ def read_config_file(config_path):
     path = pathlib.Path(config_path)
     if path.is_dir():
         raise ValueError(f"The config file {path} is a folder; give the config.json in it.")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"The config file {path} does not exist; give a config.json, or `config`.") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"The config file {path} is not UTF-8 text (at byte offset {error.start}), so not JSON."
-        ) from None
+    text = read_text(path, "The config file", "a config.json, or `config`", not_utf8=", so not JSON")
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:
