@@ -151,10 +151,12 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         v = self._project("value", value)
         mask = self._mask(q, k, attention_mask, use_causal_mask)
         scale = self.head_size**-0.5 if self.scaled else 1.0
+        if self.key_value_heads is not None:
+            # Each key/value head serves its group of query heads. (Keras' fused
+            # attention takes fewer key/value heads itself, but not one on TensorFlow.)
+            groups = self.heads // self.key_value_heads
+            k, v = ops.repeat(k, groups, axis=2), ops.repeat(v, groups, axis=2)
         if training and self.dropout > 0:
-            if self.key_value_heads is not None:
-                groups = self.heads // self.key_value_heads
-                k, v = ops.repeat(k, groups, axis=2), ops.repeat(v, groups, axis=2)
             logits = ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * scale
             if attention_bias is not None:
                 logits = logits + ops.cast(attention_bias, "float32")

@@ -47,6 +47,7 @@ EXAMPLES = {
             {"call_kwargs": {"use_causal_mask": True}, "k": Growth(2, heads="count")},
         ),
         (lambda: layers.ExpandableMultiHeadAttention(2, 4, rotary_base=10000.0, use_bias=False), stream, {}),
+        (lambda: layers.ExpandableMultiHeadAttention(4, 2, key_value_heads=1), stream, {"k": Growth(2, heads="count")}),
         (lambda: layers.ExpandableMultiHeadAttention(2, 3, scaled=False, use_bias=False, dropout=0.1), stream, {}),
         (lambda: layers.ExpandableMultiHeadAttention(2, 4, rotary_frequencies=[1.0, 0.1]), stream, {}),
     ],
