@@ -7,7 +7,8 @@ a matrix product (the tied logits included, the embedding lookups not), L the
 blocks, T the context and d the width. Every run logs its validation loss
 against cumulative FLOPs; the table gives, per recipe, the FLOPs it needed to
 reach the scratch run's final validation loss and the saving in percent
-("never" if it did not within the same compute). The scratch run is the best
+against what the scratch run needed to first reach it ("never" if it did not
+within the same compute). The scratch run is the best
 of `--lrs`; every grown run uses that learning rate and the same schedule.
 
 Recipes after growth (`--share` of the scratch run's tokens go to the small model):
@@ -200,10 +201,12 @@ def main():
         runs.append(run)
         print(f"{name}: final valid loss {run.curve[-1][1]:.4f} ({run.seconds:.0f} s)")
 
+    # Scratch's own cost of reaching its final loss: a noisy curve may touch it before the end.
+    reference = scratch.flops_to_reach(target)
     rows = []
     for run in runs:
         reach = run.flops_to_reach(target)
-        saving = "never" if reach is None else f"{100 * (1 - reach / scratch.flops):+.1f}%"
+        saving = "never" if reach is None else f"{100 * (1 - reach / reference):+.1f}%"
         rows.append(
             (run.name, f"{run.curve[-1][1]:.4f}", f"{run.flops:.3g}", "-" if reach is None else f"{reach:.3g}", saving)
         )
