@@ -40,12 +40,9 @@ UNTRAINED_MARGIN = 0.05  # nats per byte below the unigram loss a trained model 
 
 
 def build(residual, depth, args, profile_batch):
-    config = dict(
-        vocab_size=corpus.VOCAB_SIZE, hidden_size=args.hidden, num_hidden_layers=depth,
-        num_attention_heads=args.heads, intermediate_size=4 * args.hidden,
-        max_position_embeddings=args.length, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, layer_norm_eps=1e-5, initializer_range=args.hidden**-0.5,
-    )  # fmt: skip
+    config = corpus.gpt_config(
+        args.hidden, depth, args.length, num_attention_heads=args.heads, initializer_range=args.hidden**-0.5
+    )
     model = kwiden.build_transformer_model(config, model="gpt", residual=residual)
     if residual == "admin":
         kwiden.admin.initialize(model, profile_batch)

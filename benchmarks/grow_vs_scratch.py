@@ -43,17 +43,7 @@ RESULTS = pathlib.Path(__file__).parent / "results"
 
 
 def gpt(hidden, layers, length):
-    config = dict(
-        vocab_size=corpus.VOCAB_SIZE,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        intermediate_size=4 * hidden,
-        max_position_embeddings=length,
-        layer_norm_eps=1e-5,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    config = corpus.gpt_config(hidden, layers, length)
     return kwiden.build_transformer_model(config, model="gpt")
 
 

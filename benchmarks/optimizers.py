@@ -116,16 +116,7 @@ def quality(args):
     x_valid, y_valid = corpus.windows(ids[split:], 64, 512, rng)
     examples = args.examples
     x_train, y_train = corpus.windows(ids[:split], 64, examples, rng)
-    config = dict(
-        vocab_size=corpus.VOCAB_SIZE,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        layer_norm_eps=1e-5,
-    )
+    config = corpus.gpt_config(64, 2, 64)
     runs = [("batch 8, accumulation 8", 8, 8), ("batch 64", 64, 1), ("batch 8, no accumulation", 8, 1)]
     rows = []
     for name, batch, accum in runs:

@@ -64,16 +64,7 @@ def main():
     x_valid, y_valid = corpus.windows(ids[split:], args.length, 256, rng)
     x_small, y_small = corpus.windows(ids[:split], args.length, args.small_steps * args.batch, rng)
     x_big, y_big = corpus.windows(ids[:split], args.length, args.big_steps * args.batch, rng)
-    config = dict(
-        vocab_size=corpus.VOCAB_SIZE,
-        hidden_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        max_position_embeddings=args.length,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        layer_norm_eps=1e-5,
-    )
+    config = corpus.gpt_config(64, 4, args.length)
     small = kwiden.build_transformer_model(config, model="gpt")
     small.compile(optimizers.AdamW(args.lr, weight_decay=0.0), LOSS)
     small.fit(x_small, y_small, batch_size=args.batch, verbose=0)

@@ -9,6 +9,24 @@ PADDING = 0
 VOCAB_SIZE = 257  # 256 byte values, shifted by one so that 0 is padding
 
 
+def gpt_config(hidden_size, num_hidden_layers, length, **overrides):
+    """The config of a byte-level GPT on this corpus (2 heads, FFN 4× the
+    width, ε 1e-5, no dropout) for `kwiden.build_transformer_model(model="gpt")`:
+    what the demo, the benchmarks and the notebooks train."""
+    config = dict(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=2,
+        intermediate_size=4 * hidden_size,
+        max_position_embeddings=length,
+        layer_norm_eps=1e-5,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    return {**config, **overrides}
+
+
 def load_text(name="python_tutorial.txt.gz"):
     """The shipped text (see kwiden/data/README.md for its source and licence)."""
     with resources.files("kwiden").joinpath("data", name).open("rb") as f:

@@ -24,17 +24,7 @@ def run(steps=300, grow_steps=150, factor=2, batch_size=32, length=64, hidden_si
     split = int(0.9 * len(ids))
     train_ids, valid = ids[:split], ids[split:]
     x_valid, y_valid = corpus.windows(valid, length, 256, rng)
-    config = dict(
-        vocab_size=corpus.VOCAB_SIZE,
-        hidden_size=hidden_size,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=4 * hidden_size,
-        max_position_embeddings=length,
-        layer_norm_eps=1e-5,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    config = corpus.gpt_config(hidden_size, 2, length)
     small = kwiden.build_transformer_model(config, model="gpt")
     small.compile(optimizers.Adam(2e-3), LOSS)
 
