@@ -115,10 +115,8 @@ def read_vocabulary(vocab_path):
     ValueError: The vocabulary .../vocab.txt repeats 'hello' on lines 5 and 7; ...
     """
     path = pathlib.Path(vocab_path)
-    if path.is_dir():
-        inside = " (its vocab.txt?)" if (path / "vocab.txt").is_file() else ""
-        raise ValueError(f"The vocabulary {path} is a folder; give the vocab.txt file{inside}.")
-    text = read_text(path, "The vocabulary", "the model's vocab.txt")
+    inside = " (its vocab.txt?)" if (path / "vocab.txt").is_file() else ""
+    text = read_text(path, "The vocabulary", "the model's vocab.txt", in_folder=f"the vocab.txt file{inside}")
     lines = text.split("\n")
     if lines[-1] == "":  # the newline ending the last line
         lines.pop()

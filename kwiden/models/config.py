@@ -45,9 +45,13 @@ def read_config_file(config_path):
     ValueError: The config file .../config.json is not valid JSON: Expecting property name ... at line 1, column 19 ...
     """
     path = pathlib.Path(config_path)
-    if path.is_dir():
-        raise ValueError(f"The config file {path} is a folder; give the config.json in it.")
-    text = read_text(path, "The config file", "a config.json, or `config`", not_utf8=", so not JSON")
+    text = read_text(
+        path,
+        "The config file",
+        "a config.json, or `config`",
+        in_folder="the config.json in it",
+        not_utf8=", so not JSON",
+    )
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:
