@@ -1,30 +1,39 @@
-"""Does growth save compute? A byte-level GPT (Pre-LN causal LM) trained from
-scratch against the same model grown from a half-width one, at equal compute.
+"""Does growth save compute? A byte-level Transformer trained from scratch
+against the same model grown from a smaller one, at equal compute, on real text.
+
+Two model styles: `--model gpt` (Pre-LN causal LM, next byte) and `--model bert`
+(Post-LN masked LM: 15% of the bytes masked, loss on those).
 
 The small model is charged. Compute is counted in training FLOPs, Kaplan et
 al.'s estimate: per token, 6·N + 6·L·T·d, where N counts every weight used in
 a matrix product (the tied logits included, the embedding lookups not), L the
 blocks, T the context and d the width. Every run logs its validation loss
-against cumulative FLOPs; the table gives, per recipe, the FLOPs it needed to
-reach the scratch run's final validation loss and the saving in percent
-against what the scratch run needed to first reach it ("never" if it did not
-within the same compute). The scratch run is the best
-of `--lrs`; every grown run uses that learning rate and the same schedule.
+against cumulative FLOPs and wall time; the table gives, per recipe, the FLOPs
+it needed to reach the scratch run's final validation loss and the saving in
+percent against what the scratch run needed to first reach it ("never" if it
+did not within the same compute). The scratch run is the best of `--lrs`;
+every grown run uses that learning rate and the same schedule, counted in
+updates across the growth.
 
-Recipes after growth (`--share` of the scratch run's tokens go to the small model):
-  default         kwiden.grow(small, 2, optimizer=small.optimizer): plain copies,
-                  grown Adam state, per-tensor learning-rate multipliers
-  spread 3        the same with exact symmetry breaking, spread=3
-  spread 3, fresh spread=3 and a fresh Adam (no state carried)
-  spread 3, source state   spread=3; each source element keeps its grown moments,
-                  its copies start from zero (asymmetric state; SPARKLING's best)
+A recipe (`RECIPES`, chosen with `--recipes`) says how the small model is
+made (width and depth factors, its share of the scratch run's tokens), how it
+grows (`kwiden.grow` arguments; `stack`: G_stack-style whole-model stacking,
+whose new blocks are full copies, not identities) and what the optimizer
+carries across: `state` grown (kwiden's default), `fresh` (a new Adam) or
+`source` (each source element keeps its grown moments, its copies start from
+zero); `multipliers` (per-tensor growth scales, on by default in `grow`);
+`rewarm` (updates over which the learning rate climbs back from 0 after
+growth: `global` for every weight, `copies` for the new copies only, through
+per-slice multipliers).
 
     python benchmarks/grow_vs_scratch.py                   # about 10 minutes on 2 cores
-    python benchmarks/grow_vs_scratch.py --corpus /usr/share/doc/python3.11/html/_sources/library/os.rst.txt
+    python benchmarks/grow_vs_scratch.py --model bert --corpus /tmp/zh.txt
+    python benchmarks/grow_vs_scratch.py --recipes default,"spread 3" --lrs 2e-3
     python benchmarks/grow_vs_scratch.py --quick
 """
 
 import argparse
+import dataclasses
 import pathlib
 import time
 
@@ -38,48 +47,104 @@ from kwiden.files import replaced_atomically
 from kwiden.growth import weight_axes
 from kwiden.keras_internals import optimizer_slots, slot_of
 
-LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 RESULTS = pathlib.Path(__file__).parent / "results"
+MASK = corpus.VOCAB_SIZE  # the masked LM's [MASK]: one id past the bytes
+MASKED = 0.15
 
 
-def gpt(hidden, layers, length):
-    config = corpus.gpt_config(hidden, layers, length)
-    return kwiden.build_transformer_model(config, model="gpt")
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    name: str
+    share: float = 0.5  # of the scratch run's updates, spent on the small model
+    width: int = 2  # the small model is `width` times narrower
+    depth: int = 1  # and `depth` times shallower
+    stack: bool = False  # deepen by stacking whole copies (G_stack), not identity blocks
+    spread: float = 0.0
+    state: str = "grown"  # grown | fresh | source
+    multipliers: bool = True
+    rewarm: str | None = None  # None | global | copies
+    rewarm_steps: int = 100
+
+
+RECIPES = [
+    Recipe("default"),
+    Recipe("spread 3", spread=3),
+    Recipe("spread 3, no multipliers", spread=3, multipliers=False),
+    Recipe("spread 3, fresh Adam", spread=3, state="fresh"),
+    Recipe("spread 3, source state", spread=3, state="source"),
+    Recipe("spread 3, source state, no multipliers", spread=3, state="source", multipliers=False),
+    Recipe("spread 1, fresh Adam", spread=1, state="fresh"),
+    Recipe("spread 10, fresh Adam", spread=10, state="fresh"),
+    Recipe("spread 3, fresh Adam, share 25%", spread=3, state="fresh", share=0.25),
+    Recipe("spread 3, fresh Adam, share 67%", spread=3, state="fresh", share=0.67),
+    Recipe("depth x2 (identity blocks)", width=1, depth=2),
+    Recipe("depth x2, fresh Adam", width=1, depth=2, state="fresh"),
+    Recipe("depth x2 stacked (G_stack), fresh Adam", width=1, depth=2, stack=True, state="fresh"),
+    Recipe("width x2 + depth x2, spread 3, fresh Adam", depth=2, spread=3, state="fresh"),
+]
+
+
+def build(args, hidden, layers):
+    if args.model == "gpt":
+        return kwiden.build_transformer_model(corpus.gpt_config(hidden, layers, args.length), model="gpt")
+    config = corpus.gpt_config(hidden, layers, args.length, vocab_size=corpus.VOCAB_SIZE + 1)
+    bert = kwiden.build_transformer_model(config, model="bert", with_mlm=True)
+    return keras.Model(bert.inputs, bert.outputs[1], name="bert_mlm")
+
+
+def compile_model(model, optimizer):
+    # Masked LM: targets are 0 (padding, ignored) except at the masked bytes.
+    model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0))
+
+
+def batches(args, ids, count, rng):
+    x, y = corpus.windows(ids, args.length, count, rng)
+    if args.model == "gpt":
+        return x, y
+    masked = rng.random(x.shape) < MASKED
+    return [np.where(masked, MASK, x), np.zeros_like(x)], np.where(masked, x, 0)
 
 
 def flops_per_token(model, length):
     """6·N + 6·L·T·d (training: forward and backward)."""
     matmul = sum(int(np.prod(w.shape)) for w in model.trainable_weights if len(w.shape) >= 2)
-    token = model.get_layer("Embedding-Token")
+    token = model.get_layer(naming.EMBEDDING_TOKEN)
     layers = naming.count_blocks(layer.name for layer in model.layers)
     return 6 * matmul + 6 * layers * length * token.output_dim
 
 
 class Run:
-    """One training run: its validation curve against cumulative FLOPs."""
+    """One training run: its validation curve against cumulative FLOPs and seconds."""
 
     def __init__(self, name, data, args):
         self.name, self.data, self.args = name, data, args
-        self.flops, self.curve, self.seconds = 0.0, [], 0.0
+        self.rng = np.random.default_rng(args.seed)
+        self.flops, self.curve, self.seconds, self.steps = 0.0, [], 0.0, 0
 
     def train(self, model, steps):
         args, per_step = self.args, flops_per_token(model, self.args.length) * self.args.batch * self.args.length
         for done in range(0, steps, args.eval_every):
             chunk = min(args.eval_every, steps - done)
-            x, y = corpus.windows(self.data["train"], args.length, chunk * args.batch, self.data["rng"])
+            x, y = batches(args, self.data["train"], chunk * args.batch, self.rng)
             start = time.perf_counter()
             model.fit(x, y, batch_size=args.batch, epochs=1, verbose=0, shuffle=False)
             self.seconds += time.perf_counter() - start
             self.flops += chunk * per_step
-            self.curve.append((self.flops, self.evaluate(model)))
+            self.steps += chunk
+            self.log(model)
 
-    def evaluate(self, model):
-        return float(model.evaluate(*self.data["valid"], batch_size=128, verbose=0))
+    def log(self, model):
+        loss = float(model.evaluate(*self.data["valid"], batch_size=128, verbose=0))
+        self.curve.append((self.flops, loss, self.seconds))
+
+    @property
+    def final(self):
+        return self.curve[-1][1]
 
     def flops_to_reach(self, loss):
         """FLOPs at which the curve first reaches `loss` (linear between points), or None."""
         previous = (0.0, float("inf"))
-        for flops, value in self.curve:
+        for flops, value, _ in self.curve:
             if value <= loss:
                 if previous[1] == float("inf"):
                     return flops
@@ -89,9 +154,10 @@ class Run:
         return None
 
 
-def schedule(args, steps):
+def schedule(args):
     if args.schedule == "constant":
         return args.lr
+    steps = args.scratch_steps
     return optimizers.WarmupDecay(args.lr, max(1, steps // 20), steps, decay="cosine", end=0.1 * args.lr)
 
 
@@ -116,80 +182,113 @@ def copies_zeroed(optimizer, big, small_axes):
             slot.assign(np.where(mask, keras.ops.convert_to_numpy(slot), 0).astype(slot.dtype))
 
 
-def grown_run(name, small_template, data, args, spread, carry_state, asymmetric=False):
-    keras.utils.set_random_seed(args.seed)
-    run = Run(name, dict(data, rng=np.random.default_rng(args.seed)), args)
-    small = gpt(args.hidden // 2, args.layers, args.length)
-    small.set_weights(small_template.get_weights())
-    small_steps = int(args.share * args.scratch_steps)
-    small.compile(optimizers.Adam(schedule(args, args.scratch_steps)), LOSS)
-    run.train(small, small_steps)
-    big, optimizer = kwiden.grow(small, 2, spread=spread, seed=args.seed, optimizer=small.optimizer)
-    if asymmetric:
-        copies_zeroed(optimizer, big, weight_axes(small, 2))
-    if not carry_state:
-        optimizer = optimizers.Adam(schedule(args, args.scratch_steps))
+def stacked(args, small, times):
+    """G_stack: the small model's blocks repeated `times` over in order,
+    every other weight copied (the function changes)."""
+    layers = naming.count_blocks(layer.name for layer in small.layers)
+    big = build(args, small.get_layer(naming.EMBEDDING_TOKEN).output_dim, layers * times)
+    for layer in big.layers:
+        index = naming.block_index(layer.name)
+        source = layer.name if index is None else naming.renumbered(layer.name, index % layers)
+        if layer.weights:
+            layer.set_weights(small.get_layer(source).get_weights())
+    return big
+
+
+def grow(recipe, args, small, small_steps):
+    """The big model and its optimizer, as the recipe says."""
+    if recipe.stack:
+        big, optimizer = stacked(args, small, recipe.depth), None
+    else:
+        big, optimizer = kwiden.grow(
+            small,
+            recipe.width,
+            depth=recipe.depth if recipe.depth > 1 else None,
+            spread=recipe.spread,
+            seed=args.seed,
+            optimizer=small.optimizer,
+            scale_learning_rates=recipe.multipliers,
+            allow_approximate=recipe.depth > 1,  # Post-LN (BERT) depth growth is approximate
+        )
+        if recipe.state == "source":
+            copies_zeroed(optimizer, big, weight_axes(small, recipe.width))
+    if recipe.state == "fresh" or optimizer is None:
+        optimizer = optimizers.Adam(schedule(args))
         optimizer.build(big.trainable_variables)
         optimizer.iterations.assign(small_steps)
-    big.compile(optimizer, LOSS)
-    run.curve.append((run.flops, run.evaluate(big)))  # right after growth: the small model's loss
+    return big, optimizer
+
+
+def grown_run(recipe, data, args):
+    keras.utils.set_random_seed(args.seed)
+    run = Run(recipe.name, data, args)
+    small = build(args, args.hidden // recipe.width, args.layers // recipe.depth)
+    small_steps = int(recipe.share * args.scratch_steps)
+    compile_model(small, optimizers.Adam(schedule(args)))
+    run.train(small, small_steps)
+    big, optimizer = grow(recipe, args, small, small_steps)
+    compile_model(big, optimizer)
+    run.log(big)  # right after growth: the small model's loss, unless stacked
     big_step = flops_per_token(big, args.length) * args.batch * args.length
     run.train(big, max(0, int((data["budget"] - run.flops) // big_step)))
     return run
 
 
+def scratch_run(lr, data, args):
+    keras.utils.set_random_seed(args.seed)
+    args.lr = lr
+    run = Run(f"scratch, lr {lr:g}", data, args)
+    model = build(args, args.hidden, args.layers)
+    compile_model(model, optimizers.Adam(schedule(args)))
+    run.train(model, args.scratch_steps)
+    return run
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=["gpt", "bert"], default="gpt")
     parser.add_argument("--corpus", type=pathlib.Path, default=None, help="a UTF-8 text (default: the shipped one)")
-    parser.add_argument("--hidden", type=int, default=64, help="width of the big model (the small one is half)")
-    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=64, help="width of the big model")
+    parser.add_argument("--layers", type=int, default=2, help="blocks of the big model")
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--scratch-steps", type=int, default=1500)
-    parser.add_argument("--share", type=float, default=0.5, help="share of the scratch tokens the small model gets")
-    parser.add_argument("--lrs", default="5e-4,1e-3,2e-3", help="learning rates tried for the scratch run")
+    parser.add_argument("--scale", type=int, default=1, help="multiply width, batch and steps (for a GPU)")
+    parser.add_argument("--lrs", default="1e-3,2e-3,4e-3", help="learning rates tried for the scratch run")
     parser.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
+    parser.add_argument("--recipes", default="default,spread 3,spread 3, fresh Adam,spread 3, source state")
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot", type=pathlib.Path, default=RESULTS / "grow_vs_scratch.png")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.scratch_steps, args.eval_every, args.lrs = 300, 50, "1e-3"
+        args.scratch_steps, args.eval_every, args.lrs = 300, 50, "2e-3"
+    args.hidden *= args.scale
+    args.batch *= args.scale
+    args.scratch_steps *= args.scale
+    recipes = select(args.recipes)
     text = args.corpus.read_text(encoding="utf-8") if args.corpus else corpus.load_text()
     ids = corpus.encode(text)
     split = int(0.9 * len(ids))
-    valid = corpus.windows(ids[split:], args.length, 512, np.random.default_rng(1))
-    data = dict(train=ids[:split], valid=valid)
+    data = dict(train=ids[:split], valid=batches(args, ids[split:], 512, np.random.default_rng(1)))
     print(environment(keras, np, [f"corpus: {args.corpus or 'shipped Python tutorial'}, {len(ids):,} bytes"]))
 
     scratch_runs = []
     for lr in [float(v) for v in args.lrs.split(",")]:
-        keras.utils.set_random_seed(args.seed)
-        args.lr = lr
-        run = Run(f"scratch, lr {lr:g}", dict(data, rng=np.random.default_rng(args.seed)), args)
-        model = gpt(args.hidden, args.layers, args.length)
-        model.compile(optimizers.Adam(schedule(args, args.scratch_steps)), LOSS)
-        run.train(model, args.scratch_steps)
-        scratch_runs.append((run.curve[-1][1], lr, run))
-        print(f"{run.name}: final valid loss {run.curve[-1][1]:.4f} ({run.seconds:.0f} s)")
+        run = scratch_run(lr, data, args)
+        scratch_runs.append((run.final, lr, run))
+        print(f"{run.name}: final valid loss {run.final:.4f} ({run.seconds:.0f} s)", flush=True)
     _, args.lr, scratch = min(scratch_runs, key=lambda r: r[0])
     data["budget"] = scratch.flops
-    target = scratch.curve[-1][1]
+    target = scratch.final
 
-    keras.utils.set_random_seed(args.seed)
-    small_template = gpt(args.hidden // 2, args.layers, args.length)
-    recipes = [
-        ("default", 0.0, True, False),
-        ("spread 3", 3.0, True, False),
-        ("spread 3, fresh Adam", 3.0, False, False),
-        ("spread 3, source state", 3.0, True, True),
-    ]
     runs = [scratch]
-    for name, spread, carry, asymmetric in recipes:
-        run = grown_run(name, small_template, data, args, spread, carry, asymmetric)
+    for recipe in recipes:
+        run = grown_run(recipe, data, args)
         runs.append(run)
-        print(f"{name}: final valid loss {run.curve[-1][1]:.4f} ({run.seconds:.0f} s)")
+        print(f"{recipe.name}: final valid loss {run.final:.4f} ({run.seconds:.0f} s)", flush=True)
 
     # Scratch's own cost of reaching its final loss: a noisy curve may touch it before the end.
     reference = scratch.flops_to_reach(target)
@@ -197,20 +296,32 @@ def main():
     for run in runs:
         reach = run.flops_to_reach(target)
         saving = "never" if reach is None else f"{100 * (1 - reach / reference):+.1f}%"
-        rows.append(
-            (run.name, f"{run.curve[-1][1]:.4f}", f"{run.flops:.3g}", "-" if reach is None else f"{reach:.3g}", saving)
-        )
+        rows.append((run.name, f"{run.final:.4f}", f"{run.flops:.3g}", "-" if reach is None else f"{reach:.3g}", saving))
     title = (
-        f"GPT {args.layers}x{args.hidden} (grown from {args.hidden // 2} at {args.share:.0%} of the tokens), "
-        f"{args.schedule} lr {args.lr:g}, batch {args.batch}x{args.length}; target: scratch's final loss {target:.4f}"
+        f"{args.model.upper()} {args.layers}x{args.hidden}, {args.schedule} lr {args.lr:g}, "
+        f"batch {args.batch}x{args.length}; target: scratch's final loss {target:.4f}"
     )
     print(f"\n{title}\n")
     print(table(rows, ("run", "final loss", "FLOPs", "FLOPs to target", "saving")))
     if not args.no_plot:
-        plot(runs, target, title)
+        plot(runs, target, title, args.plot)
 
 
-def plot(runs, target, title):
+def select(names):
+    by_name = {recipe.name: recipe for recipe in RECIPES}
+    if names == "all":
+        return RECIPES
+    chosen, rest = [], names
+    while rest:  # names contain commas: take the longest known name at the front
+        name = max((n for n in by_name if rest == n or rest.startswith(n + ",")), key=len, default=None)
+        if name is None:
+            raise SystemExit(f"unknown recipe at {rest!r}; known: {', '.join(by_name)}")
+        chosen.append(by_name[name])
+        rest = rest[len(name) + 1 :]
+    return chosen
+
+
+def plot(runs, target, title, path):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -218,15 +329,15 @@ def plot(runs, target, title):
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for run in runs:
-        ax.plot(*zip(*run.curve), label=run.name)
+        ax.plot([p[0] for p in run.curve], [p[1] for p in run.curve], label=run.name)
     ax.axhline(target, color="grey", linestyle=":", label="scratch's final loss")
     ax.set(xlabel="training FLOPs (small model charged)", ylabel="validation loss", title=title)
     ax.title.set_fontsize(8)
-    ax.legend()
-    RESULTS.mkdir(exist_ok=True)
-    with replaced_atomically(RESULTS / "grow_vs_scratch.png") as temporary:
+    ax.legend(fontsize=7)
+    path.parent.mkdir(exist_ok=True, parents=True)
+    with replaced_atomically(path) as temporary:
         fig.savefig(temporary, dpi=120)
-    print(f"\nplot: {RESULTS / 'grow_vs_scratch.png'}")
+    print(f"\nplot: {path}")
 
 
 if __name__ == "__main__":

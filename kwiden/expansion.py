@@ -330,6 +330,24 @@ def copy_count(axes):
     return int(np.prod([spec[0].factor for spec in axes if spec is not None]))
 
 
+def first_copies(axes, shape):
+    """Per axis of a small-model tensor of `shape`, a 0/1 vector over the
+    grown axis: 1 at the first copy of each source index, 0 at the others
+    (None where the axis does not grow). Their product marks the grown
+    tensor's original slice; the rest are new copies."""
+    _check_axes(np.broadcast_to(np.int8(0), shape), axes)
+    vectors = []
+    for spec, n in zip(axes, shape):
+        if spec is None or spec[0].factor == 1:
+            vectors.append(None)
+            continue
+        source = spec[0].source(n)
+        first = np.zeros(len(source))
+        first[np.unique(source, return_index=True)[1]] = 1.0
+        vectors.append(first)
+    return vectors
+
+
 def expand_gradient_like(value, axes, power=1):
     """An optimizer slot grown with its weight (docs/optimizer-state.md#growing-the-moments).
 

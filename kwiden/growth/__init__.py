@@ -56,6 +56,8 @@ def grow(
     seed=None,
     optimizer=None,
     scale_learning_rates=True,
+    optimizer_state="grown",
+    rewarm=0,
     depth=None,
     num_layers=None,
     allow_approximate=False,
@@ -143,6 +145,7 @@ def grow(
         model, k, ffn_factor, heads, rope, allow_approximate, hidden_size, intermediate_size,
         spread=spread, seed=seed, depth=depth, num_layers=num_layers, check=check, rtol=rtol,
         optimizer=optimizer, scale_learning_rates=scale_learning_rates,
+        optimizer_state=optimizer_state, rewarm=rewarm,
     )  # fmt: skip
     if is_keras_hub(model):
         return _grow_keras_hub(model, options)
@@ -156,7 +159,10 @@ def grow(
     if options.optimizer is None:
         return big
     axes = plan.walk.weight_axes()
-    grown = grow_optimizer(options.optimizer, model, big, axes, options.scale_learning_rates, variable_sources(placed))
+    grown = grow_optimizer(
+        options.optimizer, model, big, axes, options.scale_learning_rates, variable_sources(placed),
+        options.optimizer_state, options.rewarm,
+    )  # fmt: skip
     return GrowthResult(big, grown)
 
 

@@ -1,17 +1,33 @@
 """Stage 5 of `grow`: grow an optimizer with its model
 (docs/optimizer-state.md#growing-the-moments, docs/optimizer-state.md#learning-rate-multipliers)."""
 
-import keras
+import typing
 
-from kwiden.expansion import GrowthError, copy_count, expand_gradient_like, growth_scale
+import keras
+import numpy as np
+
+from kwiden.expansion import GrowthError, copy_count, expand_gradient_like, first_copies, growth_scale
 from kwiden.keras_internals import optimizer_slots, slot_of, variable_index
 from kwiden.optimizers import AccumulatingOptimizer
 
 # The optimizers whose slots kwiden knows how to grow (`keras_internals.OPTIMIZER_SLOTS`).
 SUPPORTED = (AccumulatingOptimizer, keras.optimizers.SGD, keras.optimizers.Adam)
 
+# What the grown slots hold (docs/optimizer-state.md#asymmetric-state).
+STATES = ("grown", "source", "zero")
 
-def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=True, sources=None):
+
+class VariableSource(typing.NamedTuple):
+    """Where a grown variable comes from."""
+
+    path: str  # the small model's variable
+    fresh: bool = False  # a copied block's zeroed output weight: no state to carry
+    copy: bool = False  # in a copied block (depth growth)
+
+
+def grow_optimizer(
+    optimizer, small, big, axes_by_path, scale_learning_rates=True, sources=None, state="grown", rewarm=0
+):
     """An optimizer of `optimizer`'s class for `big`, its slots grown from
     `optimizer`'s (built on `small`), its iteration count kept. For kwiden's
     optimizers, each variable's growth `(c, copies)` is recorded in
@@ -19,9 +35,16 @@ def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=Tru
     that the first steps follow the small model's trajectory (docs/optimizer-state.md#learning-rate-multipliers).
     Keras' optimizers get their state grown but keep one learning rate.
 
-    `sources` maps a big variable's path to `(small path, fresh)` where depth
+    `sources` maps a big variable's path to its `VariableSource` where depth
     growth renamed or copied it (`fresh`: its slots start at zero, as for the
     zeroed output projections of new blocks); by default paths are equal.
+
+    `state`: `"grown"` grows every slot with its weight; `"source"` keeps the
+    grown slots on each tensor's original slice and zeroes them on the new
+    copies (and in copied blocks); `"zero"` starts every slot at zero.
+    `rewarm > 0` (kwiden's optimizers) gives the new copies a learning-rate
+    multiplier that climbs from 0 to 1 over `rewarm` updates, through
+    `slice_multipliers` and `slice_warmup` (docs/optimizer-state.md#per-slice-multipliers).
     """
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         raise ValueError(
@@ -39,14 +62,29 @@ def grow_optimizer(optimizer, small, big, axes_by_path, scale_learning_rates=Tru
         optimizer.build(list(small_variables.values()))
     _check_built_on(optimizer, small)
     big_variables = big.trainable_variables
-    source = {v.path: (sources or {}).get(v.path, (v.path, False)) for v in big_variables}
+    source = {v.path: (sources or {}).get(v.path, VariableSource(v.path)) for v in big_variables}
     config = optimizer.get_config()
-    if scale_learning_rates and isinstance(optimizer, AccumulatingOptimizer):
-        config["growth_scales"] = _learning_rate_scales(optimizer, big_variables, source, axes_by_path)
+    if isinstance(optimizer, AccumulatingOptimizer):
+        if scale_learning_rates:
+            config["growth_scales"] = _learning_rate_scales(optimizer, big_variables, source, axes_by_path)
+        # An earlier growth's slice multipliers do not fit the grown shapes: this growth's replace them.
+        config["slice_multipliers"], config["slice_warmup"] = None, None
+        if rewarm:
+            config["slice_multipliers"] = _new_copies(small_variables, big_variables, source, axes_by_path)
+            config["slice_warmup"] = (
+                int(keras.ops.convert_to_numpy(optimizer.iterations)) // optimizer.accum_steps,
+                rewarm,
+            )
+    elif rewarm:
+        raise ValueError(
+            f"`rewarm` needs one of kwiden's optimizers (per-slice learning rates); {type(optimizer).__name__} "
+            "has one learning rate per model: grow with rewarm=0."
+        )
     grown = optimizer.__class__.from_config(config)
     grown.build(big_variables)
     grown.iterations.assign(optimizer.iterations)
-    _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path)
+    if state != "zero":
+        _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, state == "source")
     return grown
 
 
@@ -68,7 +106,7 @@ def _learning_rate_scales(optimizer, big_variables, source, axes_by_path):
     top of what earlier growths recorded (docs/optimizer-state.md#learning-rate-multipliers)."""
     scales = {}
     for variable in big_variables:
-        small_path = source[variable.path][0]
+        small_path = source[variable.path].path
         axes = axes_by_path[small_path]
         c, copies = optimizer.growth_scales.get(small_path, (1.0, 1))
         try:
@@ -81,30 +119,60 @@ def _learning_rate_scales(optimizer, big_variables, source, axes_by_path):
     return scales
 
 
-def _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path):
+def _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, source_slice_only):
     """Each slot of `grown` from its source variable's slot in `optimizer`,
     grown like a gradient (first moments) or its square (second moments);
-    fresh variables keep zeros."""
+    fresh variables keep zeros, and so do new copies if `source_slice_only`."""
     big_slots = {name: slots for name, slots, _ in optimizer_slots(grown)}
     for name, small_slots, power in optimizer_slots(optimizer):
         if name not in big_slots:
             continue
         for variable in big_variables:
-            small_path, fresh = source[variable.path]
-            if fresh:
+            origin = source[variable.path]
+            if origin.fresh or (source_slice_only and origin.copy):
                 continue
-            slot = slot_of(optimizer, small_slots, small_variables[small_path])
-            value = expand_gradient_like(keras.ops.convert_to_numpy(slot), axes_by_path[small_path], power)
+            small = small_variables[origin.path]
+            slot = slot_of(optimizer, small_slots, small)
+            axes = axes_by_path[origin.path]
+            value = expand_gradient_like(keras.ops.convert_to_numpy(slot), axes, power)
+            if source_slice_only:
+                value = value * _product(first_copies(axes, tuple(small.shape)), value.ndim).astype(value.dtype)
             slot_of(grown, big_slots[name], variable).assign(value)
 
 
+def _product(vectors, ndim):
+    """The outer product of per-axis vectors (None: 1), shaped to broadcast."""
+    result = np.ones([1] * ndim)
+    for axis, vector in enumerate(vectors):
+        if vector is not None:
+            shape = [1] * ndim
+            shape[axis] = -1
+            result = result * vector.reshape(shape)
+    return result
+
+
+def _new_copies(small_variables, big_variables, source, axes_by_path):
+    """`slice_multipliers` that are 0 on the new copies of each grown
+    variable (every element of a copied block) and 1 on its original slice."""
+    multipliers = {}
+    for variable in big_variables:
+        origin = source[variable.path]
+        if origin.copy and len(variable.shape):
+            multipliers[variable.path] = [[0.0] * variable.shape[0]] + [None] * (len(variable.shape) - 1)
+            continue
+        vectors = first_copies(axes_by_path[origin.path], tuple(small_variables[origin.path].shape))
+        if any(vector is not None for vector in vectors):
+            multipliers[variable.path] = [None if v is None else v.tolist() for v in vectors]
+    return multipliers
+
+
 def variable_sources(placed):
-    """`{big variable path: (small variable path, fresh)}`: where each grown
-    variable comes from; the zeroed output weights of new blocks start fresh."""
+    """`{big variable path: VariableSource}`: where each grown variable comes
+    from; the zeroed output weights of new blocks start fresh."""
     sources = {}
     for entry in placed:
         fresh = set(entry.layer.residual_output_weights) if entry.zeroed else set()
         for variable in getattr(entry.layer, "trainable_weights", []):
             small_path = entry.source_name + variable.path[len(entry.layer.name) :]
-            sources[variable.path] = (small_path, variable.name in fresh)
+            sources[variable.path] = VariableSource(small_path, variable.name in fresh, entry.copy)
     return sources

@@ -6,6 +6,7 @@ import fractions
 import numpy as np
 
 from kwiden.expansion import Growth
+from kwiden.growth.optimizer import STATES
 from kwiden.growth.plan import hidden_size_of, intermediate_size_of
 from kwiden.verify import check_inputs
 
@@ -23,6 +24,8 @@ class GrowthOptions:
     rtol: float | None = None
     optimizer: object = None
     scale_learning_rates: bool = True
+    optimizer_state: str = "grown"
+    rewarm: int = 0
 
     @property
     def deepening(self):
@@ -37,6 +40,7 @@ def resolve(model, k, ffn_factor, heads, rope, allow_approximate, hidden_size, i
     k, ffn_factor = _factors(model, k, ffn_factor, hidden_size, intermediate_size)
     options = GrowthOptions(Growth(k, ffn_factor, heads, rope, allow_approximate), **rest)
     _check_spread(options.spread)
+    _check_optimizer_options(options)
     if options.check is not None:
         check_inputs(model, options.check, "check")
     return options
@@ -55,6 +59,17 @@ def _check_spread(spread):
             f"`spread` must be a number in [0, {MAX_SPREAD:g}] (0: plain copies; values of order 1 are where to "
             f"start), got spread={spread!r}: larger splits cancel in float32 and the grown model would not be exact."
         )
+
+
+def _check_optimizer_options(options):
+    if options.optimizer_state not in STATES:
+        raise ValueError(
+            f"`optimizer_state` must be one of {', '.join(map(repr, STATES))}, got optimizer_state={options.optimizer_state!r}."
+        )
+    rewarm = options.rewarm
+    if isinstance(rewarm, bool) or not isinstance(rewarm, (int, np.integer)) or rewarm < 0:
+        raise ValueError(f"`rewarm` must be an integer >= 0 (updates; 0: none), got rewarm={rewarm!r}.")
+    options.rewarm = int(rewarm)
 
 
 def _factors(model, k, ffn_factor, hidden_size, intermediate_size):

@@ -22,6 +22,7 @@ class Placed:
     plan: object  # the kwiden.plan.LayerPlan of its source layer
     source_name: str
     zeroed: bool = False  # a copied block's branch end: output weights start at zero
+    copy: bool = False  # a layer of a copied block
 
 
 def rebuild(plan):
@@ -30,10 +31,10 @@ def rebuild(plan):
     last_nodes = {id(block.nodes[-1]): block for block in plan.blocks}
     graph, placed = Rebuild(plan.source), []
 
-    def place(node, name, tensors=None, key=None, zeroed=False):
+    def place(node, name, tensors=None, key=None, zeroed=False, copy=False):
         op, layer_plan = node.operation, layer_plans[id(node)]
         config = {**layer_plan.config, "name": name}
-        make = lambda: _record(placed, Placed(new_layer(op, config), layer_plan, op.name, zeroed))  # noqa: E731
+        make = lambda: _record(placed, Placed(new_layer(op, config), layer_plan, op.name, zeroed, copy))  # noqa: E731
         graph.call(node, make, tensors, key)
 
     for node, _ in plan.walk.steps:
@@ -55,7 +56,7 @@ def _copy_block(block, indices, graph, place):
         for node in block.nodes:
             op = node.operation
             zeroed = id(op) in block.zeroed
-            place(node, renamed(op.name, block.index, index, copy=True), local, (index, id(op)), zeroed)
+            place(node, renamed(op.name, block.index, index, copy=True), local, (index, id(op)), zeroed, copy=True)
         stream = local[id(block.stream_out)]
     graph.tensors[id(block.stream_out)] = stream
 

@@ -10,6 +10,7 @@ k micro-batches, and keeps no buffer beyond its own slots.
 import re
 
 import keras
+import numpy as np
 from keras import ops
 
 from kwiden.keras_internals import variable_index
@@ -59,6 +60,19 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
             element `copies` times and scaling by `c`. Each optimizer turns this
             into the step size (and, for Adam, the ε) that keep the grown model
             on the small model's trajectory; weight decay is not affected.
+        slice_multipliers: `{variable path: [vector or None per axis]}`:
+            learning-rate multipliers finer than a tensor, without a buffer of
+            the tensor's size. Element `(i, j, …)` of the variable gets the
+            product `v₀[i]·v₁[j]·…` of its axes' vectors (None: 1 along that
+            axis), on the step and the weight decay alike; a vector's length
+            is its axis' size. `kwiden.grow` sets them to re-warm the new
+            copies of grown weights (docs/optimizer-state.md#per-slice-multipliers).
+            Saved in the config.
+        slice_warmup: None (the slice multipliers hold for good), or
+            `(start, steps)`: they hold up to update `start`, then move
+            linearly to 1 over the next `steps` updates (at update
+            `start + n` a multiplier `m` is `m + (1 − m)·min(n/steps, 1)`),
+            counted in updates, so the same under any `accum_steps`.
         **kwargs: `name`, `clipnorm`, `clipvalue`, `global_clipnorm`,
             `loss_scale_factor`, `use_ema`, … as for any Keras optimizer.
             Clipping applies to each micro-batch's gradient, and the EMA is
@@ -75,6 +89,8 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         exclude_from_weight_decay=None,
         lr_multipliers=None,
         growth_scales=None,
+        slice_multipliers=None,
+        slice_warmup=None,
         **kwargs,
     ):
         if kwargs.get("gradient_accumulation_steps"):
@@ -92,6 +108,8 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         exclude_patterns = arguments.patterns(exclude_from_weight_decay, "exclude_from_weight_decay")
         lr_multipliers = arguments.multipliers(lr_multipliers)
         growth_scales = arguments.growth_scales(growth_scales)
+        slice_multipliers = arguments.slice_multipliers(slice_multipliers)
+        slice_warmup = arguments.slice_warmup(slice_warmup)
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.accum_steps = accum_steps
         # Keras' attribute; kwiden applies the decay itself, once per update.
@@ -99,6 +117,8 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         self.exclude_patterns = exclude_patterns
         self.lr_multipliers = lr_multipliers
         self.growth_scales = growth_scales
+        self.slice_multipliers = slice_multipliers
+        self.slice_warmup = slice_warmup
 
     def build(self, variables):
         if self.built:
@@ -106,6 +126,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         super().build(variables)
         self._multipliers = [self._multiplier_of(v) for v in variables]
         self._growth = [self.growth_scales.get(v.path, (1.0, 1)) for v in variables]
+        self._slices = _slice_vectors(self.slice_multipliers, variables)
         self._decays = [
             self.weight_decay is not None and not any(re.search(p, v.path) for p in self.exclude_patterns)
             for v in variables
@@ -194,8 +215,27 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         index = variable_index(self, variable)
         lr = ops.cast(learning_rate, variable.dtype) * self._multipliers[index] * self.cycle_end(variable.dtype)
         if self._decays[index]:
-            self.assign_sub(variable, variable * (lr * self.weight_decay))
-        self.assign_sub(variable, (lr * self.step_scale(variable)) * step)
+            self.assign_sub(variable, self.sliced(index, variable * (lr * self.weight_decay)))
+        self.assign_sub(variable, self.sliced(index, (lr * self.step_scale(variable)) * step))
+
+    def sliced(self, index, delta):
+        """`delta` times the variable's slice multipliers (at this update
+        of their warmup), or `delta` itself for a variable without them."""
+        vectors = self._slices[index]
+        if vectors is None:
+            return delta
+        scaled = delta
+        for axis, vector in enumerate(vectors):
+            if vector is not None:
+                shape = [1] * len(vectors)
+                shape[axis] = -1
+                scaled = scaled * ops.convert_to_tensor(vector.reshape(shape), delta.dtype)
+        if self.slice_warmup is None:
+            return scaled
+        start, steps = self.slice_warmup
+        done = ops.cast(self.updates_done + 1 - start, delta.dtype)
+        progress = ops.clip(done / steps, 0.0, 1.0)
+        return scaled + (delta - scaled) * progress
 
     def get_config(self):
         config = super().get_config()
@@ -206,5 +246,36 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
             exclude_from_weight_decay=self.exclude_patterns,
             lr_multipliers=self.lr_multipliers,
             growth_scales={k: list(v) for k, v in self.growth_scales.items()},
+            slice_multipliers={
+                k: [None if v is None else list(v) for v in vectors] for k, vectors in self.slice_multipliers.items()
+            },
+            slice_warmup=None if self.slice_warmup is None else list(self.slice_warmup),
         )
         return config
+
+
+def _slice_vectors(slice_multipliers, variables):
+    """Per variable, its slice multipliers as numpy vectors (or None),
+    checked against its shape."""
+    by_path = {v.path: v for v in variables}
+    unknown = sorted(set(slice_multipliers) - set(by_path))
+    if unknown:
+        raise ValueError(
+            f"`slice_multipliers` names {unknown[0]!r}, but the optimizer is built on no variable with that path "
+            f"(its variables: {', '.join(sorted(by_path)[:5])}{', …' if len(by_path) > 5 else ''})."
+        )
+    vectors = []
+    for variable in variables:
+        given = slice_multipliers.get(variable.path)
+        if given is None:
+            vectors.append(None)
+            continue
+        shape = tuple(variable.shape)
+        if len(given) != len(shape) or any(v is not None and len(v) != n for v, n in zip(given, shape)):
+            lengths = [None if v is None else len(v) for v in given]
+            raise ValueError(
+                f"`slice_multipliers[{variable.path!r}]` must give one vector (or None) per axis of the "
+                f"variable's shape {shape}, each as long as its axis; got vectors of lengths {lengths}."
+            )
+        vectors.append([None if v is None else np.asarray(v, "float32") for v in given])
+    return vectors

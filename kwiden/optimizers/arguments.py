@@ -139,6 +139,49 @@ def growth_scales(value, name="growth_scales"):
     return scales
 
 
+def slice_multipliers(value, name="slice_multipliers"):
+    """`{variable path: [vector or None per axis]}`, each vector a list of
+    finite numbers >= 0 (shapes are checked against the variables when the
+    optimizer is built)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"`{name}` must be a dict {{variable path: [vector or None per axis]}}, got {name}={describe(value)}."
+        )
+    checked = {}
+    for path, vectors in value.items():
+        label = f"{name}[{path!r}]"
+        if isinstance(vectors, (str, Mapping)) or not hasattr(vectors, "__iter__"):
+            raise ValueError(f"`{label}` must be a list with one vector (or None) per axis, got {describe(vectors)}.")
+        checked[str(path)] = [None if v is None else _vector(v, f"{label}[{axis}]") for axis, v in enumerate(vectors)]
+    return checked
+
+
+def _vector(value, label):
+    try:
+        array = np.asarray(value, dtype="float64")
+    except (TypeError, ValueError):
+        raise ValueError(f"`{label}` must be a list of numbers >= 0, got {describe(value)}.") from None
+    if array.ndim != 1 or not len(array) or not np.all(np.isfinite(array)) or np.any(array < 0):
+        raise ValueError(f"`{label}` must be a non-empty list of finite numbers >= 0, got {value!r}.")
+    return [float(v) for v in array]
+
+
+def slice_warmup(value, name="slice_warmup"):
+    """None, or `(start, steps)`: integers, start >= 0 and steps >= 1."""
+    if value is None:
+        return None
+    try:
+        start, steps = value
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be None or a pair (start, steps), got {name}={describe(value)}.") from None
+    return (
+        integer(start, f"{name}[0]", at_least=0, whole_floats=True, hint="the update the warmup starts from"),
+        integer(steps, f"{name}[1]", at_least=1, whole_floats=True, hint="updates to climb to 1"),
+    )
+
+
 def schedule_points(value, name="schedule"):
     """`{step: value}` (steps as ints, or strings of them from a saved
     config) as a sorted list of `(step, value)`, steps >= 0 and values finite
