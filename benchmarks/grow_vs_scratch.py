@@ -296,7 +296,9 @@ def main():
     for run in runs:
         reach = run.flops_to_reach(target)
         saving = "never" if reach is None else f"{100 * (1 - reach / reference):+.1f}%"
-        rows.append((run.name, f"{run.final:.4f}", f"{run.flops:.3g}", "-" if reach is None else f"{reach:.3g}", saving))
+        rows.append(
+            (run.name, f"{run.final:.4f}", f"{run.flops:.3g}", "-" if reach is None else f"{reach:.3g}", saving)
+        )
     title = (
         f"{args.model.upper()} {args.layers}x{args.hidden}, {args.schedule} lr {args.lr:g}, "
         f"batch {args.batch}x{args.length}; target: scratch's final loss {target:.4f}"

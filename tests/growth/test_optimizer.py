@@ -192,3 +192,70 @@ def test_depth_growth_carries_the_optimizer_too(gpt):
     )
     big.compile(grown, LOSS, run_eagerly=True)
     big.train_on_batch(*lm_batch())
+
+
+def slots_of(optimizer, path):
+    index = {v.path: i for i, v in enumerate(optimizer._trainable_variables)}[path]
+    return optimizer.momentums[index].numpy(), optimizer.velocities[index].numpy()
+
+
+def test_source_state_keeps_the_original_slice_and_zeroes_the_copies(gpt):
+    small = train_small(gpt, lambda: optimizers.Adam(3e-3))
+    path = "Transformer-0-FeedForward/output_kernel"  # (inner, hidden), both axes grow
+    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
+    _, source = kwiden.grow(small, 2, optimizer=small.optimizer, optimizer_state="source")
+    for full, kept in zip(slots_of(grown, path), slots_of(source, path)):
+        np.testing.assert_array_equal(kept[::2, ::2], full[::2, ::2])  # the original slice
+        assert np.all(full[1::2, :] != 0) and np.all(full[::2, 1::2] != 0)
+        assert not np.any(kept[1::2, :]) and not np.any(kept[:, 1::2])  # every new copy
+    _, zero = kwiden.grow(small, 2, optimizer=small.optimizer, optimizer_state="zero")
+    assert not any(np.any(s) for s in slots_of(zero, path)) and int(zero.iterations) == 3
+
+
+def test_rewarm_gives_the_new_copies_a_rising_learning_rate(gpt):
+    small = train_small(gpt, lambda: optimizers.Adam(3e-3))
+    big, grown = kwiden.grow(small, 2, optimizer=small.optimizer, rewarm=4, scale_learning_rates=False)
+    assert grown.slice_warmup == (3, 4)  # from the 3 updates done, over 4
+    inner, hidden = small.get_layer("Transformer-0-FeedForward").output_kernel.shape
+    assert grown.slice_multipliers["Transformer-0-FeedForward/output_kernel"] == [
+        [1.0, 0.0] * inner,
+        [1.0, 0.0] * hidden,
+    ]
+    assert grown.slice_multipliers["Embedding-Token/embeddings"] == [None, [1.0, 0.0] * hidden]
+    before = big.get_layer("Transformer-0-FeedForward").output_kernel.numpy()
+    big.compile(grown, LOSS, run_eagerly=True)
+    big.train_on_batch(*lm_batch())  # update 4: the copies at 1/4 of the rate
+    moved = big.get_layer("Transformer-0-FeedForward").output_kernel.numpy() - before
+    original, copy = np.abs(moved[::2, ::2]), np.abs(moved[1::2, ::2])
+    assert np.all(copy > 0) and np.median(copy / original) < 0.5
+    restored = optimizers.Adam.from_config(grown.get_config())
+    assert restored.slice_warmup == (3, 4) and restored.slice_multipliers == grown.slice_multipliers
+
+
+def test_rewarm_of_a_deeper_model_rewarms_its_new_blocks(gpt):
+    small = train_small(gpt, lambda: optimizers.Adam(3e-3))
+    _, grown = kwiden.grow(small, 1, depth=2, optimizer=small.optimizer, rewarm=10)
+    # Block 1 is the copy of block 0: all of it re-warms; the originals (now 0 and 2) keep their rate.
+    hidden = small.get_layer("Transformer-0-FeedForward").inner_kernel.shape[0]
+    assert grown.slice_multipliers["Transformer-1-FeedForward/inner_kernel"] == [[0.0] * hidden, None]
+    assert not any(path.startswith(("Transformer-0-", "Transformer-2-")) for path in grown.slice_multipliers)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(optimizer_state="copies"), r"`optimizer_state` must be one of 'grown', 'source', 'zero'"),
+        (dict(rewarm=-1), r"`rewarm` must be an integer >= 0 \(updates; 0: none\), got rewarm=-1"),
+        (dict(rewarm=2.5), r"`rewarm` must be an integer >= 0"),
+    ],
+)
+def test_bad_optimizer_options(gpt, kwargs, message):
+    small = gpt()
+    with pytest.raises(ValueError, match=message):
+        kwiden.grow(small, 2, optimizer=optimizers.Adam(), **kwargs)
+
+
+def test_rewarm_needs_a_kwiden_optimizer(gpt):
+    small = train_small(gpt, lambda: keras.optimizers.Adam(3e-3), steps=1)
+    with pytest.raises(ValueError, match=r"`rewarm` needs one of kwiden's optimizers .* grow with rewarm=0"):
+        kwiden.grow(small, 2, optimizer=small.optimizer, rewarm=10)

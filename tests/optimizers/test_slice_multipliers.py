@@ -124,7 +124,10 @@ def test_slice_multipliers_are_checked_against_the_variables():
         (dict(slice_multipliers={"kernel": "rows"}), r"`slice_multipliers\['kernel'\]` must be a list with one vector"),
         (dict(slice_multipliers={"kernel": [[1.0, -1.0], None]}), r"`slice_multipliers\['kernel'\]\[0\]` .* >= 0"),
         (dict(slice_multipliers={"kernel": [[1.0, np.nan]]}), r"finite numbers >= 0, got \[1.0, nan\]"),
-        (dict(slice_multipliers={"kernel": [["a"]]}), r"`slice_multipliers\['kernel'\]\[0\]` must be a list of numbers"),
+        (
+            dict(slice_multipliers={"kernel": [["a"]]}),
+            r"`slice_multipliers\['kernel'\]\[0\]` must be a list of numbers",
+        ),
         (dict(slice_warmup=5), r"`slice_warmup` must be None or a pair \(start, steps\)"),
         (dict(slice_warmup=(-1, 5)), r"`slice_warmup\[0\]` must be an integer >= 0"),
         (dict(slice_warmup=(0, 0)), r"`slice_warmup\[1\]` must be an integer >= 1"),
