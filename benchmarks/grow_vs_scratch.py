@@ -19,12 +19,11 @@ A recipe (`RECIPES`, chosen with `--recipes`) says how the small model is
 made (width and depth factors, its share of the scratch run's tokens), how it
 grows (`kwiden.grow` arguments; `stack`: G_stack-style whole-model stacking,
 whose new blocks are full copies, not identities) and what the optimizer
-carries across: `state` grown (kwiden's default), `fresh` (a new Adam) or
-`source` (each source element keeps its grown moments, its copies start from
-zero); `multipliers` (per-tensor growth scales, on by default in `grow`);
-`rewarm` (updates over which the learning rate climbs back from 0 after
-growth: `global` for every weight, `copies` for the new copies only, through
-per-slice multipliers).
+carries across (`grow`'s `optimizer_state`: `grown` moments, `source` (the
+original slice keeps its grown moments, the new copies start from zero) or
+`zero`; `multipliers`: `grow`'s per-tensor `scale_learning_rates`; `rewarm`:
+updates over which the new copies' learning rate climbs back from 0;
+`rewarm_all`: the same for every weight).
 
     python benchmarks/grow_vs_scratch.py                   # about 10 minutes on 2 cores
     python benchmarks/grow_vs_scratch.py --model bert --corpus /tmp/zh.txt
@@ -44,8 +43,6 @@ from common import environment, table
 import kwiden
 from kwiden import corpus, naming, optimizers
 from kwiden.files import replaced_atomically
-from kwiden.growth import weight_axes
-from kwiden.keras_internals import optimizer_slots, slot_of
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 MASK = corpus.VOCAB_SIZE  # the masked LM's [MASK]: one id past the bytes
@@ -60,27 +57,38 @@ class Recipe:
     depth: int = 1  # and `depth` times shallower
     stack: bool = False  # deepen by stacking whole copies (G_stack), not identity blocks
     spread: float = 0.0
-    state: str = "grown"  # grown | fresh | source
-    multipliers: bool = True
-    rewarm: str | None = None  # None | global | copies
-    rewarm_steps: int = 100
+    state: str = "grown"  # grow's optimizer_state: grown | source | zero
+    multipliers: bool = True  # grow's scale_learning_rates
+    rewarm: int = 0  # grow's rewarm: updates over which the new copies re-warm
+    rewarm_all: int = 0  # updates over which every weight re-warms
 
 
 RECIPES = [
     Recipe("default"),
     Recipe("spread 3", spread=3),
     Recipe("spread 3, no multipliers", spread=3, multipliers=False),
-    Recipe("spread 3, fresh Adam", spread=3, state="fresh"),
+    Recipe("spread 3, zero state", spread=3, state="zero"),
+    Recipe("spread 3, zero state, no multipliers", spread=3, state="zero", multipliers=False),
     Recipe("spread 3, source state", spread=3, state="source"),
     Recipe("spread 3, source state, no multipliers", spread=3, state="source", multipliers=False),
-    Recipe("spread 1, fresh Adam", spread=1, state="fresh"),
-    Recipe("spread 10, fresh Adam", spread=10, state="fresh"),
-    Recipe("spread 3, fresh Adam, share 25%", spread=3, state="fresh", share=0.25),
-    Recipe("spread 3, fresh Adam, share 67%", spread=3, state="fresh", share=0.67),
-    Recipe("depth x2 (identity blocks)", width=1, depth=2),
-    Recipe("depth x2, fresh Adam", width=1, depth=2, state="fresh"),
-    Recipe("depth x2 stacked (G_stack), fresh Adam", width=1, depth=2, stack=True, state="fresh"),
-    Recipe("width x2 + depth x2, spread 3, fresh Adam", depth=2, spread=3, state="fresh"),
+    Recipe("spread 3, no multipliers, rewarm copies 100", spread=3, multipliers=False, rewarm=100),
+    Recipe("spread 3, no multipliers, rewarm copies 300", spread=3, multipliers=False, rewarm=300),
+    Recipe(
+        "spread 3, source state, no multipliers, rewarm copies 100",
+        spread=3,
+        state="source",
+        multipliers=False,
+        rewarm=100,
+    ),
+    Recipe("spread 3, no multipliers, rewarm all 100", spread=3, multipliers=False, rewarm_all=100),
+    Recipe("spread 1, no multipliers", spread=1, multipliers=False),
+    Recipe("spread 10, no multipliers", spread=10, multipliers=False),
+    Recipe("spread 3, no multipliers, share 25%", spread=3, multipliers=False, share=0.25),
+    Recipe("spread 3, no multipliers, share 67%", spread=3, multipliers=False, share=0.67),
+    Recipe("depth x2", width=1, depth=2),
+    Recipe("depth x2, no multipliers", width=1, depth=2, multipliers=False),
+    Recipe("depth x2 stacked (G_stack), zero state", width=1, depth=2, stack=True, state="zero"),
+    Recipe("width x2 + depth x2, spread 3, no multipliers", depth=2, spread=3, multipliers=False),
 ]
 
 
@@ -161,25 +169,17 @@ def schedule(args):
     return optimizers.WarmupDecay(args.lr, max(1, steps // 20), steps, decay="cosine", end=0.1 * args.lr)
 
 
-def copies_zeroed(optimizer, big, small_axes):
-    """Asymmetric state: in every slot, each source element keeps its grown
-    value and its other copies start from zero."""
-    for _, slots, _ in optimizer_slots(optimizer):
-        for variable in big.trainable_variables:
-            axes = small_axes.get(variable.path)
-            if axes is None:
-                continue
-            slot = slot_of(optimizer, slots, variable)
-            mask = np.ones(slot.shape, bool)
-            for axis, spec in enumerate(axes):
-                if spec is not None and spec[0].factor != 1:
-                    source = spec[0].source(slot.shape[axis] // spec[0].factor)
-                    first = np.zeros(len(source), bool)
-                    first[np.unique(source, return_index=True)[1]] = True
-                    shape = [1] * slot.ndim
-                    shape[axis] = -1
-                    mask &= first.reshape(shape)
-            slot.assign(np.where(mask, keras.ops.convert_to_numpy(slot), 0).astype(slot.dtype))
+def rewarm_all(optimizer, variables, steps):
+    """The same optimizer and state, every weight's rate climbing back from 0
+    over `steps` updates (slice multipliers of 0 with a warmup)."""
+    config = optimizer.get_config()
+    config["slice_multipliers"] = {v.path: [[0.0] * v.shape[0]] + [None] * (len(v.shape) - 1) for v in variables}
+    config["slice_warmup"] = (int(keras.ops.convert_to_numpy(optimizer.iterations)) // optimizer.accum_steps, steps)
+    rewarmed = type(optimizer).from_config(config)
+    rewarmed.build(variables)
+    for target, source in zip(rewarmed.variables, optimizer.variables):
+        target.assign(source)
+    return rewarmed
 
 
 def stacked(args, small, times):
@@ -198,24 +198,25 @@ def stacked(args, small, times):
 def grow(recipe, args, small, small_steps):
     """The big model and its optimizer, as the recipe says."""
     if recipe.stack:
-        big, optimizer = stacked(args, small, recipe.depth), None
-    else:
-        big, optimizer = kwiden.grow(
-            small,
-            recipe.width,
-            depth=recipe.depth if recipe.depth > 1 else None,
-            spread=recipe.spread,
-            seed=args.seed,
-            optimizer=small.optimizer,
-            scale_learning_rates=recipe.multipliers,
-            allow_approximate=recipe.depth > 1,  # Post-LN (BERT) depth growth is approximate
-        )
-        if recipe.state == "source":
-            copies_zeroed(optimizer, big, weight_axes(small, recipe.width))
-    if recipe.state == "fresh" or optimizer is None:
+        big = stacked(args, small, recipe.depth)
         optimizer = optimizers.Adam(schedule(args))
         optimizer.build(big.trainable_variables)
         optimizer.iterations.assign(small_steps)
+        return big, optimizer
+    big, optimizer = kwiden.grow(
+        small,
+        recipe.width,
+        depth=recipe.depth if recipe.depth > 1 else None,
+        spread=recipe.spread,
+        seed=args.seed,
+        optimizer=small.optimizer,
+        scale_learning_rates=recipe.multipliers,
+        optimizer_state=recipe.state,
+        rewarm=recipe.rewarm,
+        allow_approximate=recipe.depth > 1,  # Post-LN (BERT) depth growth is approximate
+    )
+    if recipe.rewarm_all:
+        optimizer = rewarm_all(optimizer, big.trainable_variables, recipe.rewarm_all)
     return big, optimizer
 
 
@@ -256,7 +257,7 @@ def main():
     parser.add_argument("--scale", type=int, default=1, help="multiply width, batch and steps (for a GPU)")
     parser.add_argument("--lrs", default="1e-3,2e-3,4e-3", help="learning rates tried for the scratch run")
     parser.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
-    parser.add_argument("--recipes", default="default,spread 3,spread 3, fresh Adam,spread 3, source state")
+    parser.add_argument("--recipes", default="all", help="comma-separated recipe names, or all")
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true")

@@ -6,6 +6,7 @@ from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
 from kwiden.growth import GrowthResult, grow, growth_scales
 from kwiden.models import build_transformer_model
 from kwiden.tokenizer import Tokenizer
+from kwiden.training import GrowthSchedule, fit_growing
 from kwiden.verify import VerifyReport, verify
 
 __version__ = "0.1.0"
@@ -15,11 +16,13 @@ __all__ = [
     "Growth",
     "GrowthError",
     "GrowthResult",
+    "GrowthSchedule",
     "IN",
     "OUT",
     "Space",
     "Tokenizer",
     "build_transformer_model",
+    "fit_growing",
     "grow",
     "growth_scales",
     "layers",

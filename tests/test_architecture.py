@@ -28,7 +28,7 @@ LAYERS = [
     ("kwiden.checkpoints",),
     ("kwiden.models", "kwiden.hub"),
     ("kwiden.growth",),
-    ("kwiden.admin", "kwiden.testing"),
+    ("kwiden.admin", "kwiden.testing", "kwiden.training"),
     ("kwiden",),
     ("kwiden.cli", "kwiden.demo"),
 ]

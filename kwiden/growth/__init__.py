@@ -80,7 +80,8 @@ def grow(
             grows hidden 384 to 512; docs/non-integer.md). Under unequal copy counts
             RMSNorm models stay exact; LayerNorm models need
             `allow_approximate=True`, and attention must grow its number of
-            heads (`heads="count"`).
+            heads (`heads="count"`). Default with `depth` or `num_layers`
+            given: 1 (deeper only).
         check: optional model inputs; if given, the grown model is compared
             with `model` on them (`kwiden.verify`) and a `GrowthError` carrying
             the report is raised if it departs by more than `rtol`.

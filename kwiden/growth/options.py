@@ -37,6 +37,8 @@ class GrowthOptions:
 
 def resolve(model, k, ffn_factor, heads, rope, allow_approximate, hidden_size, intermediate_size, **rest):
     """`GrowthOptions` from `grow`'s arguments."""
+    if k is None and hidden_size is None and (rest.get("depth") is not None or rest.get("num_layers") is not None):
+        k = 1  # depth alone
     k, ffn_factor = _factors(model, k, ffn_factor, hidden_size, intermediate_size)
     options = GrowthOptions(Growth(k, ffn_factor, heads, rope, allow_approximate), **rest)
     _check_spread(options.spread)
@@ -81,7 +83,9 @@ def _factors(model, k, ffn_factor, hidden_size, intermediate_size):
     if k is None and intermediate_size is not None:
         k = 1  # the feed-forward width alone
     if k is None:
-        raise ValueError("kwiden.grow needs `k` (2 doubles the width) or a target `hidden_size`.")
+        raise ValueError(
+            "kwiden.grow needs `k` (2 doubles the width), a target `hidden_size`, or `depth`/`num_layers` alone."
+        )
     if intermediate_size is not None:
         if ffn_factor is not None:
             raise ValueError("Pass `ffn_factor` or `intermediate_size` (a target size), not both.")

@@ -1,0 +1,257 @@
+"""Growth during training: `GrowthSchedule` says when and how to grow,
+`fit_growing` trains, grows at those updates and trains on."""
+
+import inspect
+import json
+import numbers
+import pathlib
+
+import keras
+
+from kwiden.files import replaced_atomically
+from kwiden.growth import grow
+
+# `grow`'s arguments a schedule may set; the trainer passes the model and its optimizer.
+GROW_ARGUMENTS = tuple(name for name in inspect.signature(grow).parameters if name not in ("model", "optimizer"))
+STATE_FILE = "kwiden-growing.json"
+
+
+class GrowthSchedule:
+    """When to grow, counted in parameter updates, and how: `{update: grow's
+    keyword arguments}`, updates strictly increasing in the order given.
+
+    At update `u` (after `u` updates, before update `u + 1`) `fit_growing`
+    calls `kwiden.grow(model, optimizer=model.optimizer, **arguments)`.
+
+    >>> schedule = GrowthSchedule({2000: dict(k=2), 6000: dict(depth=2)})
+    >>> schedule.updates
+    [2000, 6000]
+    >>> GrowthSchedule({6000: dict(depth=2), 2000: dict(k=2)})
+    Traceback (most recent call last):
+    ...
+    ValueError: GrowthSchedule updates must be strictly increasing, got 6000 then 2000.
+    """
+
+    def __init__(self, growths):
+        if not isinstance(growths, dict):
+            raise ValueError(
+                f"GrowthSchedule takes a dict {{update: dict(k=2, …)}}, got {type(growths).__name__}: {growths!r}."
+            )
+        self.growths = []
+        for update, arguments in growths.items():
+            update = _update(update)
+            if self.growths and update <= self.growths[-1][0]:
+                raise ValueError(
+                    f"GrowthSchedule updates must be strictly increasing, got {self.growths[-1][0]} then {update}."
+                )
+            self.growths.append((update, _grow_arguments(update, arguments)))
+
+    @property
+    def updates(self):
+        return [update for update, _ in self.growths]
+
+    def get_config(self):
+        return {"growths": {str(update): arguments for update, arguments in self.growths}}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls({int(update): arguments for update, arguments in config["growths"].items()})
+
+    def __repr__(self):
+        return f"GrowthSchedule({dict(self.growths)!r})"
+
+
+def _update(value):
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"GrowthSchedule updates must be integers >= 1, got {value!r}.")
+    return int(value)
+
+
+def _grow_arguments(update, arguments):
+    if not isinstance(arguments, dict):
+        raise ValueError(f"GrowthSchedule[{update}] must be a dict of kwiden.grow's arguments, got {arguments!r}.")
+    unknown = sorted(set(arguments) - set(GROW_ARGUMENTS))
+    if unknown:
+        raise ValueError(
+            f"GrowthSchedule[{update}] has {unknown[0]!r}, which kwiden.grow does not take (the trainer passes "
+            f"the model and its optimizer); it takes {', '.join(GROW_ARGUMENTS)}."
+        )
+    return dict(arguments)
+
+
+def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", backup_dir=None):
+    """Train `model` for `steps` parameter updates, growing it as `schedule` says.
+
+    The model must be compiled with an optimizer `kwiden.grow` can carry
+    (kwiden's, or Keras' SGD / Adam / AdamW). At each growth the optimizer is
+    grown with the model (its state, its step count, and so its learning-rate
+    schedule, which goes on counting updates), and the grown model is
+    compiled with the same loss and metrics. Between growths this is
+    `model.fit`: the progress bar and `callbacks` work as there (each stretch
+    between growths is one `fit` call of one epoch).
+
+    Args:
+        model: a compiled functional model.
+        data: an iterable of batches `(x, y)` or `(x, y, sample_weight)`, one
+            per micro-step, long enough for `steps` updates (a repeated
+            `tf.data.Dataset`, a generator). Its batches are taken in order.
+        schedule: a `GrowthSchedule`, or the dict to make one. A growth
+            without a `seed` is seeded by its update, so runs repeat.
+        steps: the number of parameter updates to train to, counted from
+            the optimizer's first (a resumed run goes on to the same number).
+        callbacks, verbose: as for `model.fit`.
+        backup_dir: a folder. The model (with its optimizer) is saved there
+            just before and just after each growth and when training ends; if
+            it holds a save when `fit_growing` starts, training resumes from it
+            instead of `model`, skipping the batches of `data` already trained
+            on (pass the same data again).
+
+    Returns:
+        `(model, history)`: the final, grown model, and a dict of each logged
+        value per epoch.
+
+    Example:
+
+    >>> import keras, numpy as np, kwiden
+    >>> small = kwiden.build_transformer_model(dict(vocab_size=30, hidden_size=8,
+    ...     num_hidden_layers=1, num_attention_heads=2), model="gpt")
+    >>> small.compile(kwiden.optimizers.Adam(1e-3),
+    ...     keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    >>> ids = np.random.default_rng(0).integers(1, 30, (4, 9))
+    >>> data = [(ids[:, :-1], ids[:, 1:])] * 6
+    >>> big, history = kwiden.fit_growing(small, data, {3: dict(k=2)}, steps=6, verbose=0)
+    >>> big.get_layer("Embedding-Token").output_dim, len(history["loss"])
+    (16, 2)
+    """
+    if not isinstance(schedule, GrowthSchedule):
+        schedule = GrowthSchedule(schedule)
+    steps = _steps(steps)
+    backup = _Backup(backup_dir, schedule) if backup_dir is not None else None
+    growths_done = 0
+    if backup is not None and backup.exists():
+        model, growths_done = backup.load()
+    _check_compiled(model)
+    batches = iter(data)
+    accumulation = getattr(model.optimizer, "accum_steps", 1)
+    consumed = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    _skip(batches, consumed)
+    history = {}
+    while True:
+        done = consumed // accumulation
+        pending = [(u, a) for u, a in schedule.growths[growths_done:] if u < steps]
+        if pending and pending[0][0] == done:
+            update, arguments = pending[0]
+            if backup is not None:
+                backup.save(model, growths_done)
+            model = _grow(model, update, arguments, verbose)
+            growths_done += 1
+            if backup is not None:
+                backup.save(model, growths_done)
+            continue
+        stop = pending[0][0] if pending else steps
+        if done >= stop:
+            break
+        micro_steps = stop * accumulation - consumed
+        fitted = model.fit(
+            _take(batches, micro_steps, consumed),
+            steps_per_epoch=micro_steps,
+            epochs=1,
+            shuffle=False,
+            callbacks=callbacks,
+            verbose=verbose,
+        )
+        for key, values in fitted.history.items():
+            history.setdefault(key, []).extend(values)
+        consumed += micro_steps
+        if int(keras.ops.convert_to_numpy(model.optimizer.iterations)) != consumed:
+            break  # a callback stopped training (EarlyStopping, TerminateOnNaN)
+    if backup is not None:
+        backup.save(model, growths_done)
+    return model, history
+
+
+def _steps(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"`steps` must be an integer >= 0 (parameter updates), got steps={value!r}.")
+    return int(value)
+
+
+def _check_compiled(model):
+    if getattr(model, "optimizer", None) is None or model.get_compile_config() is None:
+        raise ValueError(
+            f"fit_growing needs a compiled model: call {model.name}.compile(optimizer, loss) first "
+            "(with one of kwiden's optimizers, or Keras' SGD, Adam or AdamW)."
+        )
+
+
+def _grow(model, update, arguments, verbose):
+    """The grown model, its grown optimizer compiled in with the same loss and metrics."""
+    arguments = {"seed": update, **arguments}
+    big, optimizer = grow(model, optimizer=model.optimizer, **arguments)
+    config = model.get_compile_config()
+    config.pop("optimizer")
+    for key in ("loss", "metrics", "weighted_metrics", "loss_weights"):
+        config[key] = keras.saving.deserialize_keras_object(config.get(key))
+    big.compile(optimizer=optimizer, **config)
+    if verbose != 0:
+        print(f"Grew at update {update} ({arguments}): {model.count_params():,} -> {big.count_params():,} parameters")
+    return big
+
+
+def _skip(batches, count):
+    for taken in range(count):
+        if next(batches, None) is None:
+            raise ValueError(f"`data` ran out after {taken} batches while skipping the {count} already trained on.")
+
+
+def _take(batches, count, consumed):
+    """The next `count` batches; a clear error if `data` runs out."""
+    for taken in range(count):
+        batch = next(batches, None)
+        if batch is None:
+            raise ValueError(
+                f"`data` ran out after {consumed + taken} batches; fit_growing needs one per micro-step "
+                "for all `steps` updates (repeat the dataset)."
+            )
+        yield batch
+
+
+class _Backup:
+    """The model saved under `folder`, with how many growths it has had; a
+    small JSON file names the current save, so a crash mid-save keeps the
+    previous one."""
+
+    def __init__(self, folder, schedule):
+        self.folder = pathlib.Path(folder)
+        self.schedule = schedule
+
+    def exists(self):
+        return (self.folder / STATE_FILE).exists()
+
+    def save(self, model, growths_done):
+        self.folder.mkdir(parents=True, exist_ok=True)
+        updates = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+        name = f"model-{updates}-{growths_done}.keras"
+        with replaced_atomically(self.folder / name) as temporary:
+            model.save(temporary)
+        state = {"model": name, "growths_done": growths_done, "schedule": self.schedule.get_config()}
+        with replaced_atomically(self.folder / STATE_FILE) as temporary:
+            temporary.write_text(json.dumps(state, indent=1))
+        for old in self.folder.glob("model-*.keras"):
+            if old.name != name:
+                old.unlink()
+
+    def load(self):
+        state = json.loads((self.folder / STATE_FILE).read_text())
+        if state["schedule"] != self.schedule.get_config():
+            raise ValueError(
+                f"The backup in {self.folder} was made under another growth schedule "
+                f"({GrowthSchedule.from_config(state['schedule'])!r}, now {self.schedule!r}): pass the same "
+                "schedule to resume, or another backup_dir to start afresh."
+            )
+        return keras.saving.load_model(self.folder / state["model"]), state["growths_done"]
+
+
+__all__ = ["GrowthSchedule", "fit_growing"]

@@ -1,0 +1,113 @@
+"""`fit_growing`: a growth schedule run inside training, resumable from its backups."""
+
+import keras
+import numpy as np
+import pytest
+
+import kwiden
+from kwiden import optimizers
+from kwiden.testing import padded_batch
+
+SCHEDULE = {3: dict(k=2, spread=1.0), 6: dict(depth=2)}
+
+
+def batches(count=20):
+    """`count` language-model micro-batches, the same every time."""
+    return [
+        (ids[:, :-1], ids[:, 1:])
+        for ids in (padded_batch(lengths=(9,) * 4, seed=s, segments=False) for s in range(count))
+    ]
+
+
+def compiled(gpt, accum_steps=1):
+    model = gpt()
+    schedule = optimizers.WarmupDecay(3e-3, 2, 10)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizers.AdamW(schedule, accum_steps=accum_steps), loss, metrics=["accuracy"])
+    return model
+
+
+class CrashAt(keras.callbacks.Callback):
+    """Stand-in for a crash: raise once the optimizer has done `updates` updates."""
+
+    def __init__(self, updates):
+        super().__init__()
+        self.updates = updates
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.updates_done) >= self.updates:
+            raise KeyboardInterrupt
+
+
+def test_two_growths_train_and_carry_the_optimizer(gpt):
+    small = compiled(gpt, accum_steps=2)
+    width = small.get_layer("Embedding-Token").output_dim
+    big, history = kwiden.fit_growing(small, batches(), SCHEDULE, steps=8, verbose=0)
+    assert big.get_layer("Embedding-Token").output_dim == 2 * width
+    assert kwiden.naming.count_blocks(layer.name for layer in big.layers) == 4  # 2 blocks, doubled
+    assert int(big.optimizer.iterations) == 16 and int(big.optimizer.updates_done) == 8
+    # The learning-rate schedule went on counting updates across both growths.
+    assert big.optimizer.get_config()["learning_rate"] == small.optimizer.get_config()["learning_rate"]
+    assert float(big.optimizer.learning_rate) == pytest.approx(float(optimizers.WarmupDecay(3e-3, 2, 10)(8)))
+    assert len(history["loss"]) == 3 and len(history["accuracy"]) == 3  # three stretches of fit
+    assert big.get_compile_config()["metrics"] == ["accuracy"]
+
+
+def test_resumes_after_a_growth_to_identical_weights(gpt, tmp_path):
+    straight, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0)
+    with pytest.raises(KeyboardInterrupt):
+        kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0,
+                           callbacks=[CrashAt(5)], backup_dir=tmp_path)  # fmt: skip
+    # The backup is the model just after the first growth (update 3), not the crashed one.
+    resumed, _ = kwiden.fit_growing(gpt(seed=7), batches(), SCHEDULE, steps=9, verbose=0, backup_dir=tmp_path)
+    assert len(resumed.weights) == len(straight.weights)
+    for a, b in zip(straight.get_weights(), resumed.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_resumes_from_a_backup_taken_before_a_growth(gpt, tmp_path):
+    straight, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=5, verbose=0)
+    stopped, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=3, verbose=0, backup_dir=tmp_path)
+    width = stopped.get_layer("Embedding-Token").output_dim
+    assert width == gpt().get_layer("Embedding-Token").output_dim  # stopped at update 3, not grown yet
+    resumed, _ = kwiden.fit_growing(stopped, batches(), SCHEDULE, steps=5, verbose=0, backup_dir=tmp_path)
+    assert resumed.get_layer("Embedding-Token").output_dim == 2 * width
+    for a, b in zip(straight.get_weights(), resumed.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_backup_made_under_another_schedule_is_refused(gpt, tmp_path):
+    kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=2, verbose=0, backup_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"made under another growth schedule .* pass the same schedule"):
+        kwiden.fit_growing(compiled(gpt), batches(), {4: dict(k=2)}, steps=6, verbose=0, backup_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "growths, message",
+    [
+        ({6: dict(k=2), 3: dict(depth=2)}, r"updates must be strictly increasing, got 6 then 3"),
+        ({0: dict(k=2)}, r"updates must be integers >= 1, got 0"),
+        ({2.5: dict(k=2)}, r"updates must be integers >= 1, got 2.5"),
+        ({3: dict(k=2, optimizer=None)}, r"GrowthSchedule\[3\] has 'optimizer', which kwiden.grow does not take"),
+        ({3: dict(width=2)}, r"has 'width', which kwiden.grow does not take .* it takes k, check"),
+        ({3: 2}, r"GrowthSchedule\[3\] must be a dict of kwiden.grow's arguments, got 2"),
+        ([(3, dict(k=2))], r"GrowthSchedule takes a dict \{update: dict\(k=2, …\)\}, got list"),
+    ],
+)
+def test_bad_schedules_are_refused(growths, message):
+    with pytest.raises(ValueError, match=message):
+        kwiden.GrowthSchedule(growths)
+
+
+def test_schedule_config_round_trips():
+    schedule = kwiden.GrowthSchedule(SCHEDULE)
+    assert kwiden.GrowthSchedule.from_config(schedule.get_config()).growths == schedule.growths
+
+
+def test_bad_training_arguments_are_refused(gpt):
+    with pytest.raises(ValueError, match=r"fit_growing needs a compiled model: call .*\.compile\(optimizer, loss\)"):
+        kwiden.fit_growing(gpt(), batches(), SCHEDULE, steps=4)
+    with pytest.raises(ValueError, match=r"`steps` must be an integer >= 0 \(parameter updates\), got steps=-1"):
+        kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=-1)
+    with pytest.raises(ValueError, match=r"`data` ran out after 4 batches; fit_growing needs one per micro-step"):
+        kwiden.fit_growing(compiled(gpt), batches(4), SCHEDULE, steps=8, verbose=0)
