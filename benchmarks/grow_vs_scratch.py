@@ -5,9 +5,9 @@ Two model styles: `--model gpt` (Pre-LN causal LM, next byte) and `--model bert`
 (Post-LN masked LM: 15% of the bytes masked, loss on those).
 
 The small model is charged. Compute is counted in training FLOPs, Kaplan et
-al.'s estimate: per token, 6·N + 6·L·T·d, where N counts every weight used in
-a matrix product (the tied logits included, the embedding lookups not), L the
-blocks, T the context and d the width. Every run logs its validation loss
+al.'s estimate (`kwiden.compute.flops_per_token`): per token, 6·N + 6·L·T·d,
+where N counts the kernels and the tied logits (not the embedding lookups),
+L the blocks, T the context and d the width. Every run logs its validation loss
 against cumulative FLOPs and wall time; the table gives, per recipe, the FLOPs
 it needed to reach the scratch run's final validation loss and the saving in
 percent against what the scratch run needed to first reach it ("never" if it
@@ -42,6 +42,7 @@ from common import environment, table
 
 import kwiden
 from kwiden import corpus, naming, optimizers
+from kwiden.compute import flops_per_token
 from kwiden.files import replaced_atomically
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -87,6 +88,8 @@ RECIPES = [
     Recipe("spread 3, no multipliers, share 67%", spread=3, multipliers=False, share=0.67),
     Recipe("depth x2", width=1, depth=2),
     Recipe("depth x2, no multipliers", width=1, depth=2, multipliers=False),
+    Recipe("depth x2, zero state, no multipliers", width=1, depth=2, state="zero", multipliers=False),
+    Recipe("depth x2, no multipliers, rewarm copies 100", width=1, depth=2, multipliers=False, rewarm=100),
     Recipe("depth x2 stacked (G_stack), zero state", width=1, depth=2, stack=True, state="zero"),
     Recipe("width x2 + depth x2, spread 3, no multipliers", depth=2, spread=3, multipliers=False),
 ]
@@ -111,14 +114,6 @@ def batches(args, ids, count, rng):
         return x, y
     masked = rng.random(x.shape) < MASKED
     return [np.where(masked, MASK, x), np.zeros_like(x)], np.where(masked, x, 0)
-
-
-def flops_per_token(model, length):
-    """6·N + 6·L·T·d (training: forward and backward)."""
-    matmul = sum(int(np.prod(w.shape)) for w in model.trainable_weights if len(w.shape) >= 2)
-    token = model.get_layer(naming.EMBEDDING_TOKEN)
-    layers = naming.count_blocks(layer.name for layer in model.layers)
-    return 6 * matmul + 6 * layers * length * token.output_dim
 
 
 class Run:

@@ -20,6 +20,7 @@ LAYERS = [
         "kwiden.files",
         "kwiden.corpus",
         "kwiden.tokenizer",
+        "kwiden.compute",
     ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),

@@ -51,6 +51,10 @@ def test_demo_command_prints_its_table(capsys):
         assert stage in printed
     difference = float(printed.split("Loss right after growth minus loss before: ")[1].split()[0])
     assert abs(difference) < 1e-4
+    # The scratch run gets the grown run's compute: 4 big steps and 8 small ones, about a quarter as costly each.
+    scratch_steps = int(printed.split("from scratch, ")[1].split()[0])
+    assert 5 <= scratch_steps <= 7
+    assert "At equal compute (" in printed and "the small model's included): grown " in printed
 
 
 def test_console_script_is_installed():
