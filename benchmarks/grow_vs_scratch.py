@@ -62,6 +62,13 @@ class Recipe:
     multipliers: bool = True  # grow's scale_learning_rates
     rewarm: int = 0  # grow's rewarm: updates over which the new copies re-warm
     rewarm_all: int = 0  # updates over which every weight re-warms
+    staged: bool = False  # width and depth in two growths: width at share/2, depth at share
+
+    def stages(self):
+        """`(share, width, depth)` of each growth."""
+        if self.staged and self.width > 1 and self.depth > 1:
+            return [(self.share / 2, self.width, 1), (self.share, 1, self.depth)]
+        return [(self.share, self.width, self.depth)]
 
 
 RECIPES = [
@@ -218,15 +225,15 @@ def grow(recipe, args, small, small_steps):
 def grown_run(recipe, data, args):
     keras.utils.set_random_seed(args.seed)
     run = Run(recipe.name, data, args)
-    small = build(args, args.hidden // recipe.width, args.layers // recipe.depth)
-    small_steps = int(recipe.share * args.scratch_steps)
-    compile_model(small, optimizers.Adam(schedule(args)))
-    run.train(small, small_steps)
-    big, optimizer = grow(recipe, args, small, small_steps)
-    compile_model(big, optimizer)
-    run.log(big)  # right after growth: the small model's loss, unless stacked
-    big_step = flops_per_token(big, args.length) * args.batch * args.length
-    run.train(big, max(0, int((data["budget"] - run.flops) // big_step)))
+    model = build(args, args.hidden // recipe.width, args.layers // recipe.depth)
+    compile_model(model, optimizers.Adam(schedule(args)))
+    for share, width, depth in recipe.stages():
+        run.train(model, int(share * args.scratch_steps) - run.steps)
+        model, optimizer = grow(dataclasses.replace(recipe, width=width, depth=depth), args, model, run.steps)
+        compile_model(model, optimizer)
+        run.log(model)  # right after growth: the smaller model's loss, unless stacked
+    big_step = flops_per_token(model, args.length) * args.batch * args.length
+    run.train(model, max(0, int((data["budget"] - run.flops) // big_step)))
     return run
 
 
@@ -252,7 +259,13 @@ def main():
     parser.add_argument("--scale", type=int, default=1, help="multiply width, batch and steps (for a GPU)")
     parser.add_argument("--lrs", default="1e-3,2e-3,4e-3", help="learning rates tried for the scratch run")
     parser.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
-    parser.add_argument("--recipes", default="all", help="comma-separated recipe names, or all")
+    parser.add_argument("--recipes", default="all", help="comma-separated recipe names, all, or none")
+    parser.add_argument(
+        "--recipe",
+        action="append",
+        default=[],
+        help='one more recipe as Recipe fields, "width=1 depth=2 share=0.67" (repeatable)',
+    )
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
@@ -264,7 +277,7 @@ def main():
     args.hidden *= args.scale
     args.batch *= args.scale
     args.scratch_steps *= args.scale
-    recipes = select(args.recipes)
+    recipes = select(args.recipes) + [custom(spec) for spec in args.recipe]
     text = args.corpus.read_text(encoding="utf-8") if args.corpus else corpus.load_text()
     ids = corpus.encode(text)
     split = int(0.9 * len(ids))
@@ -305,10 +318,24 @@ def main():
         plot(runs, target, title, args.plot)
 
 
+def custom(spec):
+    """A recipe from "field=value …" (Recipe's fields), named by its fields."""
+    fields = {field.name: field.type for field in dataclasses.fields(Recipe)}
+    values = {}
+    for item in spec.split():
+        key, _, value = item.partition("=")
+        if key not in fields or key == "name":
+            raise SystemExit(f"unknown recipe field {key!r}; known: {', '.join(fields)}")
+        values[key] = {float: float, int: int, bool: lambda v: v == "True"}.get(fields[key], str)(value)
+    return Recipe(spec, **values)
+
+
 def select(names):
     by_name = {recipe.name: recipe for recipe in RECIPES}
     if names == "all":
         return RECIPES
+    if names == "none":
+        return []
     chosen, rest = [], names
     while rest:  # names contain commas: take the longest known name at the front
         name = max((n for n in by_name if rest == n or rest.startswith(n + ",")), key=len, default=None)

@@ -119,7 +119,7 @@ def parser():
     grow.add_argument(
         "--rope", choices=["exact", "standard"], default="exact", help="rotary frequencies when heads grow"
     )
-    grow.add_argument("--spread", type=float, default=0.0, help="exact symmetry breaking (0: plain copies)")
+    grow.add_argument("--spread", type=float, default=3.0, help="exact symmetry breaking (default 3; 0: plain copies)")
     grow.add_argument("--depth", type=int, default=None, help="multiply the number of Transformer blocks")
     grow.add_argument("--num-layers", type=int, default=None, help="make the number of Transformer blocks this")
     grow.add_argument("--allow-approximate", action="store_true", help="accept growth that is not exact (reported)")

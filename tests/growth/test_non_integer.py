@@ -72,8 +72,8 @@ def test_rmsnorm_model_grows_exactly_by_three_halves(key_value_heads, tie):
 
 def test_fraction_factor_equals_target_size():
     small = llama()
-    by_factor = kwiden.grow(small, Fraction(3, 2), heads="count")
-    by_size = kwiden.grow(small, hidden_size=24, heads="count")
+    by_factor = kwiden.grow(small, Fraction(3, 2), heads="count", seed=0)
+    by_size = kwiden.grow(small, hidden_size=24, heads="count", seed=0)
     for a, b in zip(by_factor.weights, by_size.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert kwiden.grow(small, 1.5, heads="count").count_params() == by_size.count_params()
@@ -118,7 +118,7 @@ def test_non_integer_growth_errors():
         kwiden.grow(small, hidden_size=8)
     with pytest.raises(ValueError, match=r"Pass `k` \(a factor\) or `hidden_size`"):
         kwiden.grow(small, 2, hidden_size=32)
-    with pytest.raises(ValueError, match=r"needs `k` \(2 doubles the width\) or a target `hidden_size`"):
+    with pytest.raises(ValueError, match=r"needs `k` \(2 doubles the width\), a target `hidden_size`, or `depth`"):
         kwiden.grow(small)
     with pytest.raises(ValueError, match=r"Pass `ffn_factor` or `intermediate_size`"):
         kwiden.grow(small, 2, ffn_factor=2, intermediate_size=48)
@@ -134,8 +134,8 @@ def test_optimizer_grows_under_unequal_copies_with_one_learning_rate():
     ids = padded_batch(segments=False)
     small.fit(ids, ids, epochs=1, verbose=0)
     with pytest.raises(GrowthError, match=r"no one learning-rate multiplier fits.*scale_learning_rates=False"):
-        kwiden.grow(small, hidden_size=24, heads="count", optimizer=optimizer)
-    big, grown = kwiden.grow(small, hidden_size=24, heads="count", optimizer=optimizer, scale_learning_rates=False)
+        kwiden.grow(small, hidden_size=24, heads="count", optimizer=optimizer, scale_learning_rates=True)
+    big, grown = kwiden.grow(small, hidden_size=24, heads="count", optimizer=optimizer, optimizer_state="grown")
     axes = weight_axes(small, kwiden.Growth(Fraction(3, 2), heads="count"))
     small_variables = {v.path: v for v in small.trainable_variables}
     for variable in big.trainable_variables:
@@ -160,7 +160,7 @@ def test_grown_gradients_are_the_slots_grown_like_gradients():
 
     small = llama(num_key_value_heads=2)
     growth = kwiden.Growth(Fraction(3, 2), heads="count")
-    big = kwiden.grow(small, hidden_size=24, heads="count")
+    big = kwiden.grow(small, hidden_size=24, heads="count", spread=0.0)  # equal splits
     ids = padded_batch(segments=False)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 

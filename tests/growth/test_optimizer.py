@@ -11,6 +11,10 @@ from kwiden.testing import numpy_outputs, padded_batch
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
+# Plain copies, grown state and per-tensor multipliers: the growth whose training
+# follows the small model's trajectory (docs/optimizer-state.md), not grow's default.
+FOLLOW = dict(spread=0.0, optimizer_state="grown", scale_learning_rates=True)
+
 
 def lm_batch(seed=3):
     ids = padded_batch(segments=False, lengths=(9,) * 8, seed=seed)
@@ -34,7 +38,7 @@ def test_spread_is_exact_right_after_growth(gpt, k):
     big = kwiden.grow(small, k, spread=1.0, seed=0)
     report = kwiden.verify(small, big, padded_batch(segments=False))
     assert report.ok, str(report)
-    plain = kwiden.grow(small, k)
+    plain = kwiden.grow(small, k, spread=0.0)
     differs = [
         not np.allclose(a.numpy(), b.numpy()) for a, b in zip(big.weights, plain.weights) if a.path.endswith("kernel")
     ]
@@ -111,7 +115,7 @@ def test_grown_optimizer_continues_the_small_models_trajectory(gpt, make_optimiz
     errors = {}
     for mode in ("grown", "fresh"):
         small = train_small(gpt, make_optimizer, steps)
-        big, grown_optimizer = kwiden.grow(small, 2, optimizer=small.optimizer)
+        big, grown_optimizer = kwiden.grow(small, 2, optimizer=small.optimizer, **FOLLOW)
         assert type(grown_optimizer) is type(small.optimizer)
         assert int(grown_optimizer.iterations) == int(small.optimizer.iterations) == steps
         big.compile(grown_optimizer if mode == "grown" else make_optimizer(), LOSS, run_eagerly=True)
@@ -122,7 +126,7 @@ def test_grown_optimizer_continues_the_small_models_trajectory(gpt, make_optimiz
 
 def test_grown_slots_are_copied_and_scaled(gpt):
     small = train_small(gpt, lambda: optimizers.Adam(3e-3))
-    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
+    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer, **FOLLOW)
     path = "Transformer-0-FeedForward/output_kernel"  # (inner, hidden): c = 2^-1.5, K = 4
     index = {v.path: i for i, v in enumerate(small.optimizer._trainable_variables)}[path]
     big_index = {v.path: i for i, v in enumerate(grown._trainable_variables)}[path]
@@ -149,7 +153,7 @@ def test_grown_slots_are_copied_and_scaled(gpt):
 )
 def test_keras_optimizer_state_grows_too(gpt, make, slots):
     small = train_small(gpt, make)
-    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
+    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer, optimizer_state="grown")
     assert type(grown) is type(small.optimizer) and int(grown.iterations) == 3
     path = "Transformer-0-MultiHeadSelfAttention/query_kernel"  # c = 2^-0.75, K = 4
     small_index = {v.path: i for i, v in enumerate(small.optimizer._trainable_variables)}[path]
@@ -176,7 +180,7 @@ def test_loss_scale_optimizer_is_refused_with_advice(gpt):
 
 def test_depth_growth_carries_the_optimizer_too(gpt):
     small = train_small(gpt, lambda: optimizers.Adam(3e-3))
-    big, grown = kwiden.grow(small, 2, depth=2, optimizer=small.optimizer)
+    big, grown = kwiden.grow(small, 2, depth=2, optimizer=small.optimizer, **FOLLOW)
     paths = {v.path: i for i, v in enumerate(grown._trainable_variables)}
     small_paths = {v.path: i for i, v in enumerate(small.optimizer._trainable_variables)}
     source = small.optimizer.momentums[small_paths["Transformer-1-FeedForward/inner_kernel"]].numpy()
@@ -202,8 +206,8 @@ def slots_of(optimizer, path):
 def test_source_state_keeps_the_original_slice_and_zeroes_the_copies(gpt):
     small = train_small(gpt, lambda: optimizers.Adam(3e-3))
     path = "Transformer-0-FeedForward/output_kernel"  # (inner, hidden), both axes grow
-    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
-    _, source = kwiden.grow(small, 2, optimizer=small.optimizer, optimizer_state="source")
+    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer, optimizer_state="grown", spread=0.0)
+    _, source = kwiden.grow(small, 2, optimizer=small.optimizer, optimizer_state="source", spread=0.0)
     for full, kept in zip(slots_of(grown, path), slots_of(source, path)):
         np.testing.assert_array_equal(kept[::2, ::2], full[::2, ::2])  # the original slice
         assert np.all(full[1::2, :] != 0) and np.all(full[::2, 1::2] != 0)
