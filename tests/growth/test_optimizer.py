@@ -263,3 +263,20 @@ def test_rewarm_needs_a_kwiden_optimizer(gpt):
     small = train_small(gpt, lambda: keras.optimizers.Adam(3e-3), steps=1)
     with pytest.raises(ValueError, match=r"`rewarm` needs one of kwiden's optimizers .* grow with rewarm=0"):
         kwiden.grow(small, 2, optimizer=small.optimizer, rewarm=10)
+
+
+@pytest.mark.parametrize("family", ["gpt", "bert"])
+def test_the_default_recipe_is_exact_at_growth(family, request):
+    """grow(small, 2, optimizer=...) with nothing else: spread 3, source-slice
+    state, no per-tensor multipliers, and the grown model still exact."""
+    small = request.getfixturevalue(family)()
+    inputs = padded_batch(segments=family == "bert")
+    optimizer = optimizers.AdamW(1e-3)
+    optimizer.build(small.trainable_variables)
+    big, grown = kwiden.grow(small, 2, optimizer=optimizer)
+    report = kwiden.verify(small, big, inputs, rtol=1e-5)
+    assert report.ok, str(report)
+    assert grown.growth_scales == {} and grown.slice_multipliers == {}
+    # Spread, not plain copies: the two copies of an FFN input row differ.
+    kernel = big.get_layer("Transformer-0-FeedForward").inner_kernel.numpy()
+    assert not np.allclose(kernel[0], kernel[1])
