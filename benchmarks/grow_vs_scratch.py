@@ -12,22 +12,25 @@ against cumulative FLOPs and wall time; the table gives, per recipe, the FLOPs
 it needed to reach the scratch run's final validation loss and the saving in
 percent against what the scratch run needed to first reach it ("never" if it
 did not within the same compute). The scratch run is the best of `--lrs`;
-every grown run uses that learning rate and the same schedule, counted in
-updates across the growth.
+every grown run uses that learning rate and the same schedule family
+(`--schedule constant`, or `cosine`: 5% warmup, cosine to 10% over the run's
+own updates), counted in updates across the growths.
 
-A recipe (`RECIPES`, chosen with `--recipes`) says how the small model is
-made (width and depth factors, its share of the scratch run's tokens), how it
-grows (`kwiden.grow` arguments; `stack`: G_stack-style whole-model stacking,
-whose new blocks are full copies, not identities) and what the optimizer
-carries across (`grow`'s `optimizer_state`: `grown` moments, `source` (the
-original slice keeps its grown moments, the new copies start from zero) or
-`zero`; `multipliers`: `grow`'s per-tensor `scale_learning_rates`; `rewarm`:
-updates over which the new copies' learning rate climbs back from 0;
-`rewarm_all`: the same for every weight).
+A `Recipe` says how the small model is made (width and depth factors, its
+share of the scratch run's updates), how it grows (`kwiden.grow`'s arguments;
+`staged`: width first, depth later; `stack`: G_stack-style whole-model
+stacking, whose new blocks are full copies, not identities) and what the
+optimizer carries across (`optimizer_state`: `source`, `grown` or `zero`;
+`multipliers`: `scale_learning_rates`; `rewarm`: updates over which the new
+copies' rate climbs back from 0; `rewarm_all`: the same for every weight).
+Its defaults are `grow`'s. `--recipes main` (default) runs grow's recipe at
+several growth points and shapes and the recipe grow had before;
+`--recipes ablations` changes one setting at a time; `--recipe "depth=2
+share=0.8"` adds one of your own.
 
-    python benchmarks/grow_vs_scratch.py                   # about 10 minutes on 2 cores
-    python benchmarks/grow_vs_scratch.py --model bert --corpus /tmp/zh.txt
-    python benchmarks/grow_vs_scratch.py --recipes default,"spread 3" --lrs 2e-3
+    python benchmarks/grow_vs_scratch.py                   # about 5 minutes on 2 cores
+    python benchmarks/grow_vs_scratch.py --model bert --corpus zh.txt --schedule cosine
+    python benchmarks/grow_vs_scratch.py --recipes ablations --lrs 2e-3
     python benchmarks/grow_vs_scratch.py --quick
 """
 
@@ -52,17 +55,19 @@ MASKED = 0.15
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
+    """A grown run. The defaults are `kwiden.grow`'s: width ×2 at half the updates."""
+
     name: str
-    share: float = 0.5  # of the scratch run's updates, spent on the small model
+    share: float = 0.5  # of the scratch run's updates, spent before the (last) growth
     width: int = 2  # the small model is `width` times narrower
     depth: int = 1  # and `depth` times shallower
-    stack: bool = False  # deepen by stacking whole copies (G_stack), not identity blocks
-    spread: float = 0.0
-    state: str = "grown"  # grow's optimizer_state: grown | source | zero
-    multipliers: bool = True  # grow's scale_learning_rates
-    rewarm: int = 0  # grow's rewarm: updates over which the new copies re-warm
-    rewarm_all: int = 0  # updates over which every weight re-warms
     staged: bool = False  # width and depth in two growths: width at share/2, depth at share
+    stack: bool = False  # deepen by stacking whole copies (G_stack), not identity blocks
+    spread: float = 3.0  # grow's arguments from here on
+    state: str = "source"  # optimizer_state: grown | source | zero
+    multipliers: bool = False  # scale_learning_rates
+    rewarm: int = 0  # updates over which the new copies re-warm
+    rewarm_all: int = 0  # updates over which every weight re-warms (not a grow argument)
 
     def stages(self):
         """`(share, width, depth)` of each growth."""
@@ -71,35 +76,37 @@ class Recipe:
         return [(self.share, self.width, self.depth)]
 
 
-RECIPES = [
-    Recipe("default"),
-    Recipe("spread 3", spread=3),
-    Recipe("spread 3, no multipliers", spread=3, multipliers=False),
-    Recipe("spread 3, zero state", spread=3, state="zero"),
-    Recipe("spread 3, zero state, no multipliers", spread=3, state="zero", multipliers=False),
-    Recipe("spread 3, source state", spread=3, state="source"),
-    Recipe("spread 3, source state, no multipliers", spread=3, state="source", multipliers=False),
-    Recipe("spread 3, no multipliers, rewarm copies 100", spread=3, multipliers=False, rewarm=100),
-    Recipe("spread 3, no multipliers, rewarm copies 300", spread=3, multipliers=False, rewarm=300),
-    Recipe(
-        "spread 3, source state, no multipliers, rewarm copies 100",
-        spread=3,
-        state="source",
-        multipliers=False,
-        rewarm=100,
-    ),
-    Recipe("spread 3, no multipliers, rewarm all 100", spread=3, multipliers=False, rewarm_all=100),
-    Recipe("spread 1, no multipliers", spread=1, multipliers=False),
-    Recipe("spread 10, no multipliers", spread=10, multipliers=False),
-    Recipe("spread 3, no multipliers, share 25%", spread=3, multipliers=False, share=0.25),
-    Recipe("spread 3, no multipliers, share 67%", spread=3, multipliers=False, share=0.67),
-    Recipe("depth x2", width=1, depth=2),
-    Recipe("depth x2, no multipliers", width=1, depth=2, multipliers=False),
-    Recipe("depth x2, zero state, no multipliers", width=1, depth=2, state="zero", multipliers=False),
-    Recipe("depth x2, no multipliers, rewarm copies 100", width=1, depth=2, multipliers=False, rewarm=100),
-    Recipe("depth x2 stacked (G_stack), zero state", width=1, depth=2, stack=True, state="zero"),
-    Recipe("width x2 + depth x2, spread 3, no multipliers", depth=2, spread=3, multipliers=False),
+BEFORE = dict(spread=0.0, state="grown", multipliers=True)  # grow's defaults before this benchmark
+MAIN = [
+    Recipe("before: plain copies, grown state, multipliers", **BEFORE),
+    Recipe("default, width x2 at 50%"),
+    Recipe("default, width x2 at 67%", share=0.67),
+    Recipe("default, depth x2 at 67%", width=1, depth=2, share=0.67),
+    Recipe("default, width x2 at 33% then depth x2 at 67%", depth=2, share=0.67, staged=True),
 ]
+# Each of grow's settings changed alone, and the other arms of the sweep (width x2 at 50% unless said).
+ABLATIONS = [
+    Recipe("spread 0", spread=0.0),
+    Recipe("spread 1", spread=1.0),
+    Recipe("spread 10", spread=10.0),
+    Recipe("grown state", state="grown"),
+    Recipe("zero state", state="zero"),
+    Recipe("multipliers", multipliers=True),
+    Recipe("grown state, multipliers", state="grown", multipliers=True),
+    Recipe("rewarm copies 100", rewarm=100),
+    Recipe("grown state, rewarm copies 100", state="grown", rewarm=100),
+    Recipe("rewarm all 100", rewarm_all=100),
+    Recipe("share 25%", share=0.25),
+    Recipe("share 80%", share=0.8),
+    Recipe("depth x2 at 50%", width=1, depth=2),
+    Recipe("depth x2 at 67%, zero state", width=1, depth=2, share=0.67, state="zero"),
+    Recipe("depth x2 at 67%, rewarm copies 100", width=1, depth=2, share=0.67, rewarm=100),
+    Recipe("depth x2 at 67% stacked (G_stack), zero state", width=1, depth=2, share=0.67, stack=True, state="zero"),
+    Recipe("width x2 + depth x2 at 67%", depth=2, share=0.67),
+    Recipe("width x2 + depth x2 at 67%, grown state", depth=2, share=0.67, state="grown"),
+    Recipe("width x2 at 40% then depth x2 at 80%", depth=2, share=0.8, staged=True),
+]
+RECIPES = MAIN + ABLATIONS
 
 
 def build(args, hidden, layers):
@@ -164,11 +171,22 @@ class Run:
         return None
 
 
-def schedule(args):
+def schedule(args, steps):
+    """Constant, or a 5% warmup and a cosine to 10% over the run's `steps` updates."""
     if args.schedule == "constant":
         return args.lr
-    steps = args.scratch_steps
     return optimizers.WarmupDecay(args.lr, max(1, steps // 20), steps, decay="cosine", end=0.1 * args.lr)
+
+
+def updates(recipe, args, budget):
+    """The updates of a grown run that spend `budget` FLOPs (its cosine spans them)."""
+    hidden, layers, done, spent = args.hidden // recipe.width, args.layers // recipe.depth, 0, 0.0
+    for share, width, depth in recipe.stages():
+        until = int(share * args.scratch_steps)
+        spent += (until - done) * flops_per_token(build(args, hidden, layers), args.length)
+        hidden, layers, done = hidden * width, layers * depth, until
+    step = flops_per_token(build(args, hidden, layers), args.length)
+    return done + int((budget / (args.batch * args.length) - spent) // step)
 
 
 def rewarm_all(optimizer, variables, steps):
@@ -201,7 +219,7 @@ def grow(recipe, args, small, small_steps):
     """The big model and its optimizer, as the recipe says."""
     if recipe.stack:
         big = stacked(args, small, recipe.depth)
-        optimizer = optimizers.Adam(schedule(args))
+        optimizer = type(small.optimizer).from_config(small.optimizer.get_config())  # zero state
         optimizer.build(big.trainable_variables)
         optimizer.iterations.assign(small_steps)
         return big, optimizer
@@ -226,7 +244,7 @@ def grown_run(recipe, data, args):
     keras.utils.set_random_seed(args.seed)
     run = Run(recipe.name, data, args)
     model = build(args, args.hidden // recipe.width, args.layers // recipe.depth)
-    compile_model(model, optimizers.Adam(schedule(args)))
+    compile_model(model, optimizers.Adam(schedule(args, updates(recipe, args, data["budget"]))))
     for share, width, depth in recipe.stages():
         run.train(model, int(share * args.scratch_steps) - run.steps)
         model, optimizer = grow(dataclasses.replace(recipe, width=width, depth=depth), args, model, run.steps)
@@ -242,7 +260,7 @@ def scratch_run(lr, data, args):
     args.lr = lr
     run = Run(f"scratch, lr {lr:g}", data, args)
     model = build(args, args.hidden, args.layers)
-    compile_model(model, optimizers.Adam(schedule(args)))
+    compile_model(model, optimizers.Adam(schedule(args, args.scratch_steps)))
     run.train(model, args.scratch_steps)
     return run
 
@@ -259,7 +277,7 @@ def main():
     parser.add_argument("--scale", type=int, default=1, help="multiply width, batch and steps (for a GPU)")
     parser.add_argument("--lrs", default="1e-3,2e-3,4e-3", help="learning rates tried for the scratch run")
     parser.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
-    parser.add_argument("--recipes", default="all", help="comma-separated recipe names, all, or none")
+    parser.add_argument("--recipes", default="main", help="comma-separated recipe names, or main, ablations, all, none")
     parser.add_argument(
         "--recipe",
         action="append",
@@ -332,10 +350,9 @@ def custom(spec):
 
 def select(names):
     by_name = {recipe.name: recipe for recipe in RECIPES}
-    if names == "all":
-        return RECIPES
-    if names == "none":
-        return []
+    groups = {"main": MAIN, "ablations": ABLATIONS, "all": RECIPES, "none": []}
+    if names in groups:
+        return groups[names]
     chosen, rest = [], names
     while rest:  # names contain commas: take the longest known name at the front
         name = max((n for n in by_name if rest == n or rest.startswith(n + ",")), key=len, default=None)
