@@ -18,14 +18,20 @@ def flops_per_token(model, length):
     ...     num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=16), model="gpt")
     >>> flops_per_token(gpt, 16)  # 6·(4·8² + 2·8·32 + 10·8) + 6·1·16·8
     5856
+    >>> bert = kwiden.build_transformer_model(dict(vocab_size=10, hidden_size=8,
+    ...     num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=16))
+    >>> flops_per_token(bert, 16)  # no logits: 6·(4·8² + 2·8·32) + 6·1·16·8
+    5376
     """
     names = {layer.name for layer in model.layers}
-    tied = naming.OUTPUT_LOGITS not in names  # else the logits have their own kernel
+    token = model.get_layer(naming.EMBEDDING_TOKEN)
+    # Tied logits: an output over the vocabulary, and no logits layer of its own.
+    tied = naming.OUTPUT_LOGITS not in names and any(o.shape[-1] == token.input_dim for o in model.outputs)
     matmul = sum(
         int(np.prod(w.shape))
         for w in model.trainable_weights
         if "kernel" in w.name or (tied and w.path == f"{naming.EMBEDDING_TOKEN}/embeddings")
     )
-    width = model.get_layer(naming.EMBEDDING_TOKEN).output_dim
+    width = token.output_dim
     blocks = naming.count_blocks(names)
     return 6 * matmul + 6 * blocks * length * width

@@ -51,3 +51,10 @@ def variable_index(optimizer, variable):
 def slot_of(optimizer, slots, variable):
     """The slot in `slots` (one of `optimizer`'s lists) that belongs to `variable`."""
     return slots[variable_index(optimizer, variable)]
+
+
+def compile_arguments(model):
+    """The arguments `model.compile` was called with, as given (the live loss
+    and metric objects, not their serialised config), or None if it was not."""
+    config = getattr(model, "_compile_config", None)
+    return None if config is None else dict(config.config)

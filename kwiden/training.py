@@ -10,6 +10,8 @@ import keras
 
 from kwiden.files import replaced_atomically
 from kwiden.growth import grow
+from kwiden.keras_internals import compile_arguments
+from kwiden.optimizers import AccumulatingOptimizer
 
 # `grow`'s arguments a schedule may set; the trainer passes the model and its optimizer.
 GROW_ARGUMENTS = tuple(name for name in inspect.signature(grow).parameters if name not in ("model", "optimizer"))
@@ -88,9 +90,15 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
     (kwiden's, or Keras' SGD / Adam / AdamW). At each growth the optimizer is
     grown with the model (its state, its step count, and so its learning-rate
     schedule, which goes on counting updates), and the grown model is
-    compiled with the same loss and metrics. Between growths this is
-    `model.fit`: the progress bar and `callbacks` work as there (each stretch
-    between growths is one `fit` call of one epoch).
+    compiled with the same loss and metrics (the objects given to
+    `compile`). Between growths this is `model.fit`: the progress bar and
+    `callbacks` work as there, each stretch between growths being one `fit`
+    call of one epoch, numbered on. A callback that sets
+    `model.stop_training` ends the run at the end of its stretch
+    (`TerminateOnNaN` at once); callbacks that keep state across epochs
+    start afresh with each stretch, as in any new `fit` (`EarlyStopping`
+    compares a stretch only with itself, so it does not stop the run). A growth
+    replaces the per-slice multipliers of an earlier growth's `rewarm`.
 
     Args:
         model: a compiled functional model.
@@ -101,6 +109,10 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
             without a `seed` is seeded by its update, so runs repeat.
         steps: the number of parameter updates to train to, counted from
             the optimizer's first (a resumed run goes on to the same number).
+            A growth at update `u` happens before update `u + 1`, so growths
+            at `steps` or later are not reached (a later call with more
+            steps reaches them). The model must not have done more updates
+            than a growth it has not had.
         callbacks, verbose: as for `model.fit`.
         backup_dir: a folder. The model (with its optimizer) is saved there
             just before and just after each growth and when training ends; if
@@ -132,10 +144,12 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
     growths_done = 0
     if backup is not None and backup.exists():
         model, growths_done = backup.load()
-    _check_compiled(model)
-    batches = iter(data)
-    accumulation = getattr(model.optimizer, "accum_steps", 1)
+    _check_compiled(model, schedule)
+    accumulation = getattr(_inner(model.optimizer), "accum_steps", 1)
     consumed = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    _check_not_past(schedule, growths_done, consumed // accumulation)
+    _check_length(data, steps * accumulation)
+    batches = iter(data)
     _skip(batches, consumed)
     history = {}
     while True:
@@ -157,7 +171,8 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
         fitted = model.fit(
             _take(batches, micro_steps, consumed),
             steps_per_epoch=micro_steps,
-            epochs=1,
+            initial_epoch=growths_done,  # stretch i is epoch i: callbacks see the epochs go on
+            epochs=growths_done + 1,
             shuffle=False,
             callbacks=callbacks,
             verbose=verbose,
@@ -165,8 +180,9 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
         for key, values in fitted.history.items():
             history.setdefault(key, []).extend(values)
         consumed += micro_steps
-        if int(keras.ops.convert_to_numpy(model.optimizer.iterations)) != consumed:
-            break  # a callback stopped training (EarlyStopping, TerminateOnNaN)
+        stopped = int(keras.ops.convert_to_numpy(model.optimizer.iterations)) != consumed
+        if stopped or model.stop_training:
+            break  # a callback stopped training (TerminateOnNaN, EarlyStopping)
     if backup is not None:
         backup.save(model, growths_done)
     return model, history
@@ -178,22 +194,63 @@ def _steps(value):
     return int(value)
 
 
-def _check_compiled(model):
-    if getattr(model, "optimizer", None) is None or model.get_compile_config() is None:
+def _inner(optimizer):
+    """The optimizer under a `LossScaleOptimizer` (mixed_float16 wraps it)."""
+    return getattr(optimizer, "inner_optimizer", optimizer)
+
+
+def _check_compiled(model, schedule):
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or compile_arguments(model) is None:
         raise ValueError(
             f"fit_growing needs a compiled model: call {model.name}.compile(optimizer, loss) first "
             "(with one of kwiden's optimizers, or Keras' SGD, Adam or AdamW)."
         )
+    inner = _inner(optimizer)
+    if getattr(inner, "gradient_accumulation_steps", None):
+        raise ValueError(
+            "fit_growing counts growth points in updates, and Keras' gradient_accumulation_steps counts "
+            "them its own way: use kwiden.optimizers with accum_steps= instead."
+        )
+    rewarming = [update for update, arguments in schedule.growths if arguments.get("rewarm")]
+    if rewarming and not isinstance(inner, AccumulatingOptimizer):
+        raise ValueError(
+            f"GrowthSchedule[{rewarming[0]}] asks for `rewarm`, which needs one of kwiden's optimizers "
+            f"(per-slice learning rates); the model is compiled with {type(inner).__name__}."
+        )
+
+
+def _check_not_past(schedule, growths_done, done):
+    """A model that has trained past a growth point it has not had cannot follow the schedule."""
+    missed = [update for update, _ in schedule.growths[growths_done:] if update < done]
+    if missed:
+        raise ValueError(
+            f"The model has done {done} updates, past the schedule's growth at update {missed[0]}, which it has "
+            "not had: give a schedule whose growths come after the updates already done (or grow it first)."
+        )
+
+
+def _check_length(data, micro_steps):
+    """Data with a length must hold a batch for every micro-step."""
+    try:
+        length = len(data)
+    except TypeError:
+        return  # a generator or an infinite dataset: checked as it is read
+    if 0 <= length < micro_steps:
+        raise ValueError(
+            f"`data` holds {length} batches; fit_growing needs one per micro-step, {micro_steps} for "
+            "these `steps` (repeat the dataset)."
+        )
 
 
 def _grow(model, update, arguments, verbose):
-    """The grown model, its grown optimizer compiled in with the same loss and metrics."""
+    """The grown model, its grown optimizer compiled in with the same loss and
+    metrics (a mixed_float16 model's new optimizer is wrapped for loss scaling
+    again by `compile`, with a fresh loss scale)."""
     arguments = {"seed": update, **arguments}
-    big, optimizer = grow(model, optimizer=model.optimizer, **arguments)
-    config = model.get_compile_config()
+    big, optimizer = grow(model, optimizer=_inner(model.optimizer), **arguments)
+    config = compile_arguments(model)
     config.pop("optimizer")
-    for key in ("loss", "metrics", "weighted_metrics", "loss_weights"):
-        config[key] = keras.saving.deserialize_keras_object(config.get(key))
     big.compile(optimizer=optimizer, **config)
     if verbose != 0:
         print(f"Grew at update {update} ({arguments}): {model.count_params():,} -> {big.count_params():,} parameters")
@@ -225,7 +282,11 @@ class _Backup:
 
     def __init__(self, folder, schedule):
         self.folder = pathlib.Path(folder)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise ValueError(f"`backup_dir` {self.folder} is a file; give a folder (it is made if missing).")
         self.schedule = schedule
+        # Growth arguments may be Fractions or arrays: compared by their text.
+        self.schedule_text = json.loads(json.dumps(schedule.get_config(), default=repr))
 
     def exists(self):
         return (self.folder / STATE_FILE).exists()
@@ -236,7 +297,7 @@ class _Backup:
         name = f"model-{updates}-{growths_done}.keras"
         with replaced_atomically(self.folder / name) as temporary:
             model.save(temporary)
-        state = {"model": name, "growths_done": growths_done, "schedule": self.schedule.get_config()}
+        state = {"model": name, "growths_done": growths_done, "schedule": self.schedule_text}
         with replaced_atomically(self.folder / STATE_FILE) as temporary:
             temporary.write_text(json.dumps(state, indent=1))
         for old in self.folder.glob("model-*.keras"):
@@ -245,10 +306,10 @@ class _Backup:
 
     def load(self):
         state = json.loads((self.folder / STATE_FILE).read_text())
-        if state["schedule"] != self.schedule.get_config():
+        if state["schedule"] != self.schedule_text:
             raise ValueError(
                 f"The backup in {self.folder} was made under another growth schedule "
-                f"({GrowthSchedule.from_config(state['schedule'])!r}, now {self.schedule!r}): pass the same "
+                f"({state['schedule']['growths']}, now {self.schedule!r}): pass the same "
                 "schedule to resume, or another backup_dir to start afresh."
             )
         return keras.saving.load_model(self.folder / state["model"]), state["growths_done"]

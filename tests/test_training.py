@@ -39,6 +39,17 @@ class CrashAt(keras.callbacks.Callback):
             raise KeyboardInterrupt
 
 
+class StopAtEpoch(keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch, self.epochs = epoch, []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append(epoch)  # each stretch between growths is one epoch, numbered on
+        if epoch == self.epoch:
+            self.model.stop_training = True
+
+
 def test_two_growths_train_and_carry_the_optimizer(gpt):
     small = compiled(gpt, accum_steps=2)
     width = small.get_layer("Embedding-Token").output_dim
@@ -109,5 +120,41 @@ def test_bad_training_arguments_are_refused(gpt):
         kwiden.fit_growing(gpt(), batches(), SCHEDULE, steps=4)
     with pytest.raises(ValueError, match=r"`steps` must be an integer >= 0 \(parameter updates\), got steps=-1"):
         kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=-1)
-    with pytest.raises(ValueError, match=r"`data` ran out after 4 batches; fit_growing needs one per micro-step"):
+    with pytest.raises(ValueError, match=r"`data` holds 4 batches; fit_growing needs one per micro-step, 8 for"):
         kwiden.fit_growing(compiled(gpt), batches(4), SCHEDULE, steps=8, verbose=0)
+    with pytest.raises(ValueError, match=r"`data` ran out after 4 batches; fit_growing needs one per micro-step"):
+        kwiden.fit_growing(compiled(gpt), iter(batches(4)), SCHEDULE, steps=8, verbose=0)
+
+
+def test_a_model_past_a_growth_point_is_refused(gpt):
+    model = compiled(gpt)
+    model.fit(batches(4)[0][0], batches(4)[0][1], batch_size=1, verbose=0)  # 4 updates
+    with pytest.raises(ValueError, match=r"has done 4 updates, past the schedule's growth at update 3"):
+        kwiden.fit_growing(model, batches(), SCHEDULE, steps=8, verbose=0)
+
+
+def test_optimizers_it_cannot_follow_are_refused_before_training(gpt, tmp_path):
+    model = gpt()
+    model.compile(keras.optimizers.Adam(gradient_accumulation_steps=2), "mse")
+    with pytest.raises(ValueError, match=r"Keras' gradient_accumulation_steps .* use kwiden.optimizers with accum"):
+        kwiden.fit_growing(model, batches(), SCHEDULE, steps=8)
+    model.compile(keras.optimizers.Adam(), "mse")
+    with pytest.raises(ValueError, match=r"GrowthSchedule\[3\] asks for `rewarm`, which needs one of kwiden's"):
+        kwiden.fit_growing(model, batches(), {3: dict(k=2, rewarm=10)}, steps=8)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"`backup_dir` .*file is a file; give a folder"):
+        kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=8, backup_dir=tmp_path / "file")
+
+
+def test_custom_losses_numpy_arguments_and_early_stopping(gpt, tmp_path):
+    def my_loss(y_true, y_pred):  # not registered: the live object is reused, not deserialised
+        return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+    model = gpt()
+    model.compile(optimizers.Adam(1e-3), my_loss)
+    stop = StopAtEpoch(1)  # a callback that sets model.stop_training, as EarlyStopping does
+    schedule = {2: dict(k=np.int64(2)), 4: dict(depth=2)}  # a numpy int, written to the backup as text
+    big, history = kwiden.fit_growing(model, batches(), schedule, 8, callbacks=[stop], backup_dir=tmp_path, verbose=0)
+    assert len(history["loss"]) == 2 and int(big.optimizer.iterations) == 4 and stop.epochs == [0, 1]
+    assert kwiden.naming.count_blocks(layer.name for layer in big.layers) == 2  # the depth growth never came
+    assert big.loss is my_loss

@@ -82,7 +82,8 @@ def grow_optimizer(
         )
     grown = optimizer.__class__.from_config(config)
     grown.build(big_variables)
-    grown.iterations.assign(optimizer.iterations)
+    # A copy, not the small optimizer's buffer (which JAX would donate to the big model's training).
+    grown.iterations.assign(keras.ops.convert_to_numpy(optimizer.iterations))
     if state != "zero":
         _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, state == "source")
     return grown

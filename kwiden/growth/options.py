@@ -72,6 +72,12 @@ def _check_optimizer_options(options):
     if isinstance(rewarm, bool) or not isinstance(rewarm, (int, np.integer)) or rewarm < 0:
         raise ValueError(f"`rewarm` must be an integer >= 0 (updates; 0: none), got rewarm={rewarm!r}.")
     options.rewarm = int(rewarm)
+    if options.optimizer is None and (options.rewarm or options.optimizer_state != "source"):
+        given = f"rewarm={options.rewarm}" if options.rewarm else f"optimizer_state={options.optimizer_state!r}"
+        raise ValueError(
+            f"`{given}` says how to grow an optimizer, and none was given: pass the small model's "
+            "optimizer (optimizer=small.optimizer)."
+        )
 
 
 def _factors(model, k, ffn_factor, hidden_size, intermediate_size):

@@ -259,6 +259,26 @@ def test_bad_optimizer_options(gpt, kwargs, message):
         kwiden.grow(small, 2, optimizer=optimizers.Adam(), **kwargs)
 
 
+@pytest.mark.backends
+def test_the_small_optimizer_still_works_after_the_big_model_trains(gpt):
+    """The grown optimizer gets a copy of the step count: on JAX, sharing the
+    buffer let the big model's training donate (delete) the small one's."""
+    small = train_small(gpt, lambda: optimizers.Adam(3e-3), steps=2)
+    big, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
+    big.compile(grown, LOSS)
+    big.fit(*lm_batch(), verbose=0)
+    assert int(small.optimizer.iterations) == 2 and int(grown.iterations) == 3
+    small.train_on_batch(*lm_batch())
+    assert int(small.optimizer.iterations) == 3
+
+
+def test_optimizer_settings_without_an_optimizer_are_refused(gpt):
+    with pytest.raises(ValueError, match=r"`rewarm=5` says how to grow an optimizer, and none was given: pass"):
+        kwiden.grow(gpt(), 2, rewarm=5)
+    with pytest.raises(ValueError, match=r"`optimizer_state='zero'` says how to grow an optimizer"):
+        kwiden.grow(gpt(), 2, optimizer_state="zero")
+
+
 def test_rewarm_needs_a_kwiden_optimizer(gpt):
     small = train_small(gpt, lambda: keras.optimizers.Adam(3e-3), steps=1)
     with pytest.raises(ValueError, match=r"`rewarm` needs one of kwiden's optimizers .* grow with rewarm=0"):
