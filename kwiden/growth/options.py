@@ -15,16 +15,16 @@ from kwiden.verify import check_inputs
 class GrowthOptions:
     """Everything `grow` was asked to do, checked."""
 
-    growth: Growth
-    spread: float = 0.0
+    growth: Growth  # the defaults below are grow's
+    spread: float = 3.0
     seed: int | None = None
     depth: int | None = None
     num_layers: int | None = None
     check: object = None
     rtol: float | None = None
     optimizer: object = None
-    scale_learning_rates: bool = True
-    optimizer_state: str = "grown"
+    scale_learning_rates: bool = False
+    optimizer_state: str = "source"
     rewarm: int = 0
 
     @property
