@@ -61,19 +61,21 @@ class Recipe:
     share: float = 0.5  # of the scratch run's updates, spent before the (last) growth
     width: int = 2  # the small model is `width` times narrower
     depth: int = 1  # and `depth` times shallower
-    staged: bool = False  # width and depth in two growths: width at share/2, depth at share
+    staged: bool = False  # one growth per factor of 2, width first, evenly spaced up to share
     stack: bool = False  # deepen by stacking whole copies (G_stack), not identity blocks
     spread: float = 3.0  # grow's arguments from here on
     state: str = "source"  # optimizer_state: grown | source | zero
     multipliers: bool = False  # scale_learning_rates
     rewarm: int = 0  # updates over which the new copies re-warm
     rewarm_all: int = 0  # updates over which every weight re-warms (not a grow argument)
+    noise: float = 0.0  # Gaussian noise added to the grown weights, relative to each tensor's std (not exact)
 
     def stages(self):
         """`(share, width, depth)` of each growth."""
-        if self.staged and self.width > 1 and self.depth > 1:
-            return [(self.share / 2, self.width, 1), (self.share, 1, self.depth)]
-        return [(self.share, self.width, self.depth)]
+        if not self.staged:
+            return [(self.share, self.width, self.depth)]
+        factors = [(2, 1)] * (self.width.bit_length() - 1) + [(1, 2)] * (self.depth.bit_length() - 1)
+        return [(self.share * (i + 1) / len(factors), w, d) for i, (w, d) in enumerate(factors)]
 
 
 BEFORE = dict(spread=0.0, state="grown", multipliers=True)  # grow's defaults before this benchmark
@@ -105,6 +107,8 @@ ABLATIONS = [
     Recipe("width x2 + depth x2 at 67%", depth=2, share=0.67),
     Recipe("width x2 + depth x2 at 67%, grown state", depth=2, share=0.67, state="grown"),
     Recipe("width x2 at 40% then depth x2 at 80%", depth=2, share=0.8, staged=True),
+    Recipe("plain copies + 1% noise (not exact)", spread=0.0, noise=0.01),
+    Recipe("width x2 at 33% then x2 again at 67% (x4)", width=4, share=0.67, staged=True),
 ]
 RECIPES = MAIN + ABLATIONS
 
@@ -237,6 +241,11 @@ def grow(recipe, args, small, small_steps):
     )
     if recipe.rewarm_all:
         optimizer = rewarm_all(optimizer, big.trainable_variables, recipe.rewarm_all)
+    if recipe.noise:
+        rng = np.random.default_rng(args.seed)
+        for weight in big.trainable_weights:
+            value = keras.ops.convert_to_numpy(weight)
+            weight.assign(value + recipe.noise * value.std() * rng.standard_normal(value.shape).astype(value.dtype))
     return big, optimizer
 
 
