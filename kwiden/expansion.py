@@ -348,6 +348,17 @@ def first_copies(axes, shape):
     return vectors
 
 
+def outer_product(vectors, ndim):
+    """The product of per-axis vectors (None: 1 along that axis), shaped to
+    broadcast over an `ndim`-d tensor: `first_copies`' vectors give the
+    original slice's 0/1 mask."""
+    result = np.ones([1] * ndim)
+    for axis, vector in enumerate(vectors):
+        if vector is not None:
+            result = result * _along(vector, axis, ndim)
+    return result
+
+
 def expand_gradient_like(value, axes, power=1):
     """An optimizer slot grown with its weight (docs/optimizer-state.md#growing-the-moments).
 

@@ -4,9 +4,15 @@
 import typing
 
 import keras
-import numpy as np
 
-from kwiden.expansion import GrowthError, copy_count, expand_gradient_like, first_copies, growth_scale
+from kwiden.expansion import (
+    GrowthError,
+    copy_count,
+    expand_gradient_like,
+    first_copies,
+    growth_scale,
+    outer_product,
+)
 from kwiden.keras_internals import optimizer_slots, slot_of, variable_index
 from kwiden.optimizers import AccumulatingOptimizer
 
@@ -137,19 +143,8 @@ def _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_b
             axes = axes_by_path[origin.path]
             value = expand_gradient_like(keras.ops.convert_to_numpy(slot), axes, power)
             if source_slice_only:
-                value = value * _product(first_copies(axes, tuple(small.shape)), value.ndim).astype(value.dtype)
+                value = value * outer_product(first_copies(axes, tuple(small.shape)), value.ndim).astype(value.dtype)
             slot_of(grown, big_slots[name], variable).assign(value)
-
-
-def _product(vectors, ndim):
-    """The outer product of per-axis vectors (None: 1), shaped to broadcast."""
-    result = np.ones([1] * ndim)
-    for axis, vector in enumerate(vectors):
-        if vector is not None:
-            shape = [1] * ndim
-            shape[axis] = -1
-            result = result * vector.reshape(shape)
-    return result
 
 
 def _new_copies(small_variables, big_variables, source, axes_by_path):
