@@ -1,0 +1,445 @@
+"""What every CLUE classification baseline shares: flags, reading the data,
+the model, batches, the dev callback and the prediction file.
+
+A task script only says how one JSON line becomes text (`Task`) and calls
+`run(task, argv)`; everything else is here, so the tasks cannot drift apart.
+"""
+
+import argparse
+import dataclasses
+import json
+import pathlib
+from typing import Callable
+
+import keras
+import numpy as np
+from keras import ops
+
+import kwiden
+from kwiden import naming, optimizers
+from kwiden.files import replaced_atomically
+from kwiden.layers.expandable import default_space
+
+# Fields that carry a line's id: CLUE 1.1 names it `id`, CLUEWSC2020 `idx`.
+ID_FIELDS = ("id", "idx")
+# Pad each batch to a multiple of this: a handful of shapes for the compiled
+# step instead of one per length, at a few padding tokens' cost.
+PAD_MULTIPLE = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A CLUE classification task.
+
+    Args:
+        name: the task's name, in messages.
+        predictions: the prediction file's name, as the CLUE submission wants it.
+        texts: a JSON line (a dict) to its text, or to a `(first, second)` pair;
+            a missing field raises `KeyError`, a wrong one `ValueError`.
+        labels_file: the labels are listed in `labels.json` (else: the set of
+            train.json's labels).
+        skipped_labels: labelled lines to leave out (the NLI sets' "-": the
+            annotators did not agree).
+    """
+
+    name: str
+    predictions: str
+    texts: Callable
+    labels_file: bool = False
+    skipped_labels: tuple = ()
+
+
+@dataclasses.dataclass
+class Example:
+    token_ids: list
+    segment_ids: list
+    label: object  # the label as the data spells it, then its index; None in test.json
+    id: object
+    line: int
+
+
+def parse_args(task, argv=None):
+    parser = argparse.ArgumentParser(description=f"Fine-tune a classifier on CLUE's {task.name}.")
+    parser.add_argument("--data-dir", required=True, help="the task's folder: train.json, dev.json, test.json")
+    parser.add_argument("--config", help="config.json or bert_config.json (default: the checkpoint's own)")
+    parser.add_argument("--checkpoint", help="pretrained weights (a folder or a TF checkpoint); none: random")
+    parser.add_argument("--vocab", required=True, help="the model's vocab.txt")
+    parser.add_argument("--model", choices=["bert", "roformer"], default="bert")
+    parser.add_argument("--grow", type=int, help="widen the built model K times (kwiden.grow) before fine-tuning")
+    parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adamw")
+    parser.add_argument("--accum-steps", type=int, default=1, help="micro-batches per update")
+    parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--maxlen", type=int, default=128, help="tokens per example, [CLS] and [SEP] included")
+    parser.add_argument("--pooling", choices=["first", "avg", "max"], default="first")
+    parser.add_argument("--output-dir", default="outputs")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mixed-precision", action="store_true", help="compute in float16 (GPUs)")
+    args = parser.parse_args(argv)
+    if args.config is None and args.checkpoint is None:
+        parser.error("give --config, --checkpoint, or both")
+    return args
+
+
+# Reading CLUE's JSON lines.
+
+
+def read_json_lines(path):
+    """`(line number, dict)` for each non-blank line of a JSON-lines file;
+    errors name the file and the line."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (a CLUE task folder holds train.json, dev.json, test.json).")
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{path}, line {number}: not UTF-8 text.") from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}).") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}, line {number}: a JSON object was expected, got {type(record).__name__}.")
+            yield number, record
+
+
+def text_of(task, record, where):
+    """The `(first, second)` texts of a record (`second` None for one text)."""
+    try:
+        texts = task.texts(record)
+    except KeyError as error:
+        raise ValueError(f"{where}: no field {error} (the line has {', '.join(map(repr, record))}).") from None
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where}: {error}") from None
+    first, second = texts if isinstance(texts, tuple) else (texts, None)
+    for text in (first, second):
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"{where}: a text field holds {type(text).__name__} {text!r}, not a string.")
+    return first, second
+
+
+def label_of(record, where):
+    if "label" not in record:
+        raise ValueError(f"{where}: no field 'label' (the line has {', '.join(map(repr, record))}).")
+    label = record["label"]
+    if not isinstance(label, (str, int, bool)):
+        raise ValueError(f"{where}: the label is {type(label).__name__} {label!r}, not a string or a number.")
+    return label
+
+
+def line_id(record, number):
+    """The line's `id` (or `idx`); where it has neither, its 0-based line index."""
+    for field in ID_FIELDS:
+        if field in record:
+            return record[field]
+    return number - 1
+
+
+def read_examples(path, task, tokenizer, maxlen, labelled):
+    """The tokenized examples of one file; labels stay as the data spells them."""
+    examples, lines_of_id = [], {}
+    for number, record in read_json_lines(path):
+        where = f"{path}, line {number}"
+        first, second = text_of(task, record, where)
+        label = label_of(record, where) if labelled else None
+        if labelled and label in task.skipped_labels:
+            continue
+        id_ = line_id(record, number)
+        if not labelled and id_ in lines_of_id:  # a prediction per id: a repeated one would be ambiguous
+            raise ValueError(f"{where}: id {id_!r} was already used on line {lines_of_id[id_]}.")
+        lines_of_id[id_] = number
+        token_ids, segment_ids = tokenizer.encode(first, second, maxlen=maxlen)
+        examples.append(Example(token_ids, segment_ids, label, id_, number))
+    if not examples:
+        raise ValueError(f"{path}: no examples in the file.")
+    return examples
+
+
+def read_labels(data_dir, task, train_examples):
+    """The task's labels, in order: labels.json's, or train.json's sorted set.
+    Never a fixed list, so that any CLUE-format task can be run."""
+    if not task.labels_file:
+        return sorted({example.label for example in train_examples}, key=str)
+    path = pathlib.Path(data_dir) / "labels.json"
+    labels = [label_of(record, f"{path}, line {number}") for number, record in read_json_lines(path)]
+    if not labels:
+        raise ValueError(f"{path}: no labels in the file.")
+    return labels
+
+
+def index_labels(examples, labels, path):
+    """Replace each example's label by its index in `labels`."""
+    index = {label: i for i, label in enumerate(labels)}
+    for example in examples:
+        if example.label not in index:
+            raise ValueError(
+                f"{path}, line {example.line}: unknown label {example.label!r} "
+                f"(the task's labels: {', '.join(map(repr, labels))})."
+            )
+        example.label = index[example.label]
+
+
+def load_data(args, task, tokenizer):
+    """Train, dev and test examples and the labels; every file is read and
+    checked before any training starts, so bad data fails in seconds."""
+    data_dir = pathlib.Path(args.data_dir)
+    read = {
+        name: read_examples(data_dir / f"{name}.json", task, tokenizer, args.maxlen, labelled=name != "test")
+        for name in ("train", "dev", "test")
+    }
+    labels = read_labels(data_dir, task, read["train"])
+    for name in ("train", "dev"):
+        index_labels(read[name], labels, data_dir / f"{name}.json")
+    return read["train"], read["dev"], read["test"], labels
+
+
+# Batches.
+
+
+class Batches(keras.utils.PyDataset):
+    """Examples in batches of similar lengths, each padded (with id 0) to
+    its longest, so that short texts do not pay for long ones. With
+    `shuffle`, batches are drawn afresh each epoch."""
+
+    def __init__(self, examples, batch_size, shuffle=False, seed=0, maxlen=None):
+        super().__init__()
+        self.examples = examples
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.maxlen = maxlen
+        self.rng = np.random.default_rng(seed)
+        self.batches = self.bucketed()
+
+    def bucketed(self):
+        """Index batches: sorted by length within windows of 100 batches (still
+        a fresh mix each epoch), then the batches in random order."""
+        order = self.rng.permutation(len(self.examples)) if self.shuffle else np.arange(len(self.examples))
+        window = 100 * self.batch_size
+        batches = []
+        for start in range(0, len(order), window):
+            chunk = sorted(order[start : start + window], key=lambda i: len(self.examples[i].token_ids))
+            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        if self.shuffle:
+            self.rng.shuffle(batches)
+        return self.varied_first(batches)
+
+    def varied_first(self, batches):
+        """Keras' TensorFlow adapter fixes every dimension its first two batches
+        agree on (`NUM_BATCHES_FOR_TENSOR_SPEC`), and a later batch of another
+        length then fails; so a batch of another length, if any, goes second."""
+        lengths = [self.length(batch) for batch in batches]
+        other = next((i for i, length in enumerate(lengths) if length != lengths[0]), None)
+        if other is not None:
+            batches[1], batches[other] = batches[other], batches[1]
+        return batches
+
+    def length(self, batch):
+        """The padded length of a batch of example indices."""
+        return padded_length(max(len(self.examples[i].token_ids) for i in batch), self.maxlen)
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, index):
+        chosen = [self.examples[i] for i in self.batches[index]]
+        length = self.length(self.batches[index])
+        token_ids = np.zeros((len(chosen), length), "int32")
+        segment_ids = np.zeros_like(token_ids)
+        for row, example in enumerate(chosen):
+            token_ids[row, : len(example.token_ids)] = example.token_ids
+            segment_ids[row, : len(example.segment_ids)] = example.segment_ids
+        if chosen[0].label is None:
+            return ((token_ids, segment_ids),)
+        return (token_ids, segment_ids), np.array([e.label for e in chosen], "int32")
+
+    def on_epoch_end(self):
+        if self.shuffle:
+            self.batches = self.bucketed()
+
+    def order(self):
+        """The example indices in the order the batches give them."""
+        return [i for batch in self.batches for i in batch]
+
+
+def padded_length(longest, maxlen=None):
+    rounded = -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE
+    return rounded if maxlen is None else max(longest, min(rounded, maxlen))
+
+
+# The model.
+
+
+@keras.saving.register_keras_serializable(package="kwiden_clue")
+class MaskedPooling(kwiden.layers.Expandable, keras.layers.Layer):
+    """The mean or the max of a sequence over its non-padding tokens
+    (`token_ids != 0`). No weights: it grows by passing its input's space on."""
+
+    def __init__(self, mode="avg", **kwargs):
+        super().__init__(**kwargs)
+        if mode not in ("avg", "max"):
+            raise ValueError(f"MaskedPooling's mode is 'avg' or 'max', not {mode!r}.")
+        self.mode = mode
+
+    def call(self, inputs):
+        sequence, token_ids = inputs
+        mask = ops.expand_dims(ops.not_equal(token_ids, 0), -1)
+        if self.mode == "max":
+            return ops.max(ops.where(mask, sequence, ops.cast(float("-inf"), sequence.dtype)), axis=1)
+        weights = ops.cast(mask, sequence.dtype)
+        return ops.sum(sequence * weights, axis=1) / ops.maximum(ops.sum(weights, axis=1), 1)
+
+    def compute_output_shape(self, input_shape):
+        sequence_shape = input_shape[0]
+        return (sequence_shape[0], sequence_shape[2])
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode}
+
+    def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
+        return default_space(k, input_space)
+
+    def get_expanded_weight_axes(self, k, input_space):
+        return {}
+
+
+def pool(sequence, token_ids, pooling):
+    """One vector per text: the first token's ([CLS]; bert4keras' CLUE
+    baselines take it from the sequence, not through BERT's pooler, which
+    RoFormer lacks), or the mean or max over the real tokens."""
+    if pooling == "first":
+        return kwiden.layers.SelectToken(0, name="Pool-First")(sequence)
+    return MaskedPooling(pooling, name=f"Pool-{pooling.capitalize()}")([sequence, token_ids])
+
+
+def build_classifier(args, num_labels):
+    """Encoder, pooling, dropout and a softmax Dense over the labels, built
+    functionally so that `kwiden.grow` can widen it (the head keeps its width)."""
+    encoder = kwiden.build_transformer_model(config_path=args.config, checkpoint_path=args.checkpoint, model=args.model)
+    token_ids = encoder.inputs[0]
+    pooled = pool(encoder.outputs[0], token_ids, args.pooling)
+    pooled = keras.layers.Dropout(0.1, name="Classifier-Dropout")(pooled)
+    # float32 probabilities even under mixed precision: the loss wants them.
+    probabilities = keras.layers.Dense(num_labels, activation="softmax", dtype="float32", name="Classifier")(pooled)
+    model = keras.Model(encoder.inputs, probabilities, name="classifier")
+    if args.grow:
+        model = kwiden.grow(model, args.grow, seed=args.seed)
+    return model
+
+
+def check_vocabulary(model, tokenizer, vocab_path):
+    """Ids past the token table would fail deep in a kernel; say so here."""
+    rows = model.get_layer(naming.EMBEDDING_TOKEN).input_dim
+    if tokenizer.vocab_size > rows:
+        raise ValueError(
+            f"The vocabulary {vocab_path} has {tokenizer.vocab_size} tokens, the model's token table only {rows}: "
+            "give the vocab.txt that comes with the checkpoint (or the config)."
+        )
+
+
+def adamw(args):
+    return optimizers.AdamW(args.lr, weight_decay=0.01, accum_steps=args.accum_steps)
+
+
+def adam(args):
+    return optimizers.Adam(args.lr, accum_steps=args.accum_steps)
+
+
+def sgdm(args):
+    return optimizers.SGDM(args.lr, momentum=0.9, accum_steps=args.accum_steps)
+
+
+def radam(args):
+    return optimizers.RAdam(args.lr, accum_steps=args.accum_steps)
+
+
+OPTIMIZERS = {"adamw": adamw, "adam": adam, "sgdm": sgdm, "radam": radam}
+
+
+def compile_classifier(model, args):
+    model.compile(OPTIMIZERS[args.optimizer](args), "sparse_categorical_crossentropy", metrics=["accuracy"])
+
+
+# Evaluation and predictions.
+
+
+def predict_probabilities(model, examples, batch_size, maxlen=None):
+    """Probabilities in the examples' order (batches are sorted by length)."""
+    batches = Batches(examples, batch_size, maxlen=maxlen)
+    probabilities = np.empty((len(examples), model.output_shape[-1]), "float32")
+    probabilities[batches.order()] = model.predict(batches, verbose=0)
+    return probabilities
+
+
+def accuracy(model, examples, batch_size, maxlen=None):
+    predicted = predict_probabilities(model, examples, batch_size, maxlen).argmax(-1)
+    return float(np.mean(predicted == np.array([e.label for e in examples])))
+
+
+class KeepBest(keras.callbacks.Callback):
+    """Dev accuracy after every epoch; the best epoch's weights are kept and
+    put back when training ends, so the predictions come from them."""
+
+    def __init__(self, dev, batch_size, maxlen=None):
+        super().__init__()
+        self.dev, self.batch_size, self.maxlen = dev, batch_size, maxlen
+        self.best_accuracy, self.best_weights = -1.0, None
+
+    def on_epoch_end(self, epoch, logs=None):
+        dev_accuracy = accuracy(self.model, self.dev, self.batch_size, self.maxlen)
+        if dev_accuracy > self.best_accuracy:
+            self.best_accuracy, self.best_weights = dev_accuracy, self.model.get_weights()
+        if logs is not None:
+            logs["dev_accuracy"] = dev_accuracy
+        print(f"epoch {epoch + 1}: dev accuracy {dev_accuracy:.4f}, best {self.best_accuracy:.4f}")
+
+    def on_train_end(self, logs=None):
+        if self.best_weights is not None:
+            self.model.set_weights(self.best_weights)
+
+
+def write_predictions(path, examples, labels, probabilities):
+    """One `{"id", "label"}` line per test example, the label as the data
+    spells it. Written to a temporary file and renamed: a failed run leaves
+    no half-written submission."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with replaced_atomically(path) as temporary:
+        with open(temporary, "w", encoding="utf-8") as out:
+            for example, index in zip(examples, probabilities.argmax(-1)):
+                out.write(json.dumps({"id": example.id, "label": labels[index]}, ensure_ascii=False) + "\n")
+    return path
+
+
+# The whole run.
+
+
+def run(task, argv=None):
+    """Fine-tune on train.json, keep the best dev epoch, predict test.json.
+
+    Returns `{"dev_accuracy": best dev accuracy, "predictions": the file's path}`.
+    """
+    args = parse_args(task, argv)
+    keras.utils.set_random_seed(args.seed)
+    tokenizer = kwiden.Tokenizer(args.vocab)
+    train, dev, test, labels = load_data(args, task, tokenizer)
+    policy = keras.mixed_precision.dtype_policy()
+    if args.mixed_precision:
+        keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        model = build_classifier(args, len(labels))
+    finally:  # only the layers built here compute in float16, not the caller's later ones
+        keras.mixed_precision.set_dtype_policy(policy)
+    check_vocabulary(model, tokenizer, args.vocab)
+    compile_classifier(model, args)
+    keep_best = KeepBest(dev, args.batch_size, args.maxlen)
+    train_batches = Batches(train, args.batch_size, shuffle=True, seed=args.seed, maxlen=args.maxlen)
+    model.fit(train_batches, epochs=args.epochs, callbacks=[keep_best])
+    probabilities = predict_probabilities(model, test, args.batch_size, args.maxlen)
+    path = write_predictions(pathlib.Path(args.output_dir) / task.predictions, test, labels, probabilities)
+    print(f"{task.name}: best dev accuracy {keep_best.best_accuracy:.4f}; predictions in {path}")
+    return {"dev_accuracy": keep_best.best_accuracy, "predictions": path}

@@ -1,0 +1,204 @@
+"""The CLUE classification baselines (examples/clue) end to end on tiny
+hand-written fixtures in CLUE 1.1's format, with a tiny BERT."""
+
+import json
+import pathlib
+import runpy
+import shutil
+
+import pytest
+
+CLUE = pathlib.Path(__file__).parent.parent / "examples" / "clue"
+FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "clue"
+# task -> (script, prediction file)
+TASKS = {
+    "afqmc": "afqmc_predict.json",
+    "tnews": "tnews11_predict.json",
+    "iflytek": "iflytek_predict.json",
+    "cmnli": "cmnli_predict.json",
+    "ocnli": "ocnli_50k_predict.json",
+    "cluewsc": "cluewsc2020_predict.json",
+    "csl": "csl_predict.json",
+}
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# The marks cluewsc.py puts around its spans.
+MARKS = list("[]<>")
+TINY_BERT = dict(
+    vocab_size=None,  # set to the vocabulary's size
+    hidden_size=16,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+
+
+def fixture_characters():
+    """Every character in the fixtures' strings (CJK text is tokenized one character at a time)."""
+    characters = set()
+
+    def collect(value):
+        if isinstance(value, str):
+            characters.update(value.lower())
+        elif isinstance(value, dict):
+            for item in value.values():
+                collect(item)
+        elif isinstance(value, list):
+            for item in value:
+                collect(item)
+
+    for path in FIXTURES.rglob("*.json"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            collect(json.loads(line))
+    return sorted(characters - set(" \t"))
+
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory):
+    """A tiny vocab.txt and a tiny BERT's config.json."""
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    tokens = SPECIAL_TOKENS + [c for c in sorted(set(fixture_characters()) | set(MARKS)) if c not in SPECIAL_TOKENS]
+    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    (folder / "config.json").write_text(json.dumps({**TINY_BERT, "vocab_size": len(tokens)}))
+    return folder
+
+
+def script(task):
+    return runpy.run_path(str(CLUE / f"{task}.py"))["main"]
+
+
+@pytest.fixture(autouse=True)
+def snippets_importable(monkeypatch):
+    """The scripts `import snippets` from their folder, as `python examples/clue/x.py` would find it."""
+    monkeypatch.syspath_prepend(str(CLUE))
+
+
+def run(task, model_files, output_dir, data_dir=None, *flags):
+    argv = ["--data-dir", str(data_dir or FIXTURES / task), "--config", str(model_files / "config.json")]
+    argv += ["--vocab", str(model_files / "vocab.txt"), "--output-dir", str(output_dir)]
+    argv += ["--epochs", "1", "--batch-size", "4", "--maxlen", "48", "--lr", "1e-3", *flags]
+    return script(task)(argv)
+
+
+def read_lines(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def expected_ids(task):
+    """The test file's ids: `id` (or `idx`), else the 0-based line index."""
+    return [
+        record.get("id", record.get("idx", i)) for i, record in enumerate(read_lines(FIXTURES / task / "test.json"))
+    ]
+
+
+def label_set(task):
+    folder = FIXTURES / task
+    source = folder / "labels.json" if (folder / "labels.json").exists() else folder / "train.json"
+    return {record["label"] for record in read_lines(source)} - {"-"}
+
+
+@pytest.mark.parametrize("flags", [[], ["--grow", "2", "--accum-steps", "2"]], ids=["plain", "grow2-accum2"])
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_script_writes_one_prediction_per_test_id(task, flags, model_files, tmp_path):
+    result = run(task, model_files, tmp_path, None, *flags)
+    path = tmp_path / TASKS[task]
+    assert result["predictions"] == path
+    predictions = read_lines(path)
+    assert [p["id"] for p in predictions] == expected_ids(task)
+    assert all(set(p) == {"id", "label"} for p in predictions)
+    assert {p["label"] for p in predictions} <= label_set(task)
+    assert 0.0 <= result["dev_accuracy"] <= 1.0
+
+
+def test_cluewsc_marks_both_spans():
+    cluewsc = runpy.run_path(str(CLUE / "cluewsc.py"))
+    record = read_lines(FIXTURES / "cluewsc" / "train.json")[0]
+    assert cluewsc["texts"](record) == "[小明]把书给了小红，因为<他>看完了"
+
+
+@pytest.mark.parametrize("pooling", ["avg", "max"])
+def test_pooling_over_real_tokens_grows(pooling, model_files, tmp_path):
+    result = run("afqmc", model_files, tmp_path, None, "--pooling", pooling, "--grow", "2", "--optimizer", "sgdm")
+    assert result["predictions"].exists()
+
+
+def test_learnable_fixture_is_learned(model_files, tmp_path):
+    """sentence1 holds 好 (label "1") or 坏 (label "0"): a signal a tiny model must find."""
+    flags = ["--epochs", "6", "--batch-size", "8", "--lr", "3e-3", "--pooling", "avg", "--optimizer", "adam"]
+    result = run("afqmc", model_files, tmp_path, FIXTURES / "learnable", *flags)
+    assert result["dev_accuracy"] >= 0.85  # the majority label is 55% of dev
+
+
+def broken_copy(task, tmp_path, file, edit):
+    """A copy of a task's fixtures with `edit` applied to one file's lines."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(FIXTURES / task, data_dir)
+    lines = (data_dir / file).read_text(encoding="utf-8").splitlines()
+    (data_dir / file).write_text("\n".join(edit(lines)) + "\n", encoding="utf-8")
+    return data_dir
+
+
+def replace_line(number, text):
+    return lambda lines: lines[: number - 1] + [text] + lines[number:]
+
+
+def without_field(number, field):
+    def edit(lines):
+        record = json.loads(lines[number - 1])
+        del record[field]
+        return replace_line(number, json.dumps(record, ensure_ascii=False))(lines)
+
+    return edit
+
+
+def with_label(number, label):
+    def edit(lines):
+        record = json.loads(lines[number - 1])
+        record["label"] = label
+        return replace_line(number, json.dumps(record, ensure_ascii=False))(lines)
+
+    return edit
+
+
+BAD_INPUTS = {
+    "malformed JSON": ("afqmc", "dev.json", replace_line(2, '{"sentence1": "花呗", '), 2, "not valid JSON"),
+    "missing field": ("csl", "test.json", without_field(2, "abst"), 2, "no field 'abst'"),
+    "missing label": ("cmnli", "train.json", without_field(3, "label"), 3, "no field 'label'"),
+    "unknown label": ("tnews", "dev.json", with_label(1, "999"), 1, "unknown label '999'"),
+    "unknown dev label": ("afqmc", "dev.json", with_label(2, "2"), 2, "unknown label '2'"),
+    "bad span": (
+        "cluewsc",
+        "dev.json",
+        lambda lines: [lines[0].replace('"span1_index": 5', '"span1_index": 99')] + lines[1:],
+        1,
+        "span index 99",
+    ),
+    "repeated test id": ("afqmc", "test.json", lambda lines: lines + [lines[0]], 4, "id 0 was already used on line 1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_names_file_and_line_and_writes_nothing(case, model_files, tmp_path):
+    task, file, edit, line, message = BAD_INPUTS[case]
+    data_dir = broken_copy(task, tmp_path, file, edit)
+    output_dir = tmp_path / "out"
+    with pytest.raises(ValueError) as error:
+        run(task, model_files, output_dir, data_dir)
+    assert str(data_dir / file) in str(error.value)
+    assert f"line {line}:" in str(error.value)
+    assert message in str(error.value)
+    assert not output_dir.exists()
+
+
+@pytest.mark.parametrize("missing", ["train.json", "dev.json", "test.json", "labels.json"])
+def test_missing_file_is_named_and_nothing_is_written(missing, model_files, tmp_path):
+    data_dir = tmp_path / "data"
+    shutil.copytree(FIXTURES / "tnews", data_dir)
+    (data_dir / missing).unlink()
+    output_dir = tmp_path / "out"
+    with pytest.raises(FileNotFoundError, match=missing):
+        run("tnews", model_files, output_dir, data_dir)
+    assert not output_dir.exists()
