@@ -59,7 +59,12 @@ class Example:
 
 
 def parse_args(task, argv=None):
-    parser = argparse.ArgumentParser(description=f"Fine-tune a classifier on CLUE's {task.name}.")
+    return check_args(argument_parser(f"Fine-tune a classifier on CLUE's {task.name}."), argv)
+
+
+def argument_parser(description):
+    """The flags every CLUE script takes; a script may add its own."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--data-dir", required=True, help="the task's folder: train.json, dev.json, test.json")
     parser.add_argument("--config", help="config.json or bert_config.json (default: the checkpoint's own)")
     parser.add_argument("--checkpoint", help="pretrained weights (a folder or a TF checkpoint); none: random")
@@ -76,6 +81,10 @@ def parse_args(task, argv=None):
     parser.add_argument("--output-dir", default="outputs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mixed-precision", action="store_true", help="compute in float16 (GPUs)")
+    return parser
+
+
+def check_args(parser, argv=None):
     args = parser.parse_args(argv)
     if args.config is None and args.checkpoint is None:
         parser.error("give --config, --checkpoint, or both")
@@ -106,6 +115,20 @@ def read_json_lines(path):
             if not isinstance(record, dict):
                 raise ValueError(f"{path}, line {number}: a JSON object was expected, got {type(record).__name__}.")
             yield number, record
+
+
+def read_json(path):
+    """A whole JSON file (CHID's answers, C3's lists, CMRC2018's SQuAD-like
+    files); errors name the file (and the line of a syntax error)."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file.")
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text.") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
 
 
 def text_of(task, record, where):
@@ -222,7 +245,7 @@ class Batches(keras.utils.PyDataset):
         window = 100 * self.batch_size
         batches = []
         for start in range(0, len(order), window):
-            chunk = sorted(order[start : start + window], key=lambda i: len(self.examples[i].token_ids))
+            chunk = sorted(order[start : start + window], key=lambda i: self.size(self.examples[i]))
             batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
         if self.shuffle:
             self.rng.shuffle(batches)
@@ -238,9 +261,13 @@ class Batches(keras.utils.PyDataset):
             batches[1], batches[other] = batches[other], batches[1]
         return batches
 
+    def size(self, example):
+        """An example's tokens."""
+        return len(example.token_ids)
+
     def length(self, batch):
         """The padded length of a batch of example indices."""
-        return padded_length(max(len(self.examples[i].token_ids) for i in batch), self.maxlen)
+        return padded_length(max(self.size(self.examples[i]) for i in batch), self.maxlen)
 
     def __len__(self):
         return len(self.batches)
@@ -316,19 +343,36 @@ def pool(sequence, token_ids, pooling):
     return MaskedPooling(pooling, name=f"Pool-{pooling.capitalize()}")([sequence, token_ids])
 
 
-def build_classifier(args, num_labels):
-    """Encoder, pooling, dropout and a softmax Dense over the labels, built
-    functionally so that `kwiden.grow` can widen it (the head keeps its width)."""
-    encoder = kwiden.build_transformer_model(config_path=args.config, checkpoint_path=args.checkpoint, model=args.model)
-    token_ids = encoder.inputs[0]
-    pooled = pool(encoder.outputs[0], token_ids, args.pooling)
-    pooled = keras.layers.Dropout(0.1, name="Classifier-Dropout")(pooled)
-    # float32 probabilities even under mixed precision: the loss wants them.
-    probabilities = keras.layers.Dense(num_labels, activation="softmax", dtype="float32", name="Classifier")(pooled)
-    model = keras.Model(encoder.inputs, probabilities, name="classifier")
-    if args.grow:
-        model = kwiden.grow(model, args.grow, seed=args.seed)
+def build_model(args, head, name):
+    """The encoder with `head(token_ids, sequence)` on top, built functionally
+    so that `kwiden.grow` can widen it (the head keeps its output width), its
+    layers in float16 under `--mixed-precision` (only these: the caller's
+    policy is put back)."""
+    policy = keras.mixed_precision.dtype_policy()
+    if args.mixed_precision:
+        keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        encoder = kwiden.build_transformer_model(
+            config_path=args.config, checkpoint_path=args.checkpoint, model=args.model
+        )
+        model = keras.Model(encoder.inputs, head(encoder.inputs[0], encoder.outputs[0]), name=name)
+        if args.grow:
+            model = kwiden.grow(model, args.grow, seed=args.seed)
+    finally:
+        keras.mixed_precision.set_dtype_policy(policy)
     return model
+
+
+def build_classifier(args, num_labels):
+    """Encoder, pooling, dropout and a softmax Dense over the labels."""
+
+    def head(token_ids, sequence):
+        pooled = pool(sequence, token_ids, args.pooling)
+        pooled = keras.layers.Dropout(0.1, name="Classifier-Dropout")(pooled)
+        # float32 probabilities even under mixed precision: the loss wants them.
+        return keras.layers.Dense(num_labels, activation="softmax", dtype="float32", name="Classifier")(pooled)
+
+    return build_model(args, head, "classifier")
 
 
 def check_vocabulary(model, tokenizer, vocab_path):
@@ -382,15 +426,18 @@ def accuracy(model, examples, batch_size, maxlen=None):
 
 class KeepBest(keras.callbacks.Callback):
     """Dev accuracy after every epoch; the best epoch's weights are kept and
-    put back when training ends, so the predictions come from them."""
+    put back when training ends, so the predictions come from them.
 
-    def __init__(self, dev, batch_size, maxlen=None):
+    `evaluate(model)`, if given, is the dev score instead of the classifier's
+    accuracy on `dev` (a multiple-choice or span task's own)."""
+
+    def __init__(self, dev=None, batch_size=None, maxlen=None, evaluate=None):
         super().__init__()
-        self.dev, self.batch_size, self.maxlen = dev, batch_size, maxlen
+        self.evaluate = evaluate or (lambda model: accuracy(model, dev, batch_size, maxlen))
         self.best_accuracy, self.best_weights = -1.0, None
 
     def on_epoch_end(self, epoch, logs=None):
-        dev_accuracy = accuracy(self.model, self.dev, self.batch_size, self.maxlen)
+        dev_accuracy = self.evaluate(self.model)
         if dev_accuracy > self.best_accuracy:
             self.best_accuracy, self.best_weights = dev_accuracy, self.model.get_weights()
         if logs is not None:
@@ -404,14 +451,24 @@ class KeepBest(keras.callbacks.Callback):
 
 def write_predictions(path, examples, labels, probabilities):
     """One `{"id", "label"}` line per test example, the label as the data
-    spells it. Written to a temporary file and renamed: a failed run leaves
-    no half-written submission."""
+    spells it."""
+    records = [{"id": e.id, "label": labels[i]} for e, i in zip(examples, probabilities.argmax(-1))]
+    return write_json(path, records, lines=True)
+
+
+def write_json(path, value, lines=False):
+    """`value` as one JSON document, or (`lines`) a list as one JSON a line.
+    Written to a temporary file and renamed: a failed run leaves no
+    half-written submission."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with replaced_atomically(path) as temporary:
         with open(temporary, "w", encoding="utf-8") as out:
-            for example, index in zip(examples, probabilities.argmax(-1)):
-                out.write(json.dumps({"id": example.id, "label": labels[index]}, ensure_ascii=False) + "\n")
+            if lines:
+                out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in value)
+            else:
+                json.dump(value, out, ensure_ascii=False, indent=1)
+                out.write("\n")
     return path
 
 
@@ -427,13 +484,7 @@ def run(task, argv=None):
     keras.utils.set_random_seed(args.seed)
     tokenizer = kwiden.Tokenizer(args.vocab)
     train, dev, test, labels = load_data(args, task, tokenizer)
-    policy = keras.mixed_precision.dtype_policy()
-    if args.mixed_precision:
-        keras.mixed_precision.set_dtype_policy("mixed_float16")
-    try:
-        model = build_classifier(args, len(labels))
-    finally:  # only the layers built here compute in float16, not the caller's later ones
-        keras.mixed_precision.set_dtype_policy(policy)
+    model = build_classifier(args, len(labels))
     check_vocabulary(model, tokenizer, args.vocab)
     compile_classifier(model, args)
     keep_best = KeepBest(dev, args.batch_size, args.maxlen)
