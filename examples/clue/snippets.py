@@ -494,3 +494,119 @@ def run(task, argv=None):
     path = write_predictions(pathlib.Path(args.output_dir) / task.predictions, test, labels, probabilities)
     print(f"{task.name}: best dev accuracy {keep_best.best_accuracy:.4f}; predictions in {path}")
     return {"dev_accuracy": keep_best.best_accuracy, "predictions": path}
+
+
+# Multiple choice (CHID, C3): one score per (example, choice), a softmax over
+# each example's choices.
+
+
+@dataclasses.dataclass
+class Choices:
+    """One question and its choices, each already encoded.
+
+    rows: a `(token_ids, segment_ids)` pair per choice.
+    label: the right choice's index; None in test.json.
+    """
+
+    rows: list
+    label: object
+    id: object
+    where: str
+
+
+class ChoiceBatches(Batches):
+    """`batch_size` questions a batch, their choices flattened into rows, each
+    question padded to `choices` rows (an empty text: its score is masked).
+    Targets, one per row: 1 for the right choice, 0 for the others, -1 for
+    padding rows."""
+
+    def __init__(self, examples, batch_size, choices, shuffle=False, seed=0, maxlen=None):
+        self.choices = choices
+        super().__init__(examples, batch_size, shuffle=shuffle, seed=seed, maxlen=maxlen)
+
+    def size(self, example):
+        return max(len(token_ids) for token_ids, _ in example.rows)
+
+    def __getitem__(self, index):
+        chosen = [self.examples[i] for i in self.batches[index]]
+        length = self.length(self.batches[index])
+        token_ids = np.zeros((len(chosen) * self.choices, length), "int32")
+        segment_ids = np.zeros_like(token_ids)
+        targets = np.full(len(token_ids), -1, "int32")
+        for number, example in enumerate(chosen):
+            for choice in range(self.choices):
+                row = number * self.choices + choice
+                # A padding row repeats the first choice: real tokens, never an all-padding row.
+                ids, segments = example.rows[choice] if choice < len(example.rows) else example.rows[0]
+                token_ids[row, : len(ids)], segment_ids[row, : len(ids)] = ids, segments
+                if choice < len(example.rows):
+                    targets[row] = int(choice == example.label)
+        if chosen[0].label is None:
+            return ((token_ids, segment_ids),)
+        return (token_ids, segment_ids), targets
+
+
+def most_choices(*example_lists):
+    return max(len(example.rows) for examples in example_lists for example in examples)
+
+
+def choice_loss(choices):
+    """Cross-entropy of the softmax over each question's `choices` rows; padding rows (target -1) left out."""
+
+    def loss(targets, scores):
+        targets = ops.reshape(ops.cast(targets, "float32"), (-1, choices))
+        scores = ops.reshape(ops.cast(scores, "float32"), (-1, choices))
+        scores = ops.where(targets < 0, -1e9, scores)
+        return ops.categorical_crossentropy(ops.maximum(targets, 0.0), scores, from_logits=True)
+
+    return loss
+
+
+def build_scorer(args):
+    """Encoder, the first token, dropout and a Dense(1): one score per row."""
+
+    def head(token_ids, sequence):
+        pooled = pool(sequence, token_ids, args.pooling)
+        pooled = keras.layers.Dropout(0.1, name="Scorer-Dropout")(pooled)
+        return keras.layers.Dense(1, dtype="float32", name="Scorer")(pooled)
+
+    return build_model(args, head, "scorer")
+
+
+def predict_choices(model, examples, batch_size, choices, maxlen=None):
+    """Each question's chosen index, in the examples' order."""
+    batches = ChoiceBatches(examples, batch_size, choices, maxlen=maxlen)
+    scores = np.empty((len(examples), choices), "float32")
+    scores[batches.order()] = model.predict(batches, verbose=0).reshape(-1, choices)
+    for row, example in enumerate(examples):
+        scores[row, len(example.rows) :] = -np.inf
+    return scores.argmax(-1)
+
+
+def run_multiple_choice(name, read, argv=None):
+    """Fine-tune a scorer on the train examples, keep the best dev epoch,
+    choose for the test examples.
+
+    `read(args, tokenizer)` gives `(train, dev, test)` lists of `Choices`,
+    every file read and checked before training. Returns
+    `{"dev_accuracy", "test": test examples, "chosen": their chosen indices}`.
+    """
+    args = check_args(argument_parser(f"Fine-tune a multiple-choice model on CLUE's {name}."), argv)
+    keras.utils.set_random_seed(args.seed)
+    tokenizer = kwiden.Tokenizer(args.vocab)
+    train, dev, test = read(args, tokenizer)
+    choices = most_choices(train, dev, test)
+    model = build_scorer(args)
+    check_vocabulary(model, tokenizer, args.vocab)
+    model.compile(OPTIMIZERS[args.optimizer](args), choice_loss(choices))
+
+    def dev_accuracy(model):
+        chosen = predict_choices(model, dev, args.batch_size, choices, args.maxlen)
+        return float(np.mean(chosen == np.array([example.label for example in dev])))
+
+    keep_best = KeepBest(evaluate=dev_accuracy)
+    batches = ChoiceBatches(train, args.batch_size, choices, shuffle=True, seed=args.seed, maxlen=args.maxlen)
+    model.fit(batches, epochs=args.epochs, callbacks=[keep_best])
+    chosen = predict_choices(model, test, args.batch_size, choices, args.maxlen)
+    print(f"{name}: best dev accuracy {keep_best.best_accuracy:.4f}")
+    return {"dev_accuracy": keep_best.best_accuracy, "test": test, "chosen": chosen, "args": args}
