@@ -4,10 +4,11 @@ with the tiny BERT of test_clue.py."""
 
 import json
 import re
+import runpy
 import shutil
 
 import pytest
-from test_clue import FIXTURES, model_files, run, snippets_importable  # noqa: F401 (fixtures)
+from test_clue import CLUE, FIXTURES, model_files, run, snippets_importable  # noqa: F401 (fixtures)
 
 PREDICTIONS = {"chid": "chid11_predict.json", "c3": "c311_predict.json", "cmrc2018": "cmrc2018_predict.json"}
 
@@ -72,3 +73,99 @@ def test_script_predicts_every_test_question_once(task, flags, model_files, tmp_
     assert result["predictions"] == path
     CHECKS[task](path)
     assert 0.0 <= result["dev_accuracy"] <= 1.0
+
+
+def test_cmrc2018_windows_overlap_and_labels_point_at_the_answer(model_files, tmp_path):  # noqa: F811
+    """Small windows every few characters: each window holding the answer labels its first and last character."""
+    cmrc2018 = runpy.run_path(str(CLUE / "cmrc2018.py"))
+    args = cmrc2018["parse_args"](
+        ["--data-dir", "x", "--config", "c", "--vocab", "v", "--maxlen", "32", "--stride", "5"]
+    )
+    tokens = cmrc2018["CharacterTokens"](model_files / "vocab.txt")
+    windows, contexts, answers = cmrc2018["read_file"](FIXTURES / "cmrc2018" / "train.json", True, tokens, args)
+    assert len(windows) > len(contexts)  # long contexts are cut into several windows
+    for window in windows:
+        assert len(window.token_ids) <= 32
+        start, end = window.label
+        if (start, end) != (0, 0):
+            first = window.characters[start - window.offset]
+            last = window.characters[end - window.offset]
+            assert contexts[window.id][first : last + 1] == answers[window.id][0]
+    labelled = {window.id for window in windows if window.label != (0, 0)}
+    assert labelled == set(contexts)
+    result = run("cmrc2018", model_files, tmp_path, None, "--stride", "5", "--maxlen", "32")
+    check_cmrc2018(result["predictions"])
+
+
+def broken_copy(task, tmp_path, file, edit):
+    """A copy of a task's fixtures with `edit` applied to one file's text."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(FIXTURES / task, data_dir)
+    (data_dir / file).write_text(edit((data_dir / file).read_text(encoding="utf-8")), encoding="utf-8")
+    return data_dir
+
+
+def drop_first_line_field(name):
+    def edit(text):
+        lines = text.splitlines()
+        record = json.loads(lines[0])
+        del record[name]
+        return "\n".join([json.dumps(record, ensure_ascii=False)] + lines[1:]) + "\n"
+
+    return edit
+
+
+BAD_INPUTS = {
+    "chid malformed line": ("chid", "dev.json", lambda text: text + '{"candidates": [\n', "line 2:"),
+    "chid missing field": ("chid", "train.json", drop_first_line_field("content"), "line 1: no field 'content'"),
+    "chid missing answer": ("chid", "dev_answer.json", lambda text: "{}\n", "has no answer in"),
+    "c3 malformed": ("c3", "train.json", lambda text: text.rstrip()[:-1] + "\n", "line 2: not valid JSON"),
+    "c3 missing answer": ("c3", "dev.json", lambda text: text.replace('"answer": "下雨", ', ""), "field 'answer'"),
+    "c3 answer not a choice": (
+        "c3",
+        "train.json",
+        lambda text: text.replace('"answer": "三年"', '"answer": "五年"'),
+        "not among",
+    ),
+    "cmrc2018 malformed": ("cmrc2018", "test.json", lambda text: text[:-3], "line 1"),
+    "cmrc2018 missing question": (
+        "cmrc2018",
+        "dev.json",
+        lambda text: text.replace('"question"', '"q"', 1),
+        "no field 'question'",
+    ),
+    "cmrc2018 missing data": (
+        "cmrc2018",
+        "train.json",
+        lambda text: text.replace('"data"', '"dat"', 1),
+        "no field 'data'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_names_the_file_and_writes_nothing(case, model_files, tmp_path):  # noqa: F811
+    task, file, edit, message = BAD_INPUTS[case]
+    data_dir = broken_copy(task, tmp_path, file, edit)
+    with pytest.raises(ValueError) as error:
+        run(task, model_files, tmp_path / "out", data_dir)
+    assert str(data_dir / file) in str(error.value)
+    assert message in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+
+MISSING = {
+    "chid": ["train.json", "test.json", "train_answer.json", "dev_answer.json"],
+    "c3": ["dev.json"],
+    "cmrc2018": ["test.json"],
+}
+
+
+@pytest.mark.parametrize("task, missing", [(task, file) for task, files in MISSING.items() for file in files])
+def test_missing_file_is_named(task, missing, model_files, tmp_path):  # noqa: F811
+    data_dir = tmp_path / "data"
+    shutil.copytree(FIXTURES / task, data_dir)
+    (data_dir / missing).unlink()
+    with pytest.raises(FileNotFoundError, match=missing):
+        run(task, model_files, tmp_path / "out", data_dir)
+    assert not (tmp_path / "out").exists()
