@@ -7,6 +7,7 @@ import re
 import runpy
 import shutil
 
+import numpy as np
 import pytest
 from test_clue import CLUE, FIXTURES, model_files, run, snippets_importable  # noqa: F401 (fixtures)
 
@@ -169,3 +170,15 @@ def test_missing_file_is_named(task, missing, model_files, tmp_path):  # noqa: F
     with pytest.raises(FileNotFoundError, match=missing):
         run(task, model_files, tmp_path / "out", data_dir)
     assert not (tmp_path / "out").exists()
+
+
+def test_choice_loss_leaves_padding_rows_out():
+    snippets = runpy.run_path(str(CLUE / "snippets.py"))
+    loss = snippets["choice_loss"](3)
+    targets = np.array([0, 1, -1, 1, 0, 0], "float32")  # question 1: two choices and a padding row
+    scores = np.array([[0.0], [2.0], [0.0], [1.0], [1.0], [1.0]], "float32")
+    padded_high = scores.copy()
+    padded_high[2] = 50.0
+    values = np.asarray(loss(targets, scores))
+    assert np.allclose(values, np.asarray(loss(targets, padded_high)))
+    assert np.allclose(values, [np.log1p(np.exp(-2.0)), np.log(3.0)], atol=1e-5)
