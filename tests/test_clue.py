@@ -17,7 +17,7 @@ TASKS = {
     "iflytek": "iflytek_predict.json",
     "cmnli": "cmnli_predict.json",
     "ocnli": "ocnli_50k_predict.json",
-    "cluewsc": "cluewsc2020_predict.json",
+    "cluewsc": "cluewsc11_predict.json",
     "csl": "csl_predict.json",
 }
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -88,10 +88,8 @@ def read_lines(path):
 
 
 def expected_ids(task):
-    """The test file's ids: `id` (or `idx`), else the 0-based line index."""
-    return [
-        record.get("id", record.get("idx", i)) for i, record in enumerate(read_lines(FIXTURES / task / "test.json"))
-    ]
+    """The test file's ids: `id` (or `idx`, CLUEWSC's)."""
+    return [record.get("id", record.get("idx")) for record in read_lines(FIXTURES / task / "test.json")]
 
 
 def label_set(task):
@@ -100,7 +98,9 @@ def label_set(task):
     return {record["label"] for record in read_lines(source)} - {"-"}
 
 
-@pytest.mark.parametrize("flags", [[], ["--grow", "2", "--accum-steps", "2"]], ids=["plain", "grow2-accum2"])
+@pytest.mark.parametrize(
+    "flags", [[], ["--grow", "2", "--accum-steps", "2", "--epochs", "2"]], ids=["plain", "grow2-accum2"]
+)
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_script_writes_one_prediction_per_test_id(task, flags, model_files, tmp_path):
     result = run(task, model_files, tmp_path, None, *flags)
@@ -166,6 +166,7 @@ def with_label(number, label):
 BAD_INPUTS = {
     "malformed JSON": ("afqmc", "dev.json", replace_line(2, '{"sentence1": "花呗", '), 2, "not valid JSON"),
     "missing field": ("csl", "test.json", without_field(2, "abst"), 2, "no field 'abst'"),
+    "test line without id": ("afqmc", "test.json", without_field(2, "id"), 2, "no field 'id'"),
     "missing label": ("cmnli", "train.json", without_field(3, "label"), 3, "no field 'label'"),
     "unknown label": ("tnews", "dev.json", with_label(1, "999"), 1, "unknown label '999'"),
     "unknown dev label": ("afqmc", "dev.json", with_label(2, "2"), 2, "unknown label '2'"),
@@ -202,3 +203,10 @@ def test_missing_file_is_named_and_nothing_is_written(missing, model_files, tmp_
     with pytest.raises(FileNotFoundError, match=missing):
         run("tnews", model_files, output_dir, data_dir)
     assert not output_dir.exists()
+
+
+def test_an_accumulation_longer_than_the_run_is_refused(model_files, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"--accum-steps 1000 is more than the \d+ batches of the run"):
+        run("afqmc", model_files, out, None, "--accum-steps", "1000")
+    assert not out.exists()

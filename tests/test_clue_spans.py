@@ -66,7 +66,9 @@ def check_cmrc2018(path):
 CHECKS = {"chid": check_chid, "c3": check_c3, "cmrc2018": check_cmrc2018}
 
 
-@pytest.mark.parametrize("flags", [[], ["--grow", "2", "--accum-steps", "2"]], ids=["plain", "grow2-accum2"])
+@pytest.mark.parametrize(
+    "flags", [[], ["--grow", "2", "--accum-steps", "2", "--epochs", "2"]], ids=["plain", "grow2-accum2"]
+)
 @pytest.mark.parametrize("task", sorted(PREDICTIONS))
 def test_script_predicts_every_test_question_once(task, flags, model_files, tmp_path):  # noqa: F811
     result = run(task, model_files, tmp_path, None, *flags)
@@ -182,3 +184,13 @@ def test_choice_loss_leaves_padding_rows_out():
     values = np.asarray(loss(targets, scores))
     assert np.allclose(values, np.asarray(loss(targets, padded_high)))
     assert np.allclose(values, [np.log1p(np.exp(-2.0)), np.log(3.0)], atol=1e-5)
+
+
+def test_cmrc2018_questions_are_cut_to_fit_maxlen_and_misses_count(model_files):  # noqa: F811
+    cmrc2018 = runpy.run_path(str(CLUE / "cmrc2018.py"))
+    args = cmrc2018["parse_args"](["--data-dir", "x", "--config", "c", "--vocab", "v", "--maxlen", "6"])
+    tokens = cmrc2018["CharacterTokens"](model_files / "vocab.txt")
+    windows, _, _ = cmrc2018["read_file"](FIXTURES / "cmrc2018" / "train.json", True, tokens, args)
+    assert max(len(window.token_ids) for window in windows) <= 6  # questions longer than 6 − 4 are cut
+    # A dev question whose answer was not found in its context is a miss, not left out of the mean.
+    assert cmrc2018["exact_match"]({"a": "x"}, {"a": ["x"], "b": ["y"]}) == 0.5

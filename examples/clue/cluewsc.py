@@ -1,12 +1,12 @@
 """CLUEWSC2020 (Winograd schema): does the pronoun (span 2) refer to the
 noun (span 1)? One text with both spans marked in it: the noun in [ ], the
 pronoun in < >. Labels from train.json ("true", "false"). Lines carry their
-id as `idx` (or `id`); a line with neither gets its 0-based line index.
+id as `idx` (or `id`).
 
     python examples/clue/cluewsc.py --data-dir CLUE/cluewsc2020_public \
         --checkpoint chinese_L-12_H-768_A-12 --vocab chinese_L-12_H-768_A-12/vocab.txt
 
-Writes `cluewsc2020_predict.json` under --output-dir.
+Writes `cluewsc11_predict.json` (CLUE 1.1's name for CLUEWSC2020) under --output-dir.
 """
 
 import snippets
@@ -27,7 +27,7 @@ def texts(record):
     return text
 
 
-TASK = snippets.Task("cluewsc", "cluewsc2020_predict.json", texts)
+TASK = snippets.Task("cluewsc", "cluewsc11_predict.json", texts)
 
 
 def main(argv=None):

@@ -116,7 +116,7 @@ def windows(context_ids, characters, question_ids, args):
 
 def read_file(path, labelled, tokens, args):
     """The windows of a file, and each question's context and answers."""
-    examples, contexts, answers, seen, unanswerable = [], {}, {}, {}, 0
+    examples, contexts, answers, seen, unanswerable, split = [], {}, {}, {}, 0, 0
     for where, context, qa in questions(path):
         id_, question = field(qa, "id", where), field(qa, "question", where)
         if id_ in seen:
@@ -131,7 +131,8 @@ def read_file(path, labelled, tokens, args):
                 unanswerable += 1
                 continue
         contexts[id_] = context
-        question_ids = tokens.encode(str(question))[0][: args.max_question]
+        # Cut to fit: [CLS] question [SEP] at least one context character [SEP].
+        question_ids = tokens.encode(str(question))[0][: max(1, min(args.max_question, args.maxlen - 4))]
         context_ids, characters = tokens.encode(context)
         for window_ids, window_characters in windows(context_ids, characters, question_ids, args):
             token_ids = [tokens.cls, *question_ids, tokens.sep, *window_ids, tokens.sep]
@@ -145,6 +146,10 @@ def read_file(path, labelled, tokens, args):
                     last = max(i for i, c in enumerate(window_characters) if c <= span[1])
                     label = (offset + first, offset + last)
             examples.append(Window(token_ids, segment_ids, label, id_, offset, window_characters))
+        if labelled and all(window.label == (0, 0) for window in examples if window.id == id_):
+            split += 1  # the answer crosses every window's edge (a --stride as long as the window)
+    if split:
+        print(f"{path}: {split} answers lie in no single window (lower --stride), trained as no answer")
     if unanswerable:
         print(f"{path}: {unanswerable} answers not found in their context, left out")
     if not examples:
@@ -191,7 +196,11 @@ def best_spans(model, windows, contexts, args):
 
 
 def exact_match(predicted, answers):
-    return float(np.mean([predicted[id_].strip() in [a.strip() for a in answers[id_]] for id_ in predicted]))
+    """Over every question with answers: one whose answer was not found in its
+    context (so not predicted) counts as a miss."""
+    return float(
+        np.mean([predicted.get(id_, "").strip() in [a.strip() for a in gold] for id_, gold in answers.items()])
+    )
 
 
 def main(argv=None):
@@ -212,7 +221,7 @@ def main(argv=None):
         evaluate=lambda model: exact_match(best_spans(model, dev_inputs, dev_contexts, args), dev_answers)
     )
     batches = snippets.Batches(train, args.batch_size, shuffle=True, seed=args.seed, maxlen=args.maxlen)
-    model.fit(batches, epochs=args.epochs, callbacks=[keep_best])
+    snippets.fit(model, batches, args, [keep_best])
     predicted = best_spans(model, test, test_contexts, args)
     path = snippets.write_json(pathlib.Path(args.output_dir) / "cmrc2018_predict.json", predicted)
     print(f"cmrc2018: best dev exact match {keep_best.best_accuracy:.4f}; predictions in {path}")

@@ -155,12 +155,13 @@ def label_of(record, where):
     return label
 
 
-def line_id(record, number):
-    """The line's `id` (or `idx`); where it has neither, its 0-based line index."""
+def line_id(record, where):
+    """The line's `id` (or `idx`, as CLUEWSC spells it): the submission file
+    answers by id, so a line without one is an error."""
     for field in ID_FIELDS:
         if field in record:
             return record[field]
-    return number - 1
+    raise ValueError(f"{where}: no field 'id' (nor {', '.join(repr(f) for f in ID_FIELDS[1:])}).")
 
 
 def read_examples(path, task, tokenizer, maxlen, labelled):
@@ -172,7 +173,7 @@ def read_examples(path, task, tokenizer, maxlen, labelled):
         label = label_of(record, where) if labelled else None
         if labelled and label in task.skipped_labels:
             continue
-        id_ = line_id(record, number)
+        id_ = line_id(record, where) if not labelled else record.get("id", number - 1)
         if not labelled and id_ in lines_of_id:  # a prediction per id: a repeated one would be ambiguous
             raise ValueError(f"{where}: id {id_!r} was already used on line {lines_of_id[id_]}.")
         lines_of_id[id_] = number
@@ -475,6 +476,19 @@ def write_json(path, value, lines=False):
 # The whole run.
 
 
+def fit(model, batches, args, callbacks):
+    """`model.fit` over --epochs, refusing an --accum-steps that no update
+    would complete (the optimizer moves once per --accum-steps batches, and
+    a cycle left unfinished at the end is not applied)."""
+    micro_batches = args.epochs * len(batches)
+    if args.accum_steps > micro_batches:
+        raise ValueError(
+            f"--accum-steps {args.accum_steps} is more than the {micro_batches} batches of the run "
+            f"({args.epochs} epochs of {len(batches)}): no update would be made; lower it or train longer."
+        )
+    return model.fit(batches, epochs=args.epochs, callbacks=callbacks)
+
+
 def run(task, argv=None):
     """Fine-tune on train.json, keep the best dev epoch, predict test.json.
 
@@ -489,7 +503,7 @@ def run(task, argv=None):
     compile_classifier(model, args)
     keep_best = KeepBest(dev, args.batch_size, args.maxlen)
     train_batches = Batches(train, args.batch_size, shuffle=True, seed=args.seed, maxlen=args.maxlen)
-    model.fit(train_batches, epochs=args.epochs, callbacks=[keep_best])
+    fit(model, train_batches, args, [keep_best])
     probabilities = predict_probabilities(model, test, args.batch_size, args.maxlen)
     path = write_predictions(pathlib.Path(args.output_dir) / task.predictions, test, labels, probabilities)
     print(f"{task.name}: best dev accuracy {keep_best.best_accuracy:.4f}; predictions in {path}")
@@ -606,7 +620,7 @@ def run_multiple_choice(name, read, argv=None):
 
     keep_best = KeepBest(evaluate=dev_accuracy)
     batches = ChoiceBatches(train, args.batch_size, choices, shuffle=True, seed=args.seed, maxlen=args.maxlen)
-    model.fit(batches, epochs=args.epochs, callbacks=[keep_best])
+    fit(model, batches, args, [keep_best])
     chosen = predict_choices(model, test, args.batch_size, choices, args.maxlen)
     print(f"{name}: best dev accuracy {keep_best.best_accuracy:.4f}")
     return {"dev_accuracy": keep_best.best_accuracy, "test": test, "chosen": chosen, "args": args}
