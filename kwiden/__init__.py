@@ -2,6 +2,7 @@
 
 from kwiden import admin, layers, models, optimizers, testing
 from kwiden.checkpoints import save_checkpoint
+from kwiden.distribution import layout_map
 from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
 from kwiden.growth import GrowthResult, grow, growth_scales
 from kwiden.models import build_transformer_model
@@ -24,6 +25,7 @@ __all__ = [
     "build_transformer_model",
     "fit_growing",
     "grow",
+    "layout_map",
     "growth_scales",
     "layers",
     "models",

@@ -21,6 +21,7 @@ LAYERS = [
         "kwiden.corpus",
         "kwiden.tokenizer",
         "kwiden.compute",
+        "kwiden.distribution",
     ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),
