@@ -1,0 +1,154 @@
+"""`kwiden.layout_map`: Megatron-style sharding under `keras.distribution.ModelParallel`."""
+
+import subprocess
+import sys
+import textwrap
+
+import keras
+import pytest
+
+import kwiden
+
+# On JAX with 8 virtual CPU devices, which must be asked for before JAX is
+# imported: hence a fresh interpreter.
+SHARDED = textwrap.dedent(
+    """
+    import os
+    os.environ["KERAS_BACKEND"] = "jax"
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    import time
+    import jax, keras, numpy as np
+    import kwiden
+    from kwiden import optimizers
+    from kwiden.testing import tiny_config
+
+    assert len(jax.devices()) == 8
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 96, (32, 8)).astype("int32")
+    y = rng.integers(0, 96, (32, 8)).astype("int32")
+    LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def spec(variable):
+        return tuple(variable.value.sharding.spec)
+
+    def specs(model):
+        return {w.path: spec(w) for w in model.weights}
+
+    def build(name, config, distribution, weights=None):
+        keras.distribution.set_distribution(distribution)
+        keras.utils.set_random_seed(0)
+        model = kwiden.build_transformer_model(config, model=name)
+        if weights is not None:
+            model.set_weights(weights)
+        model.compile(optimizers.AdamW(1e-2, weight_decay=0.01, accum_steps=2), LOSS)
+        return model
+
+    def fit(model, distribution):
+        keras.distribution.set_distribution(distribution)
+        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        return [w.numpy() for w in model.weights]
+
+    def check_equal(one, many, what):
+        difference = max(float(np.max(np.abs(a - b))) for a, b in zip(one, many))
+        print(what, "max difference", difference)
+        for a, b in zip(one, many):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+    def run(name, config, shape, **options):
+        start = time.time()
+        mesh = keras.distribution.DeviceMesh(shape, ["batch", "model"], jax.devices())
+        parallel = keras.distribution.ModelParallel(layout_map=kwiden.layout_map(mesh, **options), batch_dim_name="batch")
+        one = build(name, config, None)
+        initial = one.get_weights()
+        many = build(name, config, parallel, initial)
+        check_equal(fit(one, None), fit(many, parallel), name)
+        got = specs(many)
+        m = "model"
+        block = "Transformer-0-"
+        assert got[block + "MultiHeadSelfAttention/query_kernel"] == (None, m, None), got
+        assert got[block + "MultiHeadSelfAttention/key_kernel"] == (None, m, None), got
+        assert got[block + "MultiHeadSelfAttention/output_kernel"] == (m, None, None), got
+        assert got[block + "FeedForward/output_kernel"] == (m, None), got
+        assert all(s in ((), (None,)) for p, s in got.items() if "Norm" in p), got
+        # The optimizer's slots are split as their variables.
+        slots = {v.path: spec(v) for v in many.optimizer.variables if len(v.shape) == 3}
+        assert slots and all(s in ((None, m, None), (m, None, None)) for s in slots.values()), slots
+        print(name, "sharded in", round(time.time() - start, 1), "s")
+        return one, many, parallel, got
+
+    # GPT on 2 × 4: heads, FFN and hidden split 4 ways; tied token embeddings by hidden.
+    gpt = tiny_config(num_attention_heads=4, intermediate_size=32, vocab_size=96)
+    one, many, parallel, got = run("gpt", gpt, (2, 4))
+    assert got["Transformer-0-FeedForward/inner_kernel"] == (None, "model"), got
+    assert got["Transformer-0-FeedForward/inner_bias"] == ("model",), got
+    assert got["Transformer-0-MultiHeadSelfAttention/query_bias"] == ("model", None), got
+    assert got["Transformer-0-MultiHeadSelfAttention/output_bias"] in ((), (None,)), got
+    assert got["Embedding-Token/embeddings"] == (None, "model"), got
+
+    # Grown (hidden 32, 8 heads, FFN 64) with the optimizer's state: trains on, still sharded.
+    start = time.time()
+    big_one, optimizer = kwiden.grow(one, 2, seed=0, optimizer=one.optimizer)
+    big_one.compile(optimizer, LOSS)
+    keras.distribution.set_distribution(parallel)
+    big_many, optimizer = kwiden.grow(many, 2, seed=0, optimizer=many.optimizer)
+    big_many.compile(optimizer, LOSS)
+    grown = specs(big_many)
+    assert grown["Transformer-1-MultiHeadSelfAttention/value_kernel"] == (None, "model", None), grown
+    assert grown["Transformer-1-FeedForward/output_kernel"] == ("model", None), grown
+    check_equal([w.numpy() for w in big_one.weights], [w.numpy() for w in big_many.weights], "grown")
+    check_equal(fit(big_one, None), fit(big_many, parallel), "grown gpt")
+    assert specs(big_many) == grown
+    print("grown sharded in", round(time.time() - start, 1), "s")
+
+    # LLaMA with grouped-query attention (4 heads, 2 key/value heads) on 4 × 2,
+    # its own logits kernel, token embeddings split by vocabulary.
+    llama = tiny_config(num_attention_heads=4, num_key_value_heads=2, intermediate_size=32, vocab_size=96)
+    _, _, _, got = run("llama", llama, (4, 2), embeddings="vocabulary")
+    assert got["Transformer-0-FeedForward/gate_kernel"] == (None, "model"), got
+    assert got["Transformer-0-FeedForward/up_kernel"] == (None, "model"), got
+    assert got["Embedding-Token/embeddings"] == ("model", None), got
+    assert got["Output-Logits/kernel"] == (None, "model"), got
+    print("ok")
+    """
+)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the JAX backend runs this in its own interpreter")
+def test_model_parallel_training_equals_one_device():
+    result = subprocess.run([sys.executable, "-c", SHARDED], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert result.stdout.strip().endswith("ok"), result.stdout
+
+
+def test_layout_map_keys_are_exclusive_and_cover_the_blocks():
+    mesh = keras.distribution.DeviceMesh((1,), ["model"], keras.distribution.list_devices()[:1])
+    layouts = kwiden.layout_map(mesh)
+    cases = {
+        "Transformer-3-MultiHeadSelfAttention/query_kernel": (None, "model", None),
+        "Transformer-3-MultiHeadSelfAttention/value_bias": ("model", None),
+        "Transformer-3-MultiHeadSelfAttention/output_kernel": ("model", None, None),
+        "Transformer-3-FeedForward/gate_kernel": (None, "model"),
+        "Transformer-3-FeedForward/output_kernel": ("model", None),
+        "Embedding-Token/embeddings": (None, "model"),
+    }
+    for path, axes in cases.items():
+        assert tuple(layouts[path].axes) == axes, path
+    for path in [
+        "Transformer-3-MultiHeadSelfAttention/output_bias",
+        "Transformer-3-FeedForward/output_bias",
+        "Transformer-3-MultiHeadSelfAttention-Norm/gamma",
+        "Embedding-Position/embeddings",
+        "Output-Norm/gamma",
+    ]:
+        assert layouts[path] is None, path
+    vocabulary = kwiden.layout_map(mesh, embeddings="vocabulary")
+    assert tuple(vocabulary["Embedding-Token/embeddings"].axes) == ("model", None)
+    assert tuple(vocabulary["MLM-Bias/bias"].axes) == ("model",)
+
+
+def test_layout_map_refuses_a_mesh_without_the_axis():
+    mesh = keras.distribution.DeviceMesh((1,), ["batch"], keras.distribution.list_devices()[:1])
+    with pytest.raises(ValueError, match="no axis 'model'"):
+        kwiden.layout_map(mesh)
+    with pytest.raises(ValueError, match="embeddings"):
+        kwiden.layout_map(mesh, model_dim_name="batch", embeddings="rows")
