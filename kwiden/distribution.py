@@ -3,12 +3,11 @@
 `layout_map(mesh)` names, for each weight of a kwiden Transformer, how it is
 split over the mesh's model axis, so that
 
-    >>> import keras, kwiden
-    >>> devices = keras.distribution.list_devices()           # e.g. 8 devices
-    >>> mesh = keras.distribution.DeviceMesh((2, 4), ["batch", "model"], devices)
-    >>> keras.distribution.set_distribution(keras.distribution.ModelParallel(
-    ...     layout_map=kwiden.layout_map(mesh), batch_dim_name="batch"))
-    >>> model = kwiden.build_transformer_model(config, model="gpt")  # built sharded
+    devices = keras.distribution.list_devices()               # e.g. 8 devices
+    mesh = keras.distribution.DeviceMesh((2, 4), ["batch", "model"], devices)
+    keras.distribution.set_distribution(keras.distribution.ModelParallel(
+        layout_map=kwiden.layout_map(mesh), batch_dim_name="batch"))
+    model = kwiden.build_transformer_model(config, model="gpt")   # built sharded
 
 trains with each attention and feed-forward block split over the 4 devices of
 a "model" row and the batch split over the 2 rows. Query, key and value
@@ -50,6 +49,16 @@ def layout_map(device_mesh, model_dim_name="model", embeddings="hidden"):
         A `LayoutMap` whose keys are regular expressions matched in full
         against variable paths (`Transformer-0-MultiHeadSelfAttention/query_kernel`);
         a path matching none is replicated.
+
+    Example (one device here; the same call on a mesh of many):
+
+    >>> import keras
+    >>> mesh = keras.distribution.DeviceMesh((1, 1), ["batch", "model"], keras.distribution.list_devices()[:1])
+    >>> layouts = layout_map(mesh)
+    >>> layouts["Transformer-0-FeedForward/inner_kernel"].axes
+    (None, 'model')
+    >>> layouts["Transformer-0-FeedForward-Norm/gamma"] is None  # replicated
+    True
     """
     if not isinstance(device_mesh, keras.distribution.DeviceMesh):
         raise TypeError(f"`device_mesh` must be a keras.distribution.DeviceMesh, not {type(device_mesh).__name__}.")
