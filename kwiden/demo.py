@@ -27,8 +27,14 @@ def run(steps=300, grow_steps=150, factor=2, batch_size=32, length=64, hidden_si
     split = int(0.9 * len(ids))
     train_ids, valid = ids[:split], ids[split:]
     x_valid, y_valid = corpus.windows(valid, length, 256, rng)
-    small = kwiden.build_transformer_model(corpus.gpt_config(hidden_size, 2, length), model="gpt")
-    small.compile(optimizers.Adam(2e-3), LOSS)
+
+    def gpt(hidden):
+        """A compiled 2-block byte-level GPT of width `hidden`, fresh from its initialisers."""
+        model = kwiden.build_transformer_model(corpus.gpt_config(hidden, 2, length), model="gpt")
+        model.compile(optimizers.Adam(2e-3), LOSS)
+        return model
+
+    small = gpt(hidden_size)
 
     def train(model, steps):
         """Fit on `steps` fresh batches: the seconds it took, the validation loss and the FLOPs."""
@@ -55,8 +61,7 @@ def run(steps=300, grow_steps=150, factor=2, batch_size=32, length=64, hidden_si
     scratch_steps = round(budget / (batch_size * length * flops_per_token(big, length)))
     print(f"Training hidden {hidden_size * factor} from scratch for the same compute: {scratch_steps} steps")
     keras.utils.set_random_seed(seed)
-    scratch = kwiden.build_transformer_model(corpus.gpt_config(hidden_size * factor, 2, length), model="gpt")
-    scratch.compile(optimizers.Adam(2e-3), LOSS)
+    scratch = gpt(hidden_size * factor)
     scratch_time, scratch_loss, scratch_flops = train(scratch, scratch_steps)
 
     rows = [

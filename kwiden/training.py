@@ -182,7 +182,7 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
         consumed += micro_steps
         stopped = int(keras.ops.convert_to_numpy(model.optimizer.iterations)) != consumed
         if stopped or model.stop_training:
-            break  # a callback stopped training (TerminateOnNaN, EarlyStopping)
+            break  # a callback stopped training (TerminateOnNaN, or any that sets stop_training)
     if backup is not None:
         backup.save(model, growths_done)
     return model, history
