@@ -34,6 +34,8 @@ from kwiden.models.family import FAMILIES, family_of, get_family
 
 FORMATS = ("hf", "google")
 SAFETENSORS = "model.safetensors"
+# A sharded Hugging Face checkpoint: its index maps each tensor to its file.
+SAFETENSORS_INDEX = "model.safetensors.index.json"
 GOOGLE_PREFIX = "bert_model.ckpt"
 CONFIG_FILES = {"hf": "config.json", "google": "bert_config.json"}
 FORMAT_TITLES = {"hf": "Hugging Face's (model.safetensors)", "google": "Google's (bert_model.ckpt.*)"}
@@ -49,37 +51,111 @@ TEMPORARY = ".kwiden-tmp-"
 # in kwiden and Google checkpoints, (out, in) in Hugging Face's; attention
 # splits its kernels by heads, checkpoints keep them flat.
 KERNEL_KINDS = ("linear", "heads_out", "heads_in")
-
-# The layers whose rows are the vocabulary (`keep_tokens` selects them), and
-# the optional heads a checkpoint may lack.
-VOCABULARY_ROWS = (naming.EMBEDDING_TOKEN, naming.MLM_BIAS)
-HEADS = (naming.POOLER_DENSE, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS)
+HEAD_KINDS = ("heads_out", "heads_in", "heads_bias")
 
 
-def _flat_shape(shape, kind):
-    if kind == "heads_out":  # (in, heads, size)
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where a kwiden weight sits in its checkpoint tensor.
+
+    `flat`: how kwiden's per-head axes are flattened: `"heads_out"` (a
+    query, key or value kernel, `(in, heads, size)` as `(in, heads·size)`),
+    `"heads_in"` (the output kernel, `(heads, size, out)` as
+    `(heads·size, out)`), `"heads_bias"` (`(heads, size)` as `(heads·size,)`)
+    or None. `transpose`: the (flat) kernel is stored `(out, in)`, as
+    PyTorch's `Linear` stores it. `rotate_half`: each head's coordinates are
+    in Hugging Face LLaMA's rotary order, the first halves of the rotated
+    pairs then the second halves, where kwiden keeps each pair
+    `(x_2i, x_2i+1)` side by side; queries and keys permuted alike give the
+    same scores. `part`: `(index, count)` where the tensor holds `count`
+    weights side by side along its last axis (GPT-2's `c_attn` holds the
+    query, key and value) and this weight is slice `index`.
+
+    >>> layout = Layout("heads_out", transpose=True, rotate_half=True)
+    >>> kernel = np.arange(8.0).reshape(1, 2, 4)  # (in, heads, size)
+    >>> to_checkpoint(kernel, layout)
+    array([[0.],
+           [2.],
+           [1.],
+           [3.],
+           [4.],
+           [6.],
+           [5.],
+           [7.]])
+    >>> np.array_equal(to_kwiden(to_checkpoint(kernel, layout), kernel.shape, layout), kernel)
+    True
+    """
+
+    flat: Optional[str] = None
+    transpose: bool = False
+    rotate_half: bool = False
+    part: Optional[tuple] = None
+
+    @classmethod
+    def of(cls, kind, format):
+        """A family's `kind` (a `Layout`, or one of `KERNEL_KINDS`,
+        `"heads_bias"` or None) as stored in `format`."""
+        if isinstance(kind, Layout):
+            return kind
+        return cls(kind if kind in HEAD_KINDS else None, format == "hf" and kind in KERNEL_KINDS)
+
+
+def _flat_shape(shape, flat):
+    if flat == "heads_out":  # (in, heads, size)
         return (shape[0], shape[1] * shape[2])
-    if kind == "heads_in":  # (heads, size, out)
+    if flat == "heads_in":  # (heads, size, out)
         return (shape[0] * shape[1], shape[2])
-    if kind == "heads_bias":  # (heads, size)
+    if flat == "heads_bias":  # (heads, size)
         return (shape[0] * shape[1],)
     return tuple(shape)
 
 
-def checkpoint_shape(shape, kind, format):
-    flat = _flat_shape(tuple(shape), kind)
-    return flat[::-1] if format == "hf" and kind in KERNEL_KINDS else flat
+def checkpoint_shape(shape, layout):
+    """The shape of the checkpoint tensor holding a weight of `shape`."""
+    shape = _flat_shape(tuple(shape), layout.flat)
+    if layout.part is not None:
+        shape = (*shape[:-1], shape[-1] * layout.part[1])
+    return shape[::-1] if layout.transpose else shape
 
 
-def to_kwiden(value, shape, kind, format):
-    if format == "hf" and kind in KERNEL_KINDS:
+def _half_order(size):
+    """Hugging Face's rotary order of a head's coordinates, from kwiden's:
+    kwiden's `2i` and `2i+1` are its `i` and `i + size/2`."""
+    return np.arange(size).reshape(-1, 2).T.reshape(-1)
+
+
+def to_kwiden(value, shape, layout):
+    """A checkpoint tensor as the kwiden weight of `shape` it holds."""
+    if layout.transpose:
         value = value.T
-    return value.reshape(shape)
+    if layout.part is not None:
+        index, count = layout.part
+        width = value.shape[-1] // count
+        value = value[..., index * width : (index + 1) * width]
+    value = value.reshape(shape)
+    if layout.rotate_half:
+        value = value[..., np.argsort(_half_order(shape[-1]))]
+    return value
 
 
-def to_checkpoint(value, kind, format):
-    value = value.reshape(_flat_shape(value.shape, kind))
-    return value.T if format == "hf" and kind in KERNEL_KINDS else value
+def to_checkpoint(value, layout):
+    """A kwiden weight as its checkpoint tensor holds it (one part of it, for
+    a `part`: `join_parts` puts them together)."""
+    if layout.rotate_half:
+        value = value[..., _half_order(value.shape[-1])]
+    value = value.reshape(_flat_shape(value.shape, layout.flat))
+    return value.T if layout.transpose else value
+
+
+def join_parts(parts, layout):
+    """The tensor holding `parts`, each `to_checkpoint`'s, in order."""
+    return np.concatenate(parts, axis=0 if layout.transpose else -1)
+
+
+# The layers whose rows are the vocabulary (`keep_tokens` selects them), and
+# the optional heads a checkpoint may lack.
+VOCABULARY_ROWS = (naming.EMBEDDING_TOKEN, naming.MLM_BIAS, naming.OUTPUT_LOGITS)
+HEADS = (naming.POOLER_DENSE, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS, naming.OUTPUT_LOGITS)
 
 
 # Other names the same tensor has in Hugging Face files: older checkpoints
@@ -163,12 +239,17 @@ def detect_format(checkpoint_path):
                 f"{path / GOOGLE_PREFIX}), or move the others away."
             )
         if not found:
+            torch_only = " (PyTorch's pytorch_model.bin is not read: save it as safetensors)" * any(
+                path.glob("pytorch_model*.bin")
+            )
             raise FileNotFoundError(
-                f"No {SAFETENSORS} and no *.ckpt.index in {path}: a Hugging Face BERT folder holds "
-                "the first, a Google one the second."
+                f"No {SAFETENSORS}, {SAFETENSORS_INDEX} or *.ckpt.index in {path}: a Hugging Face folder holds "
+                f"one of the first two, a Google one the third{torch_only}."
             )
         return _weights_at(path / found[0])
-    if path.is_file() and (path.suffix == ".safetensors" or _GOOGLE_FILE.search(path.name)):
+    if path.is_file() and (
+        path.suffix == ".safetensors" or path.name == SAFETENSORS_INDEX or _GOOGLE_FILE.search(path.name)
+    ):
         return _weights_at(path)
     if path.with_name(path.name + ".index").is_file():
         return "google", path
@@ -190,14 +271,16 @@ _GOOGLE_FILE = re.compile(r"\.(index|data-\d+-of-\d+)$")
 
 
 def _weight_files(folder):
-    """The weights in `folder`: `model.safetensors` and each Google checkpoint's index."""
+    """The weights in `folder`: `model.safetensors`, a sharded one's index
+    and each Google checkpoint's index."""
     indexes = sorted(p.name for p in folder.glob("*.ckpt*.index") if p.is_file())
-    return [SAFETENSORS] * (folder / SAFETENSORS).is_file() + indexes
+    hf = [name for name in (SAFETENSORS, SAFETENSORS_INDEX) if (folder / name).is_file()]
+    return hf + indexes
 
 
 def _weights_at(file):
     """`(format, path)` of a weight file: a safetensors file, or the prefix of a Google checkpoint's file."""
-    if file.suffix == ".safetensors":
+    if file.suffix == ".safetensors" or file.name == SAFETENSORS_INDEX:
         return "hf", file
     prefix = file.with_name(_GOOGLE_FILE.sub("", file.name))
     if not prefix.with_name(prefix.name + ".index").is_file():
@@ -212,8 +295,8 @@ def _google_files(folder, prefix):
 
 def _describe(folder, weight_file):
     """A weight file and the files that go with it, with whose they are."""
-    if weight_file == SAFETENSORS:
-        return f"{OWNERS['hf']} {SAFETENSORS}"
+    if weight_file in (SAFETENSORS, SAFETENSORS_INDEX):
+        return f"{OWNERS['hf']} {weight_file}"
     return f"{OWNERS['google']} {', '.join(_google_files(folder, weight_file[: -len('.index')]))}"
 
 
@@ -279,17 +362,99 @@ def _sha256(path):
 
 
 def read_tensors(format, path):
-    """`{tensor name: array}`; a Google checkpoint's are read when asked for.
-    A file that cannot be read raises a ValueError saying it is damaged."""
+    """`{tensor name: array}`, each tensor read when asked for: from one
+    safetensors file, from the shards a `model.safetensors.index.json` names,
+    or from a Google checkpoint. A file that cannot be read raises a
+    ValueError saying it is damaged; a shard the index names but the folder
+    lacks, a FileNotFoundError naming it."""
     if format == "hf":
-        from safetensors import SafetensorError
-        from safetensors.numpy import load_file
-
-        try:
-            return load_file(str(path))
-        except SafetensorError as error:
-            raise ValueError(_damaged(path, error)) from None
+        return SafetensorsTensors(path)
     return _read_google(path)
+
+
+class SafetensorsTensors(collections.abc.Mapping):
+    """The tensors of a safetensors file, or of the shards a
+    `model.safetensors.index.json` names, read one by one (numpy arrays,
+    bfloat16 as `ml_dtypes.bfloat16`) so that no more than one is held.
+    `.files` maps each tensor to its file; `.shape(name)` and `.dtype(name)`
+    read the header only."""
+
+    def __init__(self, path):
+        path = pathlib.Path(path)
+        self.path = path
+        self._handles = {}
+        if path.name == SAFETENSORS_INDEX:
+            self.files = {name: path.parent / file for name, file in _read_index(path).items()}
+        else:
+            self.files = {name: path for name in self._open(path).keys()}
+        for file in dict.fromkeys(self.files.values()):
+            self._check_shard(file)
+
+    def _check_shard(self, file):
+        if not file.is_file():
+            wanted = next(name for name, other in self.files.items() if other == file)
+            raise FileNotFoundError(
+                f"The shard {file} is missing: {self.path} names it for '{wanted}' and other tensors. "
+                "Download or copy the whole checkpoint again."
+            )
+        held = set(self._open(file).keys())
+        lacking = [name for name, other in self.files.items() if other == file and name not in held]
+        if lacking:
+            raise ValueError(
+                f"{self.path} says '{lacking[0]}' is in {file}, which does not hold it: the index and its shards "
+                "come from different checkpoints. Download or copy the whole checkpoint again."
+            )
+
+    def _open(self, file):
+        from safetensors import SafetensorError, safe_open
+
+        if file not in self._handles:
+            try:
+                self._handles[file] = safe_open(str(file), framework="numpy")
+            except (SafetensorError, OSError) as error:
+                raise ValueError(_damaged(file, error)) from None
+        return self._handles[file]
+
+    def __getitem__(self, name):
+        from safetensors import SafetensorError
+
+        file = self.files[name]
+        try:
+            return self._open(file).get_tensor(name)
+        except (SafetensorError, OSError) as error:
+            raise ValueError(_damaged(file, f"reading '{name}' failed: {error}")) from None
+
+    def shape(self, name):
+        return tuple(self._open(self.files[name]).get_slice(name).get_shape())
+
+    def dtype(self, name):
+        """The tensor's dtype as safetensors names it (`"F32"`, `"BF16"`)."""
+        return self._open(self.files[name]).get_slice(name).get_dtype()
+
+    def __contains__(self, name):
+        return name in self.files
+
+    def __iter__(self):
+        return iter(self.files)
+
+    def __len__(self):
+        return len(self.files)
+
+
+def _read_index(path):
+    """`{tensor: shard file name}` from a `model.safetensors.index.json`, checked."""
+    problem = f"{path} is not a safetensors index kwiden can read"
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{problem} ({error}); download or copy the checkpoint again.") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(file, str) and pathlib.Path(file).name == file and file.endswith(".safetensors")
+        for file in weight_map.values()
+    ):
+        raise ValueError(f"{problem}: it needs a `weight_map` from each tensor to a .safetensors file beside it.")
+    return weight_map
 
 
 def _damaged(path, error):
@@ -406,7 +571,8 @@ def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint
     value = tensors[found]
     if keep_tokens is not None and layer.name in VOCABULARY_ROWS:
         value = value[_check_keep_tokens(keep_tokens, value.shape[0])]
-    expected = checkpoint_shape(variable.shape, kind, format)
+    layout = Layout.of(kind, format)
+    expected = checkpoint_shape(variable.shape, layout)
     if tuple(value.shape) != expected:
         raise ValueError(
             f"'{variable.path}' (shape {tuple(variable.shape)}) needs '{name}' of shape {expected}; "
@@ -418,7 +584,7 @@ def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint
             f"The checkpoint {checkpoint_path}'s tensor '{found}' (for '{variable.path}') holds {bad} NaN or "
             "infinite values, which would make the model's outputs NaN; pass allow_nonfinite=True to load it anyway."
         )
-    return to_kwiden(value, tuple(variable.shape), kind, format)
+    return to_kwiden(value, tuple(variable.shape), layout)
 
 
 def nonfinite(value):
@@ -553,15 +719,22 @@ def save_checkpoint(model, directory, format="hf", family=None, allow_nonfinite=
     _check_target(directory, format)
     config = family.to_hf_config(model, format)
     names = _names(family, _num_blocks(model), format, _written_prefix(config))
-    tensors = {}
+    tensors, parts = {}, {}
     for _, variable, name, kind in _placed(model, family, names):
-        tensors[name] = np.ascontiguousarray(to_checkpoint(np.asarray(variable.numpy()), kind, format))
-        bad = 0 if allow_nonfinite else nonfinite(tensors[name])
+        value = np.asarray(variable.numpy())
+        bad = 0 if allow_nonfinite else nonfinite(value)
         if bad:
             raise ValueError(
                 f"'{variable.path}' holds {bad} NaN or infinite values, and loading would refuse the checkpoint; "
                 "pass allow_nonfinite=True to write it anyway."
             )
+        layout = Layout.of(kind, format)
+        if layout.part is None:
+            tensors[name] = np.ascontiguousarray(to_checkpoint(value, layout))
+        else:
+            parts.setdefault(name, [None] * layout.part[1])[layout.part[0]] = to_checkpoint(value, layout)
+            if all(part is not None for part in parts[name]):
+                tensors[name] = np.ascontiguousarray(join_parts(parts[name], layout))
     _write_atomically(directory, format, config, tensors)
     return directory
 

@@ -392,7 +392,7 @@ class GrowthError(ValueError):
 
 POSITIVELY_HOMOGENEOUS = (None, "linear", "relu", "leaky_relu")
 ELEMENTWISE = POSITIVELY_HOMOGENEOUS + (
-    "celu", "elu", "exponential", "gelu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh",
+    "celu", "elu", "exponential", "gelu", "gelu_tanh", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh",
     "log_sigmoid", "mish", "relu6", "selu", "sigmoid", "silu", "soft_shrink", "softplus",
     "softsign", "sparse_plus", "squareplus", "swish", "tanh", "tanh_shrink",
 )  # fmt: skip

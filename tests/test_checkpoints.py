@@ -186,7 +186,9 @@ def test_checkpoint_errors(bert, tmp_path):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "weights-only")
     (tmp_path / "weights-only" / "bert_model.ckpt.index").rename(tmp_path / "google" / "bert_model.ckpt.index")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match=r"No model.safetensors and no \*.ckpt.index in"):
+    with pytest.raises(
+        FileNotFoundError, match=r"No model.safetensors, model.safetensors.index.json or \*.ckpt.index in"
+    ):
         kwiden.build_transformer_model(tiny_config(), checkpoint_path=tmp_path / "empty")
     with pytest.raises(ValueError, match=r"`format` must be one of \('hf', 'google'\)"):
         kwiden.save_checkpoint(bert(), tmp_path / "x", format="torch")

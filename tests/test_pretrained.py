@@ -116,7 +116,9 @@ def test_loading_is_all_or_nothing(folder, tmp_path):
         match=r"no tensor 'cls.predictions.transform.dense.weight' for 'MLM-Dense/kernel' \(build without that head",
     ):
         kwiden.build_transformer_model(config_path=folder / "config.json", checkpoint_path=folder, with_mlm=True)
-    with pytest.raises(FileNotFoundError, match=r"No model.safetensors and no \*.ckpt.index in"):
+    with pytest.raises(
+        FileNotFoundError, match=r"No model.safetensors, model.safetensors.index.json or \*.ckpt.index in"
+    ):
         kwiden.build_transformer_model(config_path=folder / "config.json", checkpoint_path=tmp_path)
     with pytest.raises(ValueError, match=r"load BERT-style weights .*not model=.gpt."):
         kwiden.build_transformer_model(config_path=folder / "config.json", checkpoint_path=folder, model="gpt")

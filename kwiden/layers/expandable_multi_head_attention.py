@@ -33,6 +33,8 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         output_dim: width of the output; defaults to the query's width.
         scaled: divide scores by `sqrt(head_size)`.
         use_bias: whether the four projections have biases.
+        use_output_bias: whether the output projection has one; None
+            follows `use_bias` (Qwen2 has query, key and value biases only).
         dropout: dropout rate on the attention probabilities.
         rotary_base: rotate queries and keys by position (RoFormer, LLaMA)
             with the standard schedule of this base; None for no rotation.
@@ -60,6 +62,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         output_dim=None,
         scaled=True,
         use_bias=True,
+        use_output_bias=None,
         dropout=0.0,
         rotary_base=None,
         rotary_frequencies=None,
@@ -84,6 +87,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
         self.output_dim = output_dim
         self.scaled = scaled
         self.use_bias = use_bias
+        self.use_output_bias = use_output_bias
         self.dropout = dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -109,10 +113,14 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
             initializer=self.kernel_initializer,
             name="output_kernel",
         )
-        self.output_bias = self._add_bias((output_dim,), "output_bias")
+        self.output_bias = self._add_bias((output_dim,), "output_bias", self.has_output_bias)
 
-    def _add_bias(self, shape, name):
-        if not self.use_bias:
+    @property
+    def has_output_bias(self):
+        return self.use_bias if self.use_output_bias is None else self.use_output_bias
+
+    def _add_bias(self, shape, name, present=None):
+        if not (self.use_bias if present is None else present):
             return None
         return self.add_weight(shape=shape, initializer=self.bias_initializer, name=name)
 
@@ -205,6 +213,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
             "output_dim": self.output_dim,
             "scaled": self.scaled,
             "use_bias": self.use_bias,
+            "use_output_bias": self.use_output_bias,
             "dropout": self.dropout,
             "rotary_base": self.rotary_base,
             "rotary_frequencies": self.rotary_frequencies,
@@ -283,6 +292,6 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
             axes[f"{name}_kernel"] = projection[name]
             if self.use_bias:
                 axes[f"{name}_bias"] = bias[name]
-        if self.use_bias:
+        if self.has_output_bias:
             axes["output_bias"] = [(out, OUT)]
         return axes

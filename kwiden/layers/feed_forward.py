@@ -1,8 +1,14 @@
+import functools
+
 import keras
 from keras import ops
 
 from kwiden.expansion import IN, OUT, Growth, Space, check_elementwise, grown_size
 from kwiden.layers.expandable import Expandable, default_space
+
+# Activations Keras has only as an option of another: GPT-2's `gelu_new` is
+# GeLU's tanh approximation, where Keras' "gelu" is exact.
+NAMED_ACTIVATIONS = {"gelu_tanh": functools.partial(keras.activations.gelu, approximate=True)}
 
 
 @keras.saving.register_keras_serializable(package="kwiden")
@@ -19,7 +25,8 @@ class FeedForward(Expandable, keras.layers.Layer):
 
     Args:
         intermediate_size: width of the inner layer.
-        activation: the activation `A`.
+        activation: the activation `A`: a Keras activation, or `"gelu_tanh"`
+            (GeLU's tanh approximation, GPT-2's `gelu_new`).
         use_bias: whether the projections have biases.
         glu: use a gate and an up projection instead of one inner projection.
         kernel_initializer, bias_initializer: initializers of the projections.
@@ -44,7 +51,11 @@ class FeedForward(Expandable, keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.intermediate_size = intermediate_size
-        self.activation = keras.activations.get(activation)
+        if isinstance(activation, str) and activation in NAMED_ACTIVATIONS:
+            self.activation_name, self.activation = activation, NAMED_ACTIVATIONS[activation]
+        else:
+            self.activation = keras.activations.get(activation)
+            self.activation_name = keras.activations.serialize(self.activation)
         self.use_bias = use_bias
         self.glu = glu
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -90,7 +101,7 @@ class FeedForward(Expandable, keras.layers.Layer):
         return {
             **super().get_config(),
             "intermediate_size": self.intermediate_size,
-            "activation": keras.activations.serialize(self.activation),
+            "activation": self.activation_name,
             "use_bias": self.use_bias,
             "glu": self.glu,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
@@ -107,7 +118,7 @@ class FeedForward(Expandable, keras.layers.Layer):
         return Space.stream(default_space(k, input_space).factor)
 
     def get_expanded_weight_axes(self, k, input_space):
-        check_elementwise(keras.activations.serialize(self.activation), f"FeedForward '{self.name}'")
+        check_elementwise(self.activation_name, f"FeedForward '{self.name}'")
         inner = Space.copy(Growth.of(k).ffn_factor)
         out = self.get_expanded_output_space(k, input_space)
         axes = {"output_kernel": [(inner, IN), (out, OUT)]}

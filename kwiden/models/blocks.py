@@ -44,11 +44,21 @@ def attention(config, name):
         dropout=config["attention_probs_dropout_prob"],
         rotary_base=config.get("rotary_base"),
         key_value_heads=config.get("num_key_value_heads"),
-        use_bias=config.get("use_bias", True),
+        use_bias=_bias(config, "attention_bias"),
+        use_output_bias=_bias(config, "attention_output_bias", _bias(config, "attention_bias")),
         scaled=config.get("scaled_attention", True),
         kernel_initializer=initializer(config),
         name=name,
     )
+
+
+def _bias(config, key, default=None):
+    """Whether a projection has biases: `config[key]`, else `default`, else
+    the config's `use_bias` (LLaMA's `attention_bias` and `mlp_bias`; Qwen2
+    biases its query, key and value projections only)."""
+    if config.get(key) is not None:
+        return bool(config[key])
+    return config.get("use_bias", True) if default is None else default
 
 
 def feed_forward(config, name):
@@ -56,7 +66,7 @@ def feed_forward(config, name):
         config["intermediate_size"],
         activation=config["hidden_act"],
         glu=config.get("glu", False),
-        use_bias=config.get("use_bias", True),
+        use_bias=_bias(config, "mlp_bias"),
         kernel_initializer=initializer(config),
         name=name,
     )
@@ -77,8 +87,12 @@ def token_input():
     return keras.Input((None,), dtype="int32", name=naming.INPUT_TOKEN)
 
 
-def padding_mask(token_ids):
-    """True at real tokens; id 0 is padding."""
+def padding_mask(token_ids, config=None):
+    """True at real tokens: id 0 is padding, unless `config["mask_padding"]`
+    is False (models read from Hugging Face configs, which take no implicit
+    padding mask: their id 0 is a token like any other). None then."""
+    if config is not None and not config.get("mask_padding", True):
+        return None
     return ops.not_equal(token_ids, 0)
 
 

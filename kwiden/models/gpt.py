@@ -46,7 +46,7 @@ def build_gpt(config, name="gpt"):
         x = keras.layers.Add(name=naming.EMBEDDING_ADD)([x, blocks.position_embedding(config)(token_ids)])
     x = blocks.embedding_norm(config, x)
     x = blocks.dropout(config, naming.EMBEDDING_DROPOUT)(x)
-    x = blocks.stack(x, blocks.padding_mask(token_ids), config)
+    x = blocks.stack(x, blocks.padding_mask(token_ids, config), config)
     if config.get("tie_word_embeddings", True):
         logits = token_embedding(x, reverse=True)
     else:
