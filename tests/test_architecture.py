@@ -22,6 +22,7 @@ LAYERS = [
         "kwiden.tokenizer",
         "kwiden.compute",
         "kwiden.distribution",
+        "kwiden.layout",
     ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),

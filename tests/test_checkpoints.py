@@ -196,9 +196,9 @@ def test_checkpoint_errors(bert, tmp_path):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", num_hidden_layers=1)
     with pytest.raises(ValueError, match=r"`keep_tokens` must be a non-empty list of vocabulary ids in \[0, 97\)"):
         kwiden.build_transformer_model(checkpoint_path=tmp_path / "google", keep_tokens=[3, -1])
-    roformer = kwiden.build_transformer_model(tiny_config(), model="roformer")
-    with pytest.raises(ValueError, match=r"would lose its rotary attention; use format='google'"):
+    roformer = kwiden.build_transformer_model(tiny_config(), model="roformer", rotary_base=5000.0)
+    with pytest.raises(ValueError, match=r"Hugging Face's RoFormer turns at base 10000 and this model's is 5000"):
         kwiden.save_checkpoint(roformer, tmp_path / "roformer")
-    gpt = randomize_weights(kwiden.build_transformer_model(tiny_config(), model="gpt"))
-    with pytest.raises(ValueError, match=r"has no place in a BERT checkpoint"):
-        kwiden.save_checkpoint(gpt, tmp_path / "gpt")
+    t5 = randomize_weights(kwiden.build_transformer_model(tiny_config(), model="t5"))
+    with pytest.raises(ValueError, match=r"A T5 model has no place in a checkpoint"):
+        kwiden.save_checkpoint(t5, tmp_path / "t5")

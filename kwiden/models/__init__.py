@@ -1,20 +1,20 @@
 """Model builders in the spirit of bert4keras, one module per family (BERT,
-RoFormer, GPT, LLaMA, T5) over the shared parts in `kwiden.models.blocks`.
+RoFormer, GPT, LLaMA, Mistral, Qwen2, T5) over the shared parts in `kwiden.models.blocks`.
 
 A family (`Family`) is one object: its builder, defaults, config translation
 and checkpoint names. `build_transformer_model(model=…)` takes a registered
 family's name or a family; `register_family` adds one.
 """
 
-from kwiden.models import bert, gpt, llama, roformer, t5
+from kwiden.models import bert, gpt, llama, mistral, qwen2, roformer, t5
 from kwiden.models.bert import build_bert
 from kwiden.models.config import load_config
-from kwiden.models.family import FAMILIES, Family, family_of, get_family, register_family
+from kwiden.models.family import FAMILIES, Family, family_of, family_of_config, get_family, register_family
 from kwiden.models.gpt import build_gpt
 from kwiden.models.t5 import build_t5_encoder
 from kwiden.models.transformer import build_transformer_model
 
-for _family in (bert.BERT, gpt.GPT, llama.LLAMA, roformer.ROFORMER, t5.T5):
+for _family in (bert.BERT, gpt.GPT, llama.LLAMA, mistral.MISTRAL, qwen2.QWEN2, roformer.ROFORMER, t5.T5):
     register_family(_family)
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "build_t5_encoder",
     "build_transformer_model",
     "family_of",
+    "family_of_config",
     "get_family",
     "load_config",
     "register_family",

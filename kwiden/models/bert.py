@@ -33,7 +33,7 @@ def build_bert(config, with_mlm=False, with_pool=False, name="bert"):
     segment_ids = keras.Input((None,), dtype="int32", name=naming.INPUT_SEGMENT)
     token_embedding = blocks.embedding(config, config["vocab_size"], naming.EMBEDDING_TOKEN)
     x = _embeddings(config, token_embedding, token_ids, segment_ids)
-    x = blocks.stack(x, blocks.padding_mask(token_ids), config)
+    x = blocks.stack(x, blocks.padding_mask(token_ids, config), config)
     outputs = [x]
     if with_pool:
         outputs.append(_pooler(config, x))
@@ -259,4 +259,5 @@ BERT = Family(
     to_hf_config=to_hf_config,
     checkpoint_names=checkpoint_names,
     formats=("hf", "google"),
+    model_types=("bert",),
 )

@@ -39,13 +39,20 @@ class Family:
             `config.json` of a built model; None where the family cannot be
             written.
         checkpoint_names: `checkpoint_names(num_blocks, format, prefix)`:
-            `{(layer name, weight name): (tensor name, kind)}`, `kind` as
-            `kwiden.checkpoints.KERNEL_KINDS` says (None: same layout);
+            `{(layer name, weight name): (tensor name, kind)}`, `kind` a
+            `kwiden.layout.Layout` or a short name `Layout.of` reads;
             `prefix` goes before the base model's names in Hugging Face
             files (`"bert."` in `BertForMaskedLM`'s). None where the family
             has no checkpoint format.
         formats: the checkpoint formats (`kwiden.checkpoints.FORMATS`) the
             names cover.
+        model_types: the `model_type`s of Hugging Face configs this family
+            reads; `build_transformer_model` picks the family by it where
+            `model=` is not given.
+        hf_prefix: what Hugging Face's task model (the one `to_hf_config`
+            names) puts before the base model's tensor names (`"model."` in
+            `LlamaForCausalLM`); None: the `model_type` and a dot, for task
+            models (`"bert."` in `BertForMaskedLM`), nothing for base models.
 
     Example: BERT with RMSNorm, built without registering it:
 
@@ -68,6 +75,8 @@ class Family:
     to_hf_config: Optional[Callable] = None
     checkpoint_names: Optional[Callable] = None
     formats: tuple = ()
+    model_types: tuple = ()
+    hf_prefix: Optional[str] = None
 
     def __post_init__(self):
         if self.title is None:
@@ -120,6 +129,31 @@ def get_family(model):
     if not isinstance(model, str) or model not in FAMILIES:
         raise ValueError(f"`model` must be one of {sorted(FAMILIES)}, got model={model!r}.")
     return FAMILIES[model]
+
+
+def family_of_config(config, default="bert"):
+    """The registered family whose `model_types` has `config`'s `model_type`
+    (`default` where the config names none). An unknown one is refused,
+    naming the types kwiden reads.
+
+    >>> family_of_config({"model_type": "qwen2"}).name
+    'qwen2'
+    >>> family_of_config({"model_type": "falcon"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: The config's model_type 'falcon' is not one kwiden builds (...); pass `model=` ...
+    """
+    model_type = config.get("model_type")
+    if model_type is None:
+        return get_family(default)
+    for family in FAMILIES.values():
+        if model_type in family.model_types:
+            return family
+    known = ", ".join(sorted(t for family in FAMILIES.values() for t in family.model_types))
+    raise ValueError(
+        f"The config's model_type {model_type!r} is not one kwiden builds ({known}); pass `model=` (a registered "
+        "family or a kwiden.models.Family) if the model has one of those shapes."
+    )
 
 
 def family_of(model):

@@ -1,9 +1,10 @@
 """RoFormer: BERT with rotary position embeddings in attention instead of a
 position table (config key `rotary_base`, 10000 by default).
 
-It is built by BERT's builder and its weights have BERT's names in Google's
-format (`bert_model.ckpt.*`, as the RoFormer releases ship); Hugging Face's
-own roformer layout is not read.
+It is built by BERT's builder. Its weights have BERT's names in Google's
+format (`bert_model.ckpt.*`, as the RoFormer releases ship) and in Hugging
+Face's (`roformer.encoder.layer.0…`, `RoFormerModel` and
+`RoFormerForMaskedLM`), whose rotary base is fixed at 10000.
 """
 
 from kwiden import naming
@@ -11,6 +12,34 @@ from kwiden.models import bert
 from kwiden.models.family import Family
 
 DEFAULTS = {**bert.DEFAULTS, "rotary_base": 10000.0}
+# Hugging Face's RoFormer turns pairs at 10000^(-2i/d) and keeps no base in its config.
+HF_BASE = 10000.0
+# Written as Hugging Face's max_position_embeddings: kwiden's RoFormer keeps no length.
+MAX_POSITIONS = 1536
+
+
+def from_hf_config(config):
+    """A RoFormer config under kwiden's keys; Hugging Face's options kwiden
+    does not build are refused.
+
+    >>> from_hf_config({"model_type": "roformer", "rotary_value": True})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: This RoFormer config sets rotary_value (values rotated too), which kwiden's RoFormer ...
+    """
+    if config.get("rotary_value"):
+        raise ValueError(
+            "This RoFormer config sets rotary_value (values rotated too), which kwiden's RoFormer does not compute."
+        )
+    embedding = config.get("embedding_size")
+    if embedding is not None and embedding != config.get("hidden_size", embedding):
+        raise ValueError(
+            f"This RoFormer config's embedding_size={embedding} differs from hidden_size={config['hidden_size']} "
+            "(a projection after the embeddings), which kwiden's RoFormer does not build."
+        )
+    if config.get("model_type") == "roformer":
+        config = {**config, "rotary_base": HF_BASE}
+    return dict(config)
 
 
 def to_hf_config(model, format="google"):
@@ -22,17 +51,29 @@ def to_hf_config(model, format="google"):
     >>> to_hf_config(roformer)["rotary_base"]
     10000.0
     """
-    if format == "hf":
-        raise ValueError(
-            "A RoFormer saved as a Hugging Face BERT would lose its rotary attention; use format='google'."
-        )
     attention = model.get_layer(naming.block(0, naming.ATTENTION))
     if attention.rotary_frequencies is not None:
         raise ValueError(
-            "This RoFormer's rotary frequencies were set by growth (rope='exact') and a BERT "
-            "config can only say `rotary_base`; save it as a .keras model instead."
+            "This RoFormer's rotary frequencies were set by growth (heads='size', rope='exact') and a config "
+            "can only say `rotary_base`; grow with heads='count' to keep them, or save it as a .keras model."
         )
-    return {**bert.encoder_config(model, format), "rotary_base": attention.rotary.base}
+    config = bert.encoder_config(model, format)
+    if format == "google":
+        return {**config, "rotary_base": attention.rotary.base}
+    if attention.rotary.base != HF_BASE:
+        raise ValueError(
+            f"Hugging Face's RoFormer turns at base {HF_BASE:g} and this model's is {attention.rotary.base:g}; "
+            "save it with format='google' (whose config keeps rotary_base)."
+        )
+    architecture = config["architectures"][0].replace("Bert", "RoFormer")
+    return {
+        **config,
+        "architectures": [architecture],
+        "model_type": "roformer",
+        "embedding_size": config["hidden_size"],
+        "max_position_embeddings": MAX_POSITIONS,
+        "rotary_value": False,
+    }
 
 
 ROFORMER = Family(
@@ -41,7 +82,9 @@ ROFORMER = Family(
     title="RoFormer",
     defaults=DEFAULTS,
     flags=bert.FLAGS,
+    from_hf_config=from_hf_config,
     to_hf_config=to_hf_config,
     checkpoint_names=bert.checkpoint_names,
-    formats=("google",),
+    formats=("hf", "google"),
+    model_types=("roformer",),
 )

@@ -6,7 +6,8 @@ from kwiden.models import blocks
 
 # Importable from here as before the families had modules of their own.
 from kwiden.models.bert import build_bert  # noqa: F401
-from kwiden.models.family import FAMILIES, get_family
+from kwiden.models.config import config_sources
+from kwiden.models.family import FAMILIES, family_of_config, get_family
 from kwiden.models.gpt import build_gpt  # noqa: F401
 from kwiden.models.t5 import build_t5_encoder  # noqa: F401
 
@@ -17,7 +18,7 @@ def build_transformer_model(
     config=None,
     config_path=None,
     checkpoint_path=None,
-    model="bert",
+    model=None,
     with_mlm=False,
     with_pool=False,
     residual=None,
@@ -36,11 +37,13 @@ def build_transformer_model(
             differs from hidden / heads); a family reads its Hugging Face
             config's own keys too (`Family.from_hf_config`).
         config_path: a `config.json` to read; `config` and `overrides` win.
-        checkpoint_path: pretrained weights for `model="bert"` or
-            `"roformer"` (Google format only): a Hugging Face folder
-            (`model.safetensors`, read with numpy) or a Google TensorFlow checkpoint (a folder with
-            `bert_model.ckpt.*`, or its prefix); the format is detected from
-            the files. Every weight must be found with its shape, or nothing
+        checkpoint_path: pretrained weights: a Hugging Face folder
+            (`model.safetensors`, or shards named by
+            `model.safetensors.index.json`; read tensor by tensor with
+            numpy, bfloat16 and float16 as the model's dtype) of BERT,
+            RoFormer, GPT-2, LLaMA, Mistral or Qwen2, or a Google TensorFlow
+            checkpoint of BERT or RoFormer (a folder with `bert_model.ckpt.*`,
+            or its prefix); the format is detected from the files. Every weight must be found with its shape, or nothing
             is loaded. Without `config`/`config_path`, the folder's
             `config.json` or `bert_config.json` is read. Refused, with a
             one-line error naming the file: a folder that holds two
@@ -52,7 +55,10 @@ def build_transformer_model(
             table and the MLM bias keep those rows, in that order, and
             `vocab_size` becomes their number.
         model: a registered family's name (`kwiden.models.FAMILIES`) or a
-            `kwiden.models.Family`. Registered: `"bert"` (Post-LN encoder;
+            `kwiden.models.Family`; by default the family whose Hugging Face
+            `model_type` the config names (`"llama"`, `"mistral"`,
+            `"qwen2"`, `"gpt2"`, `"bert"`, `"roformer"`), else `"bert"`.
+            Registered: `"bert"` (Post-LN encoder;
             inputs `token_ids`, `segment_ids`; output the sequence),
             `"roformer"` (BERT with rotary position embeddings in attention
             instead of a position table; config key `rotary_base`, default
@@ -60,7 +66,9 @@ def build_transformer_model(
             tied logits) or `"llama"` (Pre-LN decoder with RMSNorm, rotary
             attention (`rope_theta`), SwiGLU, grouped-query attention
             (`num_key_value_heads`), no biases, an untied head unless
-            `tie_word_embeddings`), or `"t5"` (T5 v1.1's encoder: RMSNorm,
+            `tie_word_embeddings`), `"mistral"` (LLaMA without its sliding
+            window, refused where it would matter), `"qwen2"` (LLaMA with
+            query, key and value biases), or `"t5"` (T5 v1.1's encoder: RMSNorm,
             unscaled attention with a relative position bias, gated GeLU, no
             biases, untied head).
         with_mlm: BERT only: add the masked-LM head (Dense with `hidden_act`,
@@ -88,13 +96,16 @@ def build_transformer_model(
     >>> [tuple(o.shape) for o in bert.outputs]
     [(None, None, 16), (None, None, 100)]
     """
-    family = get_family(model)
-    flags = _flags(family, with_mlm=with_mlm, with_pool=with_pool)
-    _check_weights_options(family, checkpoint_path, keep_tokens)
+    if model is not None:
+        _check_weights_options(get_family(model), checkpoint_path, keep_tokens)
     if checkpoint_path is not None:  # found and checked against its manifest before its config is read
         checkpoint_path = checkpoints.open_checkpoint(checkpoint_path)
         if config is None and config_path is None:
             config_path = checkpoints.config_beside(checkpoint_path)
+    named = _family_of_sources(config, config_path, overrides)
+    family = named if model is None else get_family(model)
+    _check_weights_options(family, checkpoint_path, keep_tokens, named)
+    flags = _flags(family, with_mlm=with_mlm, with_pool=with_pool)
     if keep_tokens is not None:
         overrides["vocab_size"] = len(keep_tokens)
     config = family.config(config, config_path, **overrides)
@@ -106,6 +117,14 @@ def build_transformer_model(
     return checkpoints.load_weights(built, checkpoint_path, keep_tokens, family=family, allow_nonfinite=allow_nonfinite)
 
 
+def _family_of_sources(config, config_path, overrides):
+    """The family the configs' `model_type` names (the last source naming one), or BERT."""
+    merged = {}
+    for source in config_sources(config, config_path, overrides):
+        merged.update(source)
+    return family_of_config(merged)
+
+
 def _flags(family, **flags):
     """The flags `family` builds with; raises on a set one it has not."""
     if any(value and name not in family.flags for name, value in flags.items()):
@@ -113,11 +132,18 @@ def _flags(family, **flags):
     return {name: value for name, value in flags.items() if name in family.flags}
 
 
-def _check_weights_options(family, checkpoint_path, keep_tokens):
+def _check_weights_options(family, checkpoint_path, keep_tokens, named=None):
+    """Refuse weights for a family without checkpoint names, and a family
+    whose tensor names differ from those of the family the config names."""
     if (checkpoint_path is not None or keep_tokens is not None) and family.checkpoint_names is None:
-        loadable = " or ".join(repr(name) for name, other in FAMILIES.items() if other.checkpoint_names is not None)
+        loadable = ", ".join(repr(name) for name, other in FAMILIES.items() if other.checkpoint_names is not None)
         raise ValueError(
-            f"checkpoint_path and keep_tokens load BERT-style weights (model={loadable}), not model={family.name!r}."
+            f"checkpoint_path and keep_tokens load the weights of model={loadable}, not model={family.name!r}."
+        )
+    if checkpoint_path is not None and named is not None and named.checkpoint_names is not family.checkpoint_names:
+        raise ValueError(
+            f"The checkpoint's config is a {named.title}'s (model_type {named.model_types[0]!r}), whose tensors "
+            f"model={family.name!r} does not name; pass model={named.name!r}, or leave `model` out."
         )
     if keep_tokens is not None and checkpoint_path is None:
         raise ValueError("`keep_tokens` selects rows of a checkpoint's vocabulary; pass `checkpoint_path` too.")

@@ -58,7 +58,7 @@ def test_the_registry_takes_a_new_family_by_name():
     finally:
         del FAMILIES["rms-bert"]
     with pytest.raises(
-        ValueError, match=r"`model` must be one of \['bert', 'gpt', 'llama', 'roformer', 't5'\], got model='rms-bert'"
+        ValueError, match=r"`model` must be one of \['bert', 'gpt', 'llama', 'mistral', 'qwen2', 'roformer', 't5'\], got model='rms-bert'"
     ):
         kwiden.build_transformer_model(tiny_config(), model="rms-bert")
     with pytest.raises(TypeError, match=r"register_family takes a kwiden.models.Family, got dict"):
@@ -70,7 +70,7 @@ def test_family_errors():
     assert plain.title == "plain" and plain.defaults == {}
     with pytest.raises(ValueError, match=r"`with_mlm` and `with_pool` apply to BERT-style models, not 'plain'"):
         kwiden.build_transformer_model(tiny_config(), model=plain, with_pool=True)
-    with pytest.raises(ValueError, match=r"load BERT-style weights \(model='bert' or 'roformer'\), not model='plain'"):
+    with pytest.raises(ValueError, match=r"load the weights of model='bert', 'gpt', 'llama', 'mistral', 'qwen2', 'roformer', not model='plain'"):
         kwiden.build_transformer_model(tiny_config(), model=plain, checkpoint_path="anywhere")
     with pytest.raises(
         ValueError, match=r"Family 'half': give `checkpoint_names` and the `formats` they cover, or neither"
@@ -137,22 +137,24 @@ def test_gpt2_and_t5_sizes_translate():
 
 @pytest.mark.filterwarnings("ignore:Google's BERT code")
 def test_a_family_says_which_checkpoints_hold_it(tmp_path):
-    llama = kwiden.build_transformer_model(CONFIGS["llama"], model="llama")
+    t5 = kwiden.build_transformer_model(tiny_config(), model="t5")
     with pytest.raises(
         ValueError,
-        match=r"A LLaMA model has no place in a BERT checkpoint: kwiden reads and writes checkpoints of BERT, RoFormer",
+        match=r"A T5 model has no place in a checkpoint: kwiden reads and writes checkpoints of BERT, GPT, LLaMA, "
+        r"Mistral, Qwen2, RoFormer",
     ):
-        kwiden.save_checkpoint(llama, tmp_path / "llama")
+        kwiden.save_checkpoint(t5, tmp_path / "t5")
     roformer = kwiden.build_transformer_model(tiny_config(), model="roformer")
     with pytest.raises(
         ValueError, match=r"This model's attention is rotary, a RoFormer's: save it with family='roformer'"
     ):
         kwiden.save_checkpoint(roformer, tmp_path / "as-bert", format="google", family="bert")
-    hf_bert = kwiden.save_checkpoint(kwiden.build_transformer_model(tiny_config()), tmp_path / "hf")
+    google_bert = kwiden.save_checkpoint(kwiden.build_transformer_model(tiny_config()), tmp_path / "g", "google")
+    llama = kwiden.build_transformer_model(tiny_config(), model="llama")
     with pytest.raises(
-        ValueError, match=r"RoFormer weights are kept in Google's \(bert_model.ckpt.\*\) checkpoints only"
+        ValueError, match=r"LLaMA weights are kept in Hugging Face's \(model.safetensors\) checkpoints only"
     ):
-        kwiden.checkpoints.load_weights(roformer, hf_bert)
+        kwiden.checkpoints.load_weights(llama, google_bert)
 
 
 def test_models_and_checkpoints_import_no_tensorflow():

@@ -1,0 +1,85 @@
+"""What the causal-LM families (LLaMA, Mistral, Qwen2, GPT-2) share in
+Hugging Face's files: activation names, reading a built decoder's sizes back,
+and the refusals for grown models a `config.json` cannot describe.
+
+Hugging Face's decoders take no implicit padding mask (token id 0 is a token
+like any other), so a model read from their config is built with
+`mask_padding=False`; kwiden's own GPTs treat id 0 as padding.
+"""
+
+import collections
+
+from kwiden import layers, naming
+
+# Hugging Face's activation names → kwiden's (`FeedForward` takes these).
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "swish": "silu"}
+# kwiden's → the name Hugging Face writes (its `ACT2FN` reads it back).
+HF_ACTIVATIONS = {"gelu_tanh": "gelu_new"}
+
+# The config keys of Hugging Face's decoders kwiden reads everywhere.
+COMMON_KEYS = {"hidden_act": "hidden_act", "activation_function": "hidden_act"}
+
+
+def activation_from_hf(name):
+    """kwiden's name of a Hugging Face activation.
+
+    >>> activation_from_hf("gelu_new"), activation_from_hf("silu")
+    ('gelu_tanh', 'silu')
+    """
+    return ACTIVATIONS.get(name, name)
+
+
+def from_hf_decoder(config):
+    """A Hugging Face decoder config's common translation: no padding mask
+    (where the config names a `model_type`, so comes from Hugging Face) and
+    kwiden's activation names."""
+    config = dict(config)
+    if config.get("model_type") is not None and config.get("mask_padding") is None:
+        config["mask_padding"] = False
+    for key in ("hidden_act", "activation_function"):
+        if config.get(key) is not None:
+            config["hidden_act"] = activation_from_hf(config[key])
+    return config
+
+
+def layers_of(model):
+    """The layers a decoder's config is read from: the token table, block 0's
+    attention and feed-forward, and the number of blocks."""
+    return (
+        model.get_layer(naming.EMBEDDING_TOKEN),
+        model.get_layer(naming.block(0, naming.ATTENTION)),
+        model.get_layer(naming.block(0, naming.FEED_FORWARD)),
+        naming.count_blocks(layer.name for layer in model.layers),
+    )
+
+
+def one_epsilon(model, title):
+    """The one norm ε a Hugging Face decoder config holds; refused, naming
+    the norms, where the model's differ."""
+    norms = {
+        layer.name: layer.epsilon for layer in model.layers if isinstance(layer, layers.ExpandableLayerNormalization)
+    }
+    epsilon = collections.Counter(norms.values()).most_common(1)[0][0]
+    different = {name: value for name, value in norms.items() if value != epsilon}
+    if different:
+        raise ValueError(
+            f"A {title} config.json has one norm epsilon; this model's norms differ ({epsilon:g} and {different}), "
+            "so Hugging Face would compute another function. Save it as a .keras model instead."
+        )
+    return epsilon
+
+
+def refuse_copied_rotary(attention, title):
+    """Refuse rotary frequencies set by growth (`heads="size"`, `rope="exact"`):
+    a config says `rope_theta` and `head_dim` only."""
+    if attention.rotary is not None and attention.rotary_frequencies is not None:
+        raise ValueError(
+            f"This model's rotary frequencies were copied by growth (heads='size', rope='exact'), and a {title} "
+            "config.json can only say rope_theta and head_dim. Grow with heads='count' (head_dim and the "
+            "standard RoPE schedule stay, as HyperCloning does), or save it as a .keras model."
+        )
+
+
+def activation_to_hf(ffn):
+    name = ffn.activation_name
+    return HF_ACTIVATIONS.get(name, name)
