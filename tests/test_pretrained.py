@@ -120,5 +120,8 @@ def test_loading_is_all_or_nothing(folder, tmp_path):
         FileNotFoundError, match=r"No model.safetensors, model.safetensors.index.json or \*.ckpt.index in"
     ):
         kwiden.build_transformer_model(config_path=folder / "config.json", checkpoint_path=tmp_path)
-    with pytest.raises(ValueError, match=r"The checkpoint's config is a BERT's \(model_type 'bert'\), whose tensors model='gpt' does not name"):
+    with pytest.raises(
+        ValueError,
+        match=r"The checkpoint's config is a BERT's \(model_type 'bert'\), whose tensors model='gpt' does not name",
+    ):
         kwiden.build_transformer_model(config_path=folder / "config.json", checkpoint_path=folder, model="gpt")

@@ -35,17 +35,26 @@ ROTARY = {"query": True, "key": True, "value": False}
 
 
 def from_hf_config(config):
-    """A LLaMA config under kwiden's keys.
+    """A LLaMA config under kwiden's keys; `rope_theta` may sit in
+    `rope_parameters` (as transformers 5 writes it), and RoPE scaling of
+    any kind is refused.
 
-    >>> config = from_hf_config({"rope_theta": 500000.0, "rms_norm_eps": 1e-5})
+    >>> config = from_hf_config({"rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+    ...     "rms_norm_eps": 1e-5})
     >>> config["rotary_base"], config["layer_norm_eps"]
     (500000.0, 1e-05)
     """
-    if config.get("rope_scaling"):
+    parameters = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or {
+        k: v for k, v in parameters.items() if k not in ("rope_theta", "rope_type")
+    }
+    if scaling or parameters.get("rope_type", "default") != "default":
         raise ValueError(
-            f"kwiden's rotary attention has no rope_scaling ({config['rope_scaling']}); a model "
+            f"kwiden's rotary attention has no RoPE scaling ({scaling or parameters}); a model "
             "built without it would compute another function."
         )
+    if parameters.get("rope_theta") is not None:
+        config = {**config, "rope_theta": parameters["rope_theta"]}
     return hf.from_hf_decoder(renamed(config, HF_KEYS))
 
 
@@ -120,7 +129,8 @@ def decoder_config(model, title, model_type, architecture):
         "max_position_embeddings": MAX_POSITIONS,
         "rms_norm_eps": hf.one_epsilon(model, title),
         "rope_theta": attention.rotary.base,
-        "rope_scaling": None,
+        # transformers 5 reads this; earlier versions read `rope_theta`.
+        "rope_parameters": {"rope_theta": attention.rotary.base, "rope_type": "default"},
         "attention_bias": attention.use_bias,
         "attention_dropout": attention.dropout,
         "mlp_bias": ffn.use_bias,

@@ -58,7 +58,8 @@ def test_the_registry_takes_a_new_family_by_name():
     finally:
         del FAMILIES["rms-bert"]
     with pytest.raises(
-        ValueError, match=r"`model` must be one of \['bert', 'gpt', 'llama', 'mistral', 'qwen2', 'roformer', 't5'\], got model='rms-bert'"
+        ValueError,
+        match=r"`model` must be one of \['bert', 'gpt', 'llama', 'mistral', 'qwen2', 'roformer', 't5'\], got model='rms-bert'",
     ):
         kwiden.build_transformer_model(tiny_config(), model="rms-bert")
     with pytest.raises(TypeError, match=r"register_family takes a kwiden.models.Family, got dict"):
@@ -70,7 +71,10 @@ def test_family_errors():
     assert plain.title == "plain" and plain.defaults == {}
     with pytest.raises(ValueError, match=r"`with_mlm` and `with_pool` apply to BERT-style models, not 'plain'"):
         kwiden.build_transformer_model(tiny_config(), model=plain, with_pool=True)
-    with pytest.raises(ValueError, match=r"load the weights of model='bert', 'gpt', 'llama', 'mistral', 'qwen2', 'roformer', not model='plain'"):
+    with pytest.raises(
+        ValueError,
+        match=r"load the weights of model='bert', 'gpt', 'llama', 'mistral', 'qwen2', 'roformer', not model='plain'",
+    ):
         kwiden.build_transformer_model(tiny_config(), model=plain, checkpoint_path="anywhere")
     with pytest.raises(
         ValueError, match=r"Family 'half': give `checkpoint_names` and the `formats` they cover, or neither"
