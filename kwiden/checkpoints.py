@@ -449,10 +449,12 @@ def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_no
     blocks = _num_blocks(model)
     prefix = _hf_prefix(family, tensors, blocks) if format == "hf" else ""
     _check_blocks(family, tensors, blocks, format, prefix, path)
+    placed = list(_placed(model, family, _names(family, blocks, format, prefix)))
     values = [
         (variable, _value(tensors, layer, variable, name, kind, format, keep_tokens, path, allow_nonfinite))
-        for layer, variable, name, kind in _placed(model, family, _names(family, blocks, format, prefix))
+        for layer, variable, name, kind in placed
     ]
+    _check_one_dtype([(name, value) for (_, _, name, _), (_, value) in zip(placed, values)], path)
     for variable, value in values:  # only once every weight has its value
         variable.assign(value.astype(variable.dtype))
     return model
@@ -481,6 +483,20 @@ def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint
             "infinite values, which would make the model's outputs NaN; pass allow_nonfinite=True to load it anyway."
         )
     return to_kwiden(value, tuple(variable.shape), layout)
+
+
+def _check_one_dtype(named_values, checkpoint_path):
+    """Refuse a checkpoint whose weights are of more than one dtype, naming two
+    tensors: a file mixing them was put together from different sources."""
+    first = {}
+    for name, value in named_values:
+        first.setdefault(np.dtype(value.dtype).name, name)
+    if len(first) > 1:
+        (a, name_a), (b, name_b) = list(first.items())[:2]
+        raise ValueError(
+            f"The checkpoint {checkpoint_path} mixes dtypes: '{name_a}' is {a} and '{name_b}' is {b}. A checkpoint "
+            "holds its weights in one dtype; convert the odd tensors, or save the checkpoint again from one model."
+        )
 
 
 def nonfinite(value):
