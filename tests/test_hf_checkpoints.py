@@ -116,10 +116,10 @@ def gpt2_logits(w, c, ids):
     for i in range(c["n_layer"]):
         layer = f"{p}h.{i}."
 
-        def conv1d(x, name):
+        def conv1d(x, name, layer=layer):
             return x @ w[layer + name + ".weight"] + w[layer + name + ".bias"]
 
-        def norm(x, name):
+        def norm(x, name, layer=layer):
             return layer_norm(x, w[layer + name + ".weight"], w[layer + name + ".bias"], eps)
 
         q, k, v = np.split(conv1d(norm(h, "ln_1"), "attn.c_attn"), 3, axis=-1)
