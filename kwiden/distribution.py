@@ -22,7 +22,9 @@ vocabulary. Optimizer slots take the layout of their variable.
 
 Every split length (heads and key/value heads, FFN inner size, and hidden
 size or vocabulary for the embeddings) must be divisible by the size of the
-model axis; JAX refuses to place an uneven split.
+model axis; JAX refuses to place an uneven split. Pass `model=` (the model to
+shard, built or loaded on one device, or any model of the same sizes) and
+`layout_map` says which weight would not split, before anything is placed.
 """
 
 import keras
@@ -32,7 +34,7 @@ from kwiden import naming
 EMBEDDINGS = ("hidden", "vocabulary")
 
 
-def layout_map(device_mesh, model_dim_name="model", embeddings="hidden"):
+def layout_map(device_mesh, model_dim_name="model", embeddings="hidden", model=None):
     """A `keras.distribution.LayoutMap` splitting kwiden's layers over `model_dim_name`.
 
     Args:
@@ -44,6 +46,8 @@ def layout_map(device_mesh, model_dim_name="model", embeddings="hidden"):
             by hidden columns (and the output logits kernel by its hidden
             rows); `"vocabulary"` splits them by vocabulary (the logits
             kernel by its vocabulary columns, the MLM bias alike).
+        model: a model whose weights are checked against the layouts
+            (`check_divisible`); None checks nothing.
 
     Returns:
         A `LayoutMap` whose keys are regular expressions matched in full
@@ -69,7 +73,7 @@ def layout_map(device_mesh, model_dim_name="model", embeddings="hidden"):
         )
     if embeddings not in EMBEDDINGS:
         raise ValueError(f"`embeddings` must be one of {EMBEDDINGS}, not {embeddings!r}.")
-    model = model_dim_name
+    model_to_check, model = model, model_dim_name
     attention = f".*{naming.ATTENTION}/"
     feed_forward = f".*{naming.FEED_FORWARD}/"
     layouts = keras.distribution.LayoutMap(device_mesh)
@@ -90,7 +94,36 @@ def layout_map(device_mesh, model_dim_name="model", embeddings="hidden"):
         layouts[f".*{naming.EMBEDDING_TOKEN}/embeddings"] = (model, None)
         layouts[f".*{naming.OUTPUT_LOGITS}/kernel"] = (None, model)
         layouts[f".*{naming.MLM_BIAS}/bias"] = (model,)
+    return layouts if model_to_check is None else check_divisible(model_to_check, layouts)
+
+
+def check_divisible(model, layouts):
+    """Raise, naming the weight, its shape and the mesh axis, if a weight of
+    `model` is split by `layouts` along an axis its size does not divide;
+    returns `layouts`.
+
+    >>> import kwiden
+    >>> mesh = keras.distribution.DeviceMesh((1, 3), ["batch", "model"], ["cpu:0", "cpu:1", "cpu:2"])  # names only
+    >>> bert = kwiden.build_transformer_model(
+    ...     dict(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2))
+    >>> check_divisible(bert, layout_map(mesh))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: 'Embedding-Token/embeddings' (shape (50, 8)) would be split ... axis 1 (size 8) is not a multiple of 3...
+    """
+    sizes = dict(zip(layouts.device_mesh.axis_names, layouts.device_mesh.shape))
+    for weight in model.weights:
+        layout = layouts[weight.path]
+        for axis, name in enumerate(() if layout is None else layout.axes):
+            if name is not None and weight.shape[axis] % sizes[name]:
+                raise ValueError(
+                    f"{weight.path!r} (shape {tuple(weight.shape)}) would be split over the mesh axis {name!r} of "
+                    f"{sizes[name]} devices, but its axis {axis} (size {weight.shape[axis]}) is not a multiple of "
+                    f"{sizes[name]}. Use a {name!r} axis whose size divides the heads, key/value heads, FFN width "
+                    "and embedding axis (e.g. `embeddings='vocabulary'` where the vocabulary divides and the hidden "
+                    "size does not), or sizes that divide it."
+                )
     return layouts
 
 
-__all__ = ["layout_map"]
+__all__ = ["check_divisible", "layout_map"]

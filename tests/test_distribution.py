@@ -8,6 +8,7 @@ import keras
 import pytest
 
 import kwiden
+from kwiden.testing import tiny_config
 
 # On JAX with 8 virtual CPU devices, which must be asked for before JAX is
 # imported: hence a fresh interpreter.
@@ -203,3 +204,21 @@ def test_mirrored_strategy_trains_a_kwiden_bert_like_one_device():
     assert result.returncode == 0, result.stderr[-3000:]
     print(result.stdout)
     assert "max difference" in result.stdout
+
+
+def test_a_weight_that_would_not_split_evenly_is_named_before_anything_is_placed():
+    mesh = keras.distribution.DeviceMesh((2, 4), ["batch", "model"], [f"cpu:{i}" for i in range(8)])  # names only
+    gpt = kwiden.build_transformer_model(tiny_config(num_attention_heads=4, intermediate_size=32), model="gpt")
+    assert kwiden.layout_map(mesh, model=gpt)["Transformer-0-FeedForward/inner_kernel"].axes == (None, "model")
+    llama = kwiden.build_transformer_model(tiny_config(num_attention_heads=4, num_key_value_heads=2), model="llama")
+    with pytest.raises(
+        ValueError,
+        match=r"'Transformer-0-MultiHeadSelfAttention/key_kernel' \(shape \(16, 2, 4\)\) would be split over the mesh "
+        r"axis 'model' of 4 devices, but its axis 1 \(size 2\) is not a multiple of 4",
+    ):
+        kwiden.layout_map(mesh, model=llama)
+    wide_vocabulary = kwiden.build_transformer_model(tiny_config(hidden_size=18, num_attention_heads=4,
+        attention_head_size=4, intermediate_size=32, vocab_size=96), model="gpt")  # fmt: skip
+    with pytest.raises(ValueError, match=r"'Embedding-Token/embeddings' \(shape \(96, 18\)\)"):
+        kwiden.layout_map(mesh, model=wide_vocabulary)
+    assert kwiden.layout_map(mesh, embeddings="vocabulary", model=wide_vocabulary) is not None
