@@ -109,6 +109,11 @@ SHARDED = textwrap.dedent(
     assert got["Transformer-0-FeedForward/up_kernel"] == (None, "model"), got
     assert got["Embedding-Token/embeddings"] == ("model", None), got
     assert got["Output-Logits/kernel"] == (None, "model"), got
+
+    # T5's encoder on 2 × 4: its relative position bias (buckets, heads) split with the heads.
+    t5 = tiny_config(num_attention_heads=4, intermediate_size=32, vocab_size=96)
+    _, _, _, got = run("t5", t5, (2, 4))
+    assert got["Embedding-Relative-Position/embeddings"] == (None, "model"), got
     print("ok")
     """
 )
