@@ -51,7 +51,7 @@ TEMPORARY = ".kwiden-tmp-"
 # The layers whose rows are the vocabulary (`keep_tokens` selects them), and
 # the optional heads a checkpoint may lack.
 VOCABULARY_ROWS = (naming.EMBEDDING_TOKEN, naming.MLM_BIAS, naming.OUTPUT_LOGITS)
-HEADS = (naming.POOLER_DENSE, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS, naming.OUTPUT_LOGITS)
+HEADS = (naming.POOLER_DENSE, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS)
 
 
 # Other names the same tensor has in Hugging Face files: older checkpoints

@@ -415,3 +415,13 @@ def test_transformers_loads_what_kwiden_writes(tmp_path):
             with torch.no_grad():
                 theirs = model(torch.tensor(IDS)).logits.numpy()
             assert relative(theirs, reference(tensors, config, IDS)) <= RTOL, name
+
+
+def test_activation_names_translate_both_ways(tmp_path):
+    config = {**kwiden.testing.tiny_config(), "model_type": "bert", "hidden_act": "gelu_new"}
+    bert = kwiden.build_transformer_model(config)
+    assert bert.get_layer("Transformer-0-FeedForward").activation_name == "gelu_tanh"
+    saved = kwiden.save_checkpoint(kwiden.testing.randomize_weights(bert), tmp_path / "bert")
+    assert json.loads((saved / "config.json").read_text())["hidden_act"] == "gelu_new"
+    x = np.linspace(-3, 3, 13).astype("float32")
+    assert np.abs(np.asarray(bert.get_layer("Transformer-0-FeedForward").activation(x)) - gelu_new(x)).max() < 1e-6

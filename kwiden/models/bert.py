@@ -12,7 +12,7 @@ import warnings
 import keras
 
 from kwiden import layers, naming
-from kwiden.models import blocks
+from kwiden.models import blocks, hf
 from kwiden.models.family import Family
 
 DEFAULTS = dict(residual="post_ln", causal=False)
@@ -81,9 +81,10 @@ def _mlm_logits(config, x, token_embedding):
 
 
 def from_hf_config(config):
-    """BERT's `config.json` keys are kwiden's; a `rotary_base` (a RoFormer's,
-    in kwiden's Google-format configs) is dropped: BERT's positions are a table."""
-    return {**config, "rotary_base": None}
+    """BERT's `config.json` keys are kwiden's but for activation names
+    (`gelu_new` is kwiden's `gelu_tanh`); a `rotary_base` (a RoFormer's, in
+    kwiden's Google-format configs) is dropped: BERT's positions are a table."""
+    return {**hf.with_kwiden_activation(config), "rotary_base": None}
 
 
 def to_hf_config(model, format="hf"):
@@ -120,7 +121,7 @@ def encoder_config(model, format="hf"):
         "num_hidden_layers": naming.count_blocks(layer.name for layer in model.layers),
         "num_attention_heads": attention.heads,
         "intermediate_size": ffn.intermediate_size,
-        "hidden_act": ffn.get_config()["activation"],
+        "hidden_act": hf.activation_to_hf(ffn),
         "hidden_dropout_prob": model.get_layer(naming.EMBEDDING_DROPOUT).rate,
         "attention_probs_dropout_prob": attention.dropout,
         "type_vocab_size": model.get_layer(naming.EMBEDDING_SEGMENT).input_dim,

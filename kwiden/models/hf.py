@@ -16,9 +16,6 @@ ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_
 # kwiden's → the name Hugging Face writes (its `ACT2FN` reads it back).
 HF_ACTIVATIONS = {"gelu_tanh": "gelu_new"}
 
-# The config keys of Hugging Face's decoders kwiden reads everywhere.
-COMMON_KEYS = {"hidden_act": "hidden_act", "activation_function": "hidden_act"}
-
 
 def activation_from_hf(name):
     """kwiden's name of a Hugging Face activation.
@@ -29,16 +26,23 @@ def activation_from_hf(name):
     return ACTIVATIONS.get(name, name)
 
 
+def with_kwiden_activation(config):
+    """`config` with its activation (`hidden_act`, GPT-2's
+    `activation_function`) as `hidden_act` in kwiden's name."""
+    config = dict(config)
+    for key in ("hidden_act", "activation_function"):
+        if config.get(key) is not None:
+            config["hidden_act"] = activation_from_hf(config[key])
+    return config
+
+
 def from_hf_decoder(config):
     """A Hugging Face decoder config's common translation: no padding mask
     (where the config names a `model_type`, so comes from Hugging Face) and
     kwiden's activation names."""
-    config = dict(config)
+    config = with_kwiden_activation(config)
     if config.get("model_type") is not None and config.get("mask_padding") is None:
         config["mask_padding"] = False
-    for key in ("hidden_act", "activation_function"):
-        if config.get(key) is not None:
-            config["hidden_act"] = activation_from_hf(config[key])
     return config
 
 
@@ -75,8 +79,9 @@ def refuse_copied_rotary(attention, title):
     if attention.rotary is not None and attention.rotary_frequencies is not None:
         raise ValueError(
             f"This model's rotary frequencies were copied by growth (heads='size', rope='exact'), and a {title} "
-            "config.json can only say rope_theta and head_dim. Grow with heads='count' (head_dim and the "
-            "standard RoPE schedule stay, as HyperCloning does), or save it as a .keras model."
+            "config.json can only say rope_theta and the head size, whose schedule differs. Grow with "
+            "heads='count' (the head size and the standard RoPE schedule stay, as HyperCloning does), or save it "
+            "as a .keras model."
         )
 
 

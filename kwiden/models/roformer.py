@@ -8,7 +8,7 @@ Face's (`roformer.encoder.layer.0…`, `RoFormerModel` and
 """
 
 from kwiden import naming
-from kwiden.models import bert
+from kwiden.models import bert, hf
 from kwiden.models.family import Family
 
 DEFAULTS = {**bert.DEFAULTS, "rotary_base": 10000.0}
@@ -39,7 +39,7 @@ def from_hf_config(config):
         )
     if config.get("model_type") == "roformer":
         config = {**config, "rotary_base": HF_BASE}
-    return dict(config)
+    return hf.with_kwiden_activation(config)
 
 
 def to_hf_config(model, format="google"):
