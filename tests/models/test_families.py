@@ -114,7 +114,9 @@ def test_llama_reads_hugging_face_keys_and_an_override_beats_them(tmp_path):
     attention = model.get_layer(naming.block(0, naming.ATTENTION))
     assert attention.rotary.base == 500.0 and attention.head_size == 4
     assert model.get_layer(naming.OUTPUT_NORM).epsilon == 1e-4
-    with pytest.raises(ValueError, match=r"kwiden's rotary attention has no RoPE scaling \({'type': 'linear', 'factor': 2.0}\)"):
+    with pytest.raises(
+        ValueError, match=r"kwiden's rotary attention has no RoPE scaling \({'type': 'linear', 'factor': 2.0}\)"
+    ):
         kwiden.build_transformer_model(tiny_config(rope_scaling={"type": "linear", "factor": 2.0}), model="llama")
 
 
