@@ -243,7 +243,21 @@ def spread_weights(shape, axis, source, spread=0.0, rng=None):
         return _along(1.0 / copies, axis, len(shape))
     if rng is None:
         raise ValueError("`spread` needs a random generator `rng`.")
-    u = np.moveaxis(rng.uniform(-1.0, 1.0, shape), axis, -1)
+    axis = axis % len(shape)
+    u = rng.uniform(-1.0, 1.0, shape)
+    k = int(copies[0])
+    if np.array_equal(source, np.repeat(np.arange(len(source) // k), k)):
+        # Every row copied k times side by side: the copies of a row are a view's axis (no index arrays).
+        runs = u.reshape(shape[:axis] + (len(source) // k, k) + tuple(shape[axis + 1 :]))
+        centre = runs.sum(axis=axis + 1, keepdims=True)
+        centre /= k
+        runs -= centre
+        del centre, runs
+        u *= spread
+        u += 1.0
+        u /= k
+        return u
+    u = np.moveaxis(u, axis, -1)
     means = np.zeros(u.shape[:-1] + (source.max() + 1,))
     np.add.at(np.moveaxis(means, -1, 0), source, np.moveaxis(u, -1, 0))
     # In place, the same operations as `(1 + spread·(u - mean)) / c`: one array of `shape` at a time.
