@@ -324,6 +324,11 @@ class SafetensorsTensors(collections.abc.Mapping):
     def shape(self, name):
         return tuple(self._open(self.files[name]).get_slice(name).get_shape())
 
+    def release(self):
+        """Close the files opened so far (they are mapped into memory, and the
+        pages read stay resident while they are open); they reopen when read."""
+        self._handles.clear()
+
     def dtype(self, name):
         """The tensor's dtype as safetensors names it (`"F32"`, `"BF16"`)."""
         return self._open(self.files[name]).get_slice(name).get_dtype()

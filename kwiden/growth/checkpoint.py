@@ -351,7 +351,7 @@ def _grown_tensor(output, reader, dtype, options):
     """The grown tensor `output`, from its parts (one, or GPT-2's fused three)."""
     pieces = {}
     for entry, index, found, layout, grown_layout in output.parts:
-        source = to_kwiden(reader[found], tuple(entry.plan.weights[index].shape), layout).astype(dtype)
+        source = to_kwiden(reader[found], tuple(entry.plan.weights[index].shape), layout).astype(dtype, copy=False)
         grown = grown_value(entry, index, source, options.spread, options.entropy)
         pieces[grown_layout.part[0] if grown_layout.part else 0] = to_checkpoint(grown, grown_layout)
     if output.layout.part is None:
@@ -371,6 +371,7 @@ class _Reader:
         if name != self.name:
             self.name, self.value = None, None  # the previous one freed first
             value = self.tensors[name]
+            self.tensors.release()  # the file's pages read so far leave the process's memory
             bad = 0 if self.allow_nonfinite else checkpoints.nonfinite(value)
             if bad:
                 raise ValueError(
