@@ -182,6 +182,15 @@ def test_bad_input_is_refused_naming_the_file_and_tensor(folders, tmp_path):
     assert not (tmp_path / "out5").exists() and not [p for p in tmp_path.iterdir() if "kwiden-tmp" in p.name]
 
 
+def test_a_tensor_too_big_for_memory_is_refused_before_writing(folders, tmp_path, monkeypatch):
+    monkeypatch.setattr(grow_module, "available_memory", lambda: 10_000)
+    with pytest.raises(
+        kwiden.GrowthError, match=r"Growing 'model.embed_tokens.weight' to shape \(50, 32\) needs about"
+    ):
+        kwiden.grow_checkpoint(folders["llama"], tmp_path / "big", k=2, heads="count")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_grows_a_folder(folders, tmp_path, capsys):
     dst = tmp_path / "big"
     assert cli.main(["grow", str(folders["gpt"]), str(dst), "--factor", "2", "--heads", "count"]) == 0

@@ -26,8 +26,9 @@ import keras
 import numpy as np
 
 from kwiden import checkpoints, naming
+from kwiden.expansion import GrowthError
 from kwiden.growth.options import resolve
-from kwiden.growth.plan import plan_growth
+from kwiden.growth.plan import available_memory, plan_growth
 from kwiden.growth.rebuild import rebuild
 from kwiden.growth.transfer import grown_value
 from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint, to_kwiden
@@ -161,6 +162,7 @@ def grow_checkpoint(
         grown_config["dtype"] = out_dtype.name
     _warn_unused(tensors, outputs, src)
     shards = _shards(outputs, out_dtype, limit)
+    _check_memory(outputs)
     with checkpoints.written_atomically(dst, "hf") as temporary:
         (temporary / checkpoints.CONFIG_FILES["hf"]).write_text(
             json.dumps(grown_config, indent=2) + "\n", encoding="utf-8"
@@ -306,6 +308,20 @@ def _warn_unused(tensors, outputs, src):
             f"grow_checkpoint: {len(unused)} tensors of {src} hold no weight of the model and are not carried to "
             f"the grown checkpoint: {', '.join(unused[:5])}{', …' * (len(unused) > 5)}.",
             stacklevel=3,
+        )
+
+
+def _check_memory(outputs):
+    """Refuse, before writing, a tensor whose growth would not fit: its
+    float64 value, its random splits and their means (about 3 × 8 bytes an
+    element, measured: benchmarks/grow_checkpoint.py)."""
+    largest = max(outputs, key=lambda output: int(np.prod(output.shape, dtype=np.int64)))
+    need = 3 * 8 * int(np.prod(largest.shape, dtype=np.int64))
+    available = available_memory()
+    if available is not None and need > available:
+        raise GrowthError(
+            f"Growing '{largest.name}' to shape {largest.shape} needs about {need / 2**30:.1f} GiB of memory at its "
+            f"peak; {available / 2**30:.1f} GiB is available. Grow by a smaller factor, or on a machine with more memory."
         )
 
 
