@@ -58,6 +58,11 @@ def _grow_folder(args):
     """A Hugging Face checkpoint folder, grown tensor by tensor into a new folder."""
     import kwiden
 
+    if pathlib.Path(args.dst).suffix == ".keras":
+        raise CommandError(
+            f"{args.src} is a folder, grown (as a Hugging Face checkpoint) into a new folder, not a .keras file: "
+            "give DST as a folder name. To grow a .keras model, give its .keras file as SRC."
+        )
     if args.check or args.rtol is not None:
         raise CommandError(
             "--check and --rtol need both models in memory, which growing a folder avoids; load SRC and DST with "

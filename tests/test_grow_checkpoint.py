@@ -200,3 +200,5 @@ def test_cli_grows_a_folder(folders, tmp_path, capsys):
     assert "not empty" in capsys.readouterr().err
     assert cli.main(["grow", str(folders["gpt"]), str(tmp_path / "c"), "--factor", "2", "--check"]) == 1
     assert "--check" in capsys.readouterr().err
+    assert cli.main(["grow", str(folders["gpt"]), str(tmp_path / "big.keras"), "--factor", "2"]) == 1
+    assert "is a folder, grown (as a Hugging Face checkpoint) into a new folder" in capsys.readouterr().err

@@ -132,7 +132,7 @@ def grow_checkpoint(
     family = _family(source_config, model, config_path)
     tensors = checkpoints.read_tensors("hf", checkpoint.path)
     with keras.StatelessScope(initialize_variables=False):  # shapes only: no weight is allocated
-        small = _skeleton(family, config_path, tensors, source_config)
+        small = _skeleton(family, config_path, tensors)
         options = resolve(
             small, k, ffn_factor, heads, rope, allow_approximate, hidden_size, intermediate_size,
             spread=spread, seed=seed, depth=depth, num_layers=num_layers,
@@ -226,7 +226,7 @@ def _family(config, model, config_path):
     return family
 
 
-def _skeleton(family, config_path, tensors, config):
+def _skeleton(family, config_path, tensors):
     """The model `config_path` describes, with its task heads where the
     checkpoint has their tensors; built under a `StatelessScope`, so that
     its variables have shapes and no values."""
