@@ -5,6 +5,7 @@ from kwiden.checkpoints import save_checkpoint
 from kwiden.distribution import layout_map
 from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
 from kwiden.growth import GrowthResult, grow, growth_scales
+from kwiden.growth.checkpoint import GrownCheckpoint, grow_checkpoint
 from kwiden.models import build_transformer_model
 from kwiden.tokenizer import Tokenizer
 from kwiden.training import GrowthSchedule, fit_growing
@@ -18,6 +19,7 @@ __all__ = [
     "GrowthError",
     "GrowthResult",
     "GrowthSchedule",
+    "GrownCheckpoint",
     "IN",
     "OUT",
     "Space",
@@ -25,6 +27,7 @@ __all__ = [
     "build_transformer_model",
     "fit_growing",
     "grow",
+    "grow_checkpoint",
     "layout_map",
     "growth_scales",
     "layers",

@@ -17,6 +17,7 @@ that holds more than one checkpoint.
 """
 
 import collections.abc
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -61,7 +62,7 @@ HF_ALTERNATIVES = {".LayerNorm.weight": ".LayerNorm.gamma", ".LayerNorm.bias": "
                    "cls.predictions.bias": "cls.predictions.decoder.bias"}  # fmt: skip
 
 
-def _find(name, tensors):
+def find_tensor(name, tensors):
     """`name`, or the alternative name under which `tensors` holds it."""
     if name in tensors:
         return name
@@ -323,6 +324,11 @@ class SafetensorsTensors(collections.abc.Mapping):
     def shape(self, name):
         return tuple(self._open(self.files[name]).get_slice(name).get_shape())
 
+    def release(self):
+        """Close the files opened so far (they are mapped into memory, and the
+        pages read stay resident while they are open); they reopen when read."""
+        self._handles.clear()
+
     def dtype(self, name):
         """The tensor's dtype as safetensors names it (`"F32"`, `"BF16"`)."""
         return self._open(self.files[name]).get_slice(name).get_dtype()
@@ -447,8 +453,8 @@ def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_no
     _check_format(family, format)
     tensors = read_tensors(format, path)
     blocks = _num_blocks(model)
-    prefix = _hf_prefix(family, tensors, blocks) if format == "hf" else ""
-    _check_blocks(family, tensors, blocks, format, prefix, path)
+    prefix = read_prefix(family, tensors, blocks) if format == "hf" else ""
+    check_blocks(family, tensors, blocks, format, prefix, path)
     placed = list(_placed(model, family, _names(family, blocks, format, prefix)))
     values = [
         (variable, _value(tensors, layer, variable, name, kind, format, keep_tokens, path, allow_nonfinite))
@@ -462,7 +468,7 @@ def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_no
 
 def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint_path, allow_nonfinite):
     """The checkpoint's value for `variable`, checked and in kwiden's layout."""
-    found = _find(name, tensors)
+    found = find_tensor(name, tensors)
     if found is None:
         head = " (build without that head, or use a checkpoint that has it)" if layer.name in HEADS else ""
         raise ValueError(f"The checkpoint {checkpoint_path} has no tensor '{name}' for '{variable.path}'{head}.")
@@ -511,7 +517,7 @@ def nonfinite(value):
     return int(value.size - np.count_nonzero(np.isfinite(value)))
 
 
-def _check_blocks(family, tensors, blocks, format, prefix, checkpoint_path):
+def check_blocks(family, tensors, blocks, format, prefix, checkpoint_path):
     """Raise if the checkpoint has blocks the model lacks: loading would drop them."""
     extra = _extra_blocks(family, tensors, blocks, format, prefix)
     if extra:
@@ -521,7 +527,7 @@ def _check_blocks(family, tensors, blocks, format, prefix, checkpoint_path):
         )
 
 
-def _hf_prefix(family, tensors, blocks):
+def read_prefix(family, tensors, blocks):
     """What a Hugging Face file puts before the base model's names: `bert.`
     in a task model's (`BertForMaskedLM`), nothing in a base model's. Read off
     the token table's name."""
@@ -541,7 +547,7 @@ def _extra_blocks(family, tensors, blocks, format, prefix):
         index = blocks + len(extra)
         names = family.checkpoint_names(index + 1, format, prefix)
         if not any(
-            _find(name, tensors) for (layer, _), (name, _) in names.items() if naming.block_index(layer) == index
+            find_tensor(name, tensors) for (layer, _), (name, _) in names.items() if naming.block_index(layer) == index
         ):
             return extra
         extra.append(index)
@@ -630,7 +636,7 @@ def save_checkpoint(model, directory, format="hf", family=None, allow_nonfinite=
     directory = pathlib.Path(directory)
     _check_target(directory, format)
     config = family.to_hf_config(model, format)
-    names = _names(family, _num_blocks(model), format, _written_prefix(config, family))
+    names = _names(family, _num_blocks(model), format, written_prefix(config, family))
     tensors, parts = {}, {}
     for _, variable, name, kind in _placed(model, family, names):
         value = np.asarray(variable.numpy())
@@ -670,17 +676,28 @@ def _check_target(directory, format):
 
 def _write_atomically(directory, format, config, tensors):
     """Write the checkpoint into a temporary sibling folder, then move it into
-    `directory` (`save_checkpoint` says how); the temporary folder is gone
-    after, whatever happened."""
-    target = directory.resolve()  # a link's target: the sibling is then on its file system
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = _temporary_folder(target)
-    try:
+    `directory` (`save_checkpoint` says how)."""
+    with written_atomically(directory, format) as temporary:
         (temporary / CONFIG_FILES[format]).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         if format == "hf":
             _write_safetensors(tensors, temporary / SAFETENSORS)
         else:
             _write_google(tensors, temporary / GOOGLE_PREFIX)
+
+
+@contextlib.contextmanager
+def written_atomically(directory, format="hf"):
+    """Yield a new temporary folder beside `directory` to write a checkpoint's
+    files into; once the block ends without error, `kwiden-manifest.json`
+    records every file in it and they are moved into `directory`: a new
+    `directory` is the temporary folder renamed, in one step
+    (`save_checkpoint` says how an existing one is updated). The temporary
+    folder is gone after, whatever happened."""
+    target = pathlib.Path(directory).resolve()  # a link's target: the sibling is then on its file system
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = _temporary_folder(target)
+    try:
+        yield temporary
         files = sorted(p.name for p in temporary.iterdir() if p.is_file())
         _write_manifest(temporary, format, files)
         for name in (*files, MANIFEST):
@@ -743,7 +760,7 @@ def _sync(path):
         os.close(descriptor)
 
 
-def _written_prefix(config, family):
+def written_prefix(config, family):
     """Hugging Face task models (`BertForMaskedLM`) hold the base model under
     a prefix (the family's `hf_prefix`, else its `model_type`: `bert.`)
     beside their heads; base models (`BertModel`) at the top."""
@@ -758,6 +775,72 @@ def _write_safetensors(tensors, path):
 
     # "pt": the metadata Hugging Face's loaders look for.
     save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+# numpy's dtype names as safetensors spells them.
+SAFETENSORS_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
+                      "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}  # fmt: skip
+
+
+class SafetensorsWriter:
+    """One safetensors file written tensor by tensor, so that no more than one
+    is held: the header first, from every tensor's name, dtype and shape
+    (`specs`, in the order they will come), then each tensor's bytes as
+    `write` is given it. `close` raises unless every tensor came, in order,
+    with the dtype and shape announced.
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "model.safetensors"
+    >>> with SafetensorsWriter(path, [("b", "float32", (2,)), ("a", "float32", (1, 2))]) as writer:
+    ...     writer.write("b", np.ones(2, "float32"))
+    ...     writer.write("a", np.zeros((1, 2), "float32"))
+    >>> SafetensorsTensors(path)["a"]
+    array([[0., 0.]], dtype=float32)
+    """
+
+    def __init__(self, path, specs, metadata=None):
+        self.path = pathlib.Path(path)
+        self.specs = [(name, np.dtype(dtype), tuple(int(n) for n in shape)) for name, dtype, shape in specs]
+        header, offset = {"__metadata__": dict(metadata or {"format": "pt"})}, 0
+        for name, dtype, shape in self.specs:
+            if dtype.name not in SAFETENSORS_DTYPES:
+                raise ValueError(f"'{name}' is {dtype.name}, which safetensors files do not hold.")
+            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            header[name] = {"dtype": SAFETENSORS_DTYPES[dtype.name], "shape": list(shape),
+                            "data_offsets": [offset, offset + size]}  # fmt: skip
+            offset += size
+        text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors' own writer has it
+        self.file = open(self.path, "wb")
+        self.file.write(len(text).to_bytes(8, "little") + text)
+        self.written = 0
+
+    def write(self, name, value):
+        if self.written == len(self.specs):
+            raise ValueError(f"{self.path}: '{name}' was not announced; the file holds {len(self.specs)} tensors.")
+        expected, dtype, shape = self.specs[self.written]
+        value = np.asarray(value)
+        if (name, value.dtype, tuple(value.shape)) != (expected, dtype, shape):
+            raise ValueError(
+                f"{self.path}: tensor {self.written} is '{expected}' ({dtype.name}, {shape}), given '{name}' "
+                f"({value.dtype.name}, {tuple(value.shape)})."
+            )
+        self.file.write(np.ascontiguousarray(value).reshape(-1).view(np.uint8).data)
+        self.written += 1
+
+    def close(self):
+        self.file.close()
+        if self.written != len(self.specs):
+            raise ValueError(f"{self.path}: {self.written} of its {len(self.specs)} tensors were written.")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if kind is None:
+            self.close()
+        else:
+            self.file.close()
 
 
 def _write_google(tensors, prefix):

@@ -1,4 +1,5 @@
-"""The `kwiden` command: `kwiden grow SRC DST --factor K [--check]`, `kwiden demo`."""
+"""The `kwiden` command: `kwiden grow SRC DST --factor K [--check]` (a .keras
+file, or a Hugging Face checkpoint folder grown tensor by tensor), `kwiden demo`."""
 
 import argparse
 import pathlib
@@ -11,6 +12,8 @@ from kwiden.files import replaced_atomically
 
 
 def _grow(args):
+    if pathlib.Path(args.src).is_dir():
+        return _grow_folder(args)
     import keras
 
     import kwiden
@@ -51,6 +54,35 @@ def _grow(args):
     return 0
 
 
+def _grow_folder(args):
+    """A Hugging Face checkpoint folder, grown tensor by tensor into a new folder."""
+    import kwiden
+
+    if pathlib.Path(args.dst).suffix == ".keras":
+        raise CommandError(
+            f"{args.src} is a folder, grown (as a Hugging Face checkpoint) into a new folder, not a .keras file: "
+            "give DST as a folder name. To grow a .keras model, give its .keras file as SRC."
+        )
+    if args.check or args.rtol is not None:
+        raise CommandError(
+            "--check and --rtol need both models in memory, which growing a folder avoids; load SRC and DST with "
+            "kwiden.build_transformer_model(checkpoint_path=...) and compare them with kwiden.verify."
+        )
+    try:
+        grown = kwiden.grow_checkpoint(
+            args.src, args.dst, args.factor, ffn_factor=args.ffn_factor, heads=args.heads, rope=args.rope,
+            spread=args.spread, seed=args.seed, depth=args.depth, num_layers=args.num_layers,
+            allow_approximate=args.allow_approximate, hidden_size=args.hidden_size,
+            intermediate_size=args.intermediate_size, dtype=args.dtype, max_shard_size=args.max_shard_size,
+            progress=True,
+        )  # fmt: skip
+    except kwiden.GrowthError as error:
+        raise CommandError(str(error)) from None
+    print(f"parameters: {grown.source_parameters:,} -> {grown.parameters:,}")
+    print(f"saved {grown.path} ({len(grown.files)} weight file{'s' * (len(grown.files) > 1)})")
+    return 0
+
+
 class CommandError(Exception):
     """What the command prints, on one line, before it exits with status 1."""
 
@@ -59,8 +91,6 @@ def _source_path(path):
     path = pathlib.Path(path)
     if not path.exists():
         raise CommandError(f"{path} does not exist.")
-    if path.is_dir():
-        raise CommandError(f"{path} is a folder; kwiden grow reads a model saved as one .keras file.")
     if path.suffix in (".h5", ".hdf5"):
         raise CommandError(
             f"{path} is a legacy HDF5 file; load it in Keras and save it as .keras (model.save('x.keras'))."
@@ -106,9 +136,9 @@ def _positive(text):
 def parser():
     root = argparse.ArgumentParser(prog="kwiden", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
-    grow = commands.add_parser("grow", help="grow a saved .keras model to a wider one")
-    grow.add_argument("src", help="the .keras model to grow")
-    grow.add_argument("dst", help="where to save the grown .keras model")
+    grow = commands.add_parser("grow", help="grow a saved .keras model or a Hugging Face folder to a wider one")
+    grow.add_argument("src", help="the .keras model to grow, or a Hugging Face checkpoint folder")
+    grow.add_argument("dst", help="where to save the grown .keras model (a new folder for a folder)")
     grow.add_argument("--factor", type=_fraction, default=None, help="width factor k (2 doubles; 4/3 is 384 -> 512)")
     grow.add_argument("--hidden-size", type=int, default=None, help="target hidden size instead of --factor")
     grow.add_argument(
@@ -128,6 +158,10 @@ def parser():
         "--rtol", type=float, default=None, help="relative error --check accepts (default: 1e-5 in float32)"
     )
     grow.add_argument("--seed", type=int, default=0)
+    grow.add_argument(
+        "--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="folders: the grown tensors' dtype"
+    )
+    grow.add_argument("--max-shard-size", default="5GB", help="folders: the largest weight file (default 5GB)")
     grow.set_defaults(run=_grow)
     demo = commands.add_parser("demo", help="train a small GPT on shipped text, grow it ×2, train on")
     demo.add_argument("--steps", type=_positive, default=300, help="training steps of the small model")

@@ -258,9 +258,3 @@ def _between(graph, stream_in, stream_out):
             upstream.add(id(node))
             todo.extend(node.input_tensors)
     return [node for node in graph.nodes if id(node) in upstream]
-
-
-def zero_output_weights(layer, weights):
-    """The grown weights of a copied branch-ending layer, its output projection at zero."""
-    names = set(layer.residual_output_weights)
-    return [w * 0 if v.name in names else w for v, w in zip(layer.weights, weights)]

@@ -243,11 +243,33 @@ def spread_weights(shape, axis, source, spread=0.0, rng=None):
         return _along(1.0 / copies, axis, len(shape))
     if rng is None:
         raise ValueError("`spread` needs a random generator `rng`.")
-    u = np.moveaxis(rng.uniform(-1.0, 1.0, shape), axis, -1)
+    axis = axis % len(shape)
+    u = rng.uniform(-1.0, 1.0, shape)
+    k = int(copies[0])
+    if np.array_equal(source, np.repeat(np.arange(len(source) // k), k)):
+        # Every row copied k times side by side: the copies of a row are a view's axis (no index arrays).
+        runs = u.reshape(shape[:axis] + (len(source) // k, k) + tuple(shape[axis + 1 :]))
+        centre = runs.sum(axis=axis + 1, keepdims=True)
+        centre /= k
+        runs -= centre
+        del centre, runs
+        u *= spread
+        u += 1.0
+        u /= k
+        return u
+    u = np.moveaxis(u, axis, -1)
     means = np.zeros(u.shape[:-1] + (source.max() + 1,))
     np.add.at(np.moveaxis(means, -1, 0), source, np.moveaxis(u, -1, 0))
-    u = u - means[..., source] / copies
-    return (1.0 + spread * np.moveaxis(u, -1, axis)) / _along(copies, axis, len(shape))
+    # In place, the same operations as `(1 + spread·(u - mean)) / c`: one array of `shape` at a time.
+    centre = means[..., source]
+    centre /= copies
+    u -= centre
+    del centre
+    u *= spread
+    u += 1.0
+    u = np.moveaxis(u, -1, axis)
+    u /= _along(copies, axis, len(shape))
+    return u
 
 
 def _check_axes(weight, axes):
@@ -286,12 +308,15 @@ def expand(weight, axes, spread=0.0, rng=None):
             space, role = spec
             n = result.shape[axis]
             source = space.source(n)
-            result = np.take(result, source, axis=axis)
+            result = np.take(result, source, axis=axis)  # a new array: scaled in place below
             scales = _along(space.scales(n), axis, result.ndim)
             if role == OUT:
-                result = result * scales
+                result *= scales
             else:
-                result = result * (spread_weights(result.shape, axis, source, spread, rng) / scales)
+                splits = spread_weights(result.shape, axis, source, spread, rng)
+                splits /= scales
+                result *= splits
+                del splits
     return result.astype(weight.dtype)
 
 

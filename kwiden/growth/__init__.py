@@ -168,7 +168,7 @@ def grow(
     _require_functional(model)
     plan = plan_growth(model, options)
     big, placed = rebuild(plan)
-    transfer(placed, options.spread, options.rng())
+    transfer(placed, options.spread, options.entropy)
     big.growth_plan = plan.record()
     if needs_check(options, plan.approximations):
         check_growth(model, big, options, plan, plan.approximations)

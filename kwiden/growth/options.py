@@ -31,8 +31,12 @@ class GrowthOptions:
     def deepening(self):
         return self.depth is not None or self.num_layers is not None
 
+    def __post_init__(self):
+        # `seed=None` draws the seed once: every weight's generator derives from it (`transfer.weight_rng`).
+        self.entropy = np.random.SeedSequence().entropy if self.seed is None else int(self.seed)
+
     def rng(self):
-        return np.random.default_rng(self.seed)
+        return np.random.default_rng(self.entropy)
 
 
 def resolve(model, k, ffn_factor, heads, rope, allow_approximate, hidden_size, intermediate_size, **rest):
