@@ -30,7 +30,7 @@ def _grow(args):
                 check=sample_inputs(small, seed=args.seed) if args.check else None,
                 rtol=args.rtol,
                 ffn_factor=args.ffn_factor,
-                heads=args.heads,
+                heads=args.heads or "size",
                 rope=args.rope,
                 spread=args.spread,
                 seed=args.seed,
@@ -70,7 +70,7 @@ def _grow_folder(args):
         )
     try:
         grown = kwiden.grow_checkpoint(
-            args.src, args.dst, args.factor, ffn_factor=args.ffn_factor, heads=args.heads, rope=args.rope,
+            args.src, args.dst, args.factor, ffn_factor=args.ffn_factor, heads=args.heads or "count", rope=args.rope,
             spread=args.spread, seed=args.seed, depth=args.depth, num_layers=args.num_layers,
             allow_approximate=args.allow_approximate, hidden_size=args.hidden_size,
             intermediate_size=args.intermediate_size, dtype=args.dtype, max_shard_size=args.max_shard_size,
@@ -145,7 +145,13 @@ def parser():
         "--ffn-factor", type=_fraction, default=None, help="the FFN width's own factor (default: --factor)"
     )
     grow.add_argument("--intermediate-size", type=int, default=None, help="target FFN width instead of --ffn-factor")
-    grow.add_argument("--heads", choices=["size", "count"], default="size", help="grow head size or head count")
+    grow.add_argument(
+        "--heads",
+        choices=["size", "count"],
+        default=None,
+        help="grow head size or head count (default: size for .keras models; count for folders, which keeps a "
+        "rotary model's config.json able to say what it computes)",
+    )
     grow.add_argument(
         "--rope", choices=["exact", "standard"], default="exact", help="rotary frequencies when heads grow"
     )

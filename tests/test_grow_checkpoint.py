@@ -63,7 +63,7 @@ CASES = [
     ("llama", dict(k=2, heads="count", seed=3)),
     ("llama", dict(k=2, heads="count", seed=4, depth=2)),
     ("qwen2", dict(k=2, heads="count", seed=5)),
-    ("gpt", dict(k=2, seed=6)),
+    ("gpt", dict(k=2, heads="size", seed=6)),
 ]
 
 
@@ -202,3 +202,6 @@ def test_cli_grows_a_folder(folders, tmp_path, capsys):
     assert "--check" in capsys.readouterr().err
     assert cli.main(["grow", str(folders["gpt"]), str(tmp_path / "big.keras"), "--factor", "2"]) == 1
     assert "is a folder, grown (as a Hugging Face checkpoint) into a new folder" in capsys.readouterr().err
+    llama = tmp_path / "llama-big"  # a folder grows by head count unless told otherwise: LLaMA's config can say it
+    assert cli.main(["grow", str(folders["llama"]), str(llama), "--factor", "2"]) == 0
+    assert_same_tensors(llama, grown_in_memory(folders["llama"], tmp_path / "llama-keras", k=2, heads="count", seed=0))

@@ -68,7 +68,7 @@ def grow_checkpoint(
     dst,
     k=None,
     ffn_factor=None,
-    heads="size",
+    heads="count",
     rope="exact",
     spread=3.0,
     seed=None,
@@ -86,7 +86,9 @@ def grow_checkpoint(
     """Grow the Hugging Face checkpoint in folder `src` into a new folder
     `dst`, one tensor at a time (docs/grow-checkpoint.md).
 
-    The growth options are `kwiden.grow`'s (`k`, `ffn_factor`, `heads`,
+    The growth options are `kwiden.grow`'s (`k`, `ffn_factor`, `heads`
+    (here `"count"` by default: it keeps head_dim and the RoPE schedule, which
+    LLaMA's, Mistral's and Qwen2's configs need),
     `rope`, `spread`, `seed`, `depth`, `num_layers`, `allow_approximate`,
     `hidden_size`, `intermediate_size`); with the same options and `seed`, the
     grown tensors are bit for bit those `kwiden.save_checkpoint` writes after
