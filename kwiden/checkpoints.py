@@ -269,7 +269,23 @@ def read_tensors(format, path):
     return _read_google(path)
 
 
-class SafetensorsTensors(collections.abc.Mapping):
+class _Named(collections.abc.Mapping):
+    """A mapping of tensors read when asked for; `names` holds their names
+    (and what the reader needs to find each)."""
+
+    names = {}
+
+    def __contains__(self, name):
+        return name in self.names
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self):
+        return len(self.names)
+
+
+class SafetensorsTensors(_Named):
     """The tensors of a safetensors file, or of the shards a
     `model.safetensors.index.json` names, read one by one (numpy arrays,
     bfloat16 as `ml_dtypes.bfloat16`) so that no more than one is held.
@@ -324,6 +340,10 @@ class SafetensorsTensors(collections.abc.Mapping):
     def shape(self, name):
         return tuple(self._open(self.files[name]).get_slice(name).get_shape())
 
+    @property
+    def names(self):
+        return self.files
+
     def release(self):
         """Close the files opened so far (they are mapped into memory, and the
         pages read stay resident while they are open); they reopen when read."""
@@ -332,15 +352,6 @@ class SafetensorsTensors(collections.abc.Mapping):
     def dtype(self, name):
         """The tensor's dtype as safetensors names it (`"F32"`, `"BF16"`)."""
         return self._open(self.files[name]).get_slice(name).get_dtype()
-
-    def __contains__(self, name):
-        return name in self.files
-
-    def __iter__(self):
-        return iter(self.files)
-
-    def __len__(self):
-        return len(self.files)
 
 
 def _read_index(path):
@@ -373,7 +384,7 @@ def _read_google(path):
         raise ValueError(_damaged(path, error)) from None
 
 
-class _LazyTensors(collections.abc.Mapping):
+class _LazyTensors(_Named):
     """A Google checkpoint's tensors, read when asked for; a tensor that
     cannot be read (a truncated or damaged data file) raises a ValueError."""
 
@@ -381,6 +392,7 @@ class _LazyTensors(collections.abc.Mapping):
         self.reader = reader
         self.path = path
         self.shapes = reader.get_variable_to_shape_map()
+        self.names = self.shapes
 
     def __getitem__(self, name):
         if name not in self.shapes:
@@ -391,15 +403,6 @@ class _LazyTensors(collections.abc.Mapping):
             return self.reader.get_tensor(name)
         except (tf.errors.OpError, IndexError, RuntimeError) as error:
             raise ValueError(_damaged(self.path, f"reading '{name}' failed: {error}")) from None
-
-    def __contains__(self, name):
-        return name in self.shapes
-
-    def __iter__(self):
-        return iter(self.shapes)
-
-    def __len__(self):
-        return len(self.shapes)
 
 
 def _family(model, family):
