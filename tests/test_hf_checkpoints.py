@@ -10,6 +10,7 @@ forward passes below, written from Hugging Face's modelling code. Where
 import json
 import math
 
+import keras
 import ml_dtypes
 import numpy as np
 import pytest
@@ -425,3 +426,14 @@ def test_activation_names_translate_both_ways(tmp_path):
     assert json.loads((saved / "config.json").read_text())["hidden_act"] == "gelu_new"
     x = np.linspace(-3, 3, 13).astype("float32")
     assert np.abs(np.asarray(bert.get_layer("Transformer-0-FeedForward").activation(x)) - gelu_new(x)).max() < 1e-6
+
+
+def test_gelu_tanh_reaches_the_mlm_head_and_survives_saving(tmp_path):
+    bert = kwiden.build_transformer_model({**kwiden.testing.tiny_config(), "hidden_act": "gelu_new"}, with_mlm=True)
+    assert bert.get_layer("MLM-Dense").activation is kwiden.layers.activations.gelu_tanh
+    bert.save(tmp_path / "bert.keras")
+    loaded = keras.saving.load_model(tmp_path / "bert.keras")
+    assert loaded.get_layer("MLM-Dense").activation is kwiden.layers.activations.gelu_tanh
+    assert kwiden.grow(loaded, 2).get_layer("MLM-Dense").activation is kwiden.layers.activations.gelu_tanh
+    with pytest.raises(ValueError, match=r"Unknown activation 'quick_gelu': give a Keras activation"):
+        kwiden.build_transformer_model({**kwiden.testing.tiny_config(), "hidden_act": "quick_gelu"})

@@ -1,5 +1,6 @@
 """Keras 3 layers that know how to grow themselves (docs/widening.md)."""
 
+from kwiden.layers import activations as activations  # a module of functions, not a layer
 from kwiden.layers.admin_residual import AdminResidual
 from kwiden.layers.bias_add import BiasAdd
 from kwiden.layers.expandable import Expandable

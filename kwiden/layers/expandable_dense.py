@@ -1,6 +1,7 @@
 import keras
 
 from kwiden.expansion import IN, OUT, Growth, Space, check_elementwise, grown_size, is_positively_homogeneous
+from kwiden.layers import activations
 from kwiden.layers.expandable import Expandable
 
 
@@ -33,7 +34,7 @@ class ExpandableDense(Expandable, keras.layers.Dense):
 
     def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
         k = Growth.of(k).k
-        activation = keras.activations.serialize(self.activation)
+        activation = activations.name(self.activation)
         check_elementwise(activation, f"ExpandableDense '{self.name}'")
         if is_positively_homogeneous(activation):
             return Space.stream(k)

@@ -1,14 +1,9 @@
-import functools
-
 import keras
 from keras import ops
 
 from kwiden.expansion import IN, OUT, Growth, Space, check_elementwise, grown_size
+from kwiden.layers import activations
 from kwiden.layers.expandable import Expandable, default_space
-
-# Activations Keras has only as an option of another: GPT-2's `gelu_new` is
-# GeLU's tanh approximation, where Keras' "gelu" is exact.
-NAMED_ACTIVATIONS = {"gelu_tanh": functools.partial(keras.activations.gelu, approximate=True)}
 
 
 @keras.saving.register_keras_serializable(package="kwiden")
@@ -51,11 +46,8 @@ class FeedForward(Expandable, keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.intermediate_size = intermediate_size
-        if isinstance(activation, str) and activation in NAMED_ACTIVATIONS:
-            self.activation_name, self.activation = activation, NAMED_ACTIVATIONS[activation]
-        else:
-            self.activation = keras.activations.get(activation)
-            self.activation_name = keras.activations.serialize(self.activation)
+        self.activation = activations.get(activation)
+        self.activation_name = activations.name(self.activation)
         self.use_bias = use_bias
         self.glu = glu
         self.kernel_initializer = keras.initializers.get(kernel_initializer)

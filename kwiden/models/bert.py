@@ -72,7 +72,7 @@ def _mlm_logits(config, x, token_embedding):
     """Dense with `hidden_act`, LayerNorm, logits tied to the token table, a bias."""
     dense = layers.ExpandableDense(
         config["hidden_size"],
-        activation=config["hidden_act"],
+        activation=layers.activations.get(config["hidden_act"]),
         kernel_initializer=blocks.initializer(config),
         name=naming.MLM_DENSE,
     )

@@ -30,6 +30,7 @@ EXAMPLES = {
     "ExpandableDense": [
         (lambda: layers.ExpandableDense(6, activation="gelu"), stream, {}),
         (lambda: layers.ExpandableDense(6), stream, {"k": 3}),
+        (lambda: layers.ExpandableDense(6, activation=layers.activations.gelu_tanh), stream, {}),
     ],
     "ExpandableEmbedding": [
         (lambda: layers.ExpandableEmbedding(20, 8), ids, {}),
@@ -47,6 +48,13 @@ EXAMPLES = {
             {"call_kwargs": {"use_causal_mask": True}, "k": Growth(2, heads="count")},
         ),
         (lambda: layers.ExpandableMultiHeadAttention(2, 4, rotary_base=10000.0, use_bias=False), stream, {}),
+        (
+            lambda: layers.ExpandableMultiHeadAttention(
+                4, 2, rotary_base=10000.0, key_value_heads=2, use_output_bias=False
+            ),
+            stream,
+            {"call_kwargs": {"use_causal_mask": True}, "k": Growth(2, heads="count")},
+        ),
         (lambda: layers.ExpandableMultiHeadAttention(4, 2, key_value_heads=1), stream, {"k": Growth(2, heads="count")}),
         (lambda: layers.ExpandableMultiHeadAttention(2, 3, scaled=False, use_bias=False, dropout=0.1), stream, {}),
         (lambda: layers.ExpandableMultiHeadAttention(2, 4, rotary_frequencies=[1.0, 0.1]), stream, {}),
@@ -54,6 +62,7 @@ EXAMPLES = {
     "FeedForward": [
         (lambda: layers.FeedForward(12, activation="gelu"), stream, {}),
         (lambda: layers.FeedForward(12, activation="silu", glu=True, use_bias=False), stream, {"k": Growth(2, ffn=3)}),
+        (lambda: layers.FeedForward(12, activation="gelu_tanh"), stream, {}),
     ],
     "RelativePositionBias": [
         (lambda: layers.RelativePositionBias(2, num_buckets=8, max_distance=16), ids, {}),
