@@ -205,3 +205,19 @@ def test_cli_grows_a_folder(folders, tmp_path, capsys):
     llama = tmp_path / "llama-big"  # a folder grows by head count unless told otherwise: LLaMA's config can say it
     assert cli.main(["grow", str(folders["llama"]), str(llama), "--factor", "2"]) == 0
     assert_same_tensors(llama, grown_in_memory(folders["llama"], tmp_path / "llama-keras", k=2, heads="count", seed=0))
+
+
+@pytest.mark.parametrize("family, heads", [("bert", "size"), ("roformer", "count")])
+def test_encoders_with_their_mlm_head_grow_bit_for_bit(tmp_path, family, heads):
+    config = dict(SIZES, num_attention_heads=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    small = randomize_weights(kwiden.build_transformer_model(config, model=family, with_mlm=True), seed=2, std=0.3)
+    src = kwiden.save_checkpoint(small, tmp_path / "small")
+    # BERT's config has one ε, and the grown MLM norm keeps the small one's: both paths warn alike.
+    with pytest.warns(UserWarning, match="one layer_norm_eps; 0.0005 is written"):
+        kwiden.grow_checkpoint(src, tmp_path / "streamed", k=2, heads=heads, seed=1)
+    loaded = kwiden.build_transformer_model(checkpoint_path=src, with_mlm=True)
+    with pytest.warns(UserWarning, match="one layer_norm_eps; 0.0005 is written"):
+        kwiden.save_checkpoint(kwiden.grow(loaded, 2, heads=heads, seed=1), tmp_path / "in-memory")
+    assert_same_tensors(tmp_path / "streamed", tmp_path / "in-memory")
+    streamed, in_memory = (json.loads((tmp_path / f / "config.json").read_text()) for f in ("streamed", "in-memory"))
+    assert streamed == in_memory and streamed["hidden_size"] == 32

@@ -252,7 +252,7 @@ def _outputs(placed, family, source_names, grown_names, tensors, path):
     every source tensor found and its shape checked against the config's."""
     outputs, seen = {}, set()
     for entry in placed:
-        if id(entry.layer) in seen:  # a shared layer (tied embeddings): its weights once
+        if not entry.plan.weights or id(entry.layer) in seen:  # weightless ops; a shared layer's weights once
             continue
         seen.add(id(entry.layer))
         for index, (source, grown) in enumerate(zip(entry.plan.weights, entry.layer.weights)):

@@ -127,6 +127,7 @@ def encoder_config(model, format="hf"):
         "type_vocab_size": model.get_layer(naming.EMBEDDING_SEGMENT).input_dim,
         "layer_norm_eps": epsilon,
         "pad_token_id": 0,
+        "torch_dtype": "float32",
     }
     # The builders' TruncatedNormal; a model from elsewhere may say no stddev.
     stddev = token.embeddings_initializer.get_config().get("stddev")

@@ -89,7 +89,8 @@ def test_bert_config_round_trips_through_hugging_face_keys():
         "architectures": ["BertForMaskedLM"], "model_type": "bert", "vocab_size": 97, "hidden_size": 16,
         "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 24, "hidden_act": "gelu",
         "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "type_vocab_size": 2,
-        "layer_norm_eps": 1e-3, "pad_token_id": 0, "initializer_range": 0.05, "max_position_embeddings": 32,
+        "layer_norm_eps": 1e-3, "pad_token_id": 0, "torch_dtype": "float32", "initializer_range": 0.05,
+        "max_position_embeddings": 32,
     }  # fmt: skip
     again = kwiden.build_transformer_model(bert.from_hf_config(config), with_mlm=True)
     assert architecture(again) == architecture(model)  # the config says all the builder reads
