@@ -18,10 +18,11 @@ from kwiden.testing import NOTICEABLE_EPSILON, randomize_weights
 SIZES = dict(
     vocab_size=50, hidden_size=16, num_hidden_layers=2, intermediate_size=24, layer_norm_eps=NOTICEABLE_EPSILON
 )
+DECODER = dict(SIZES, mask_padding=False)  # as Hugging Face's decoders: token id 0 is a token
 MODELS = {
-    "llama": dict(SIZES, num_attention_heads=4, num_key_value_heads=2),  # GQA, untied head
-    "qwen2": dict(SIZES, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),  # q/k/v biases
-    "gpt": dict(SIZES, num_attention_heads=2, max_position_embeddings=16, hidden_dropout_prob=0.0,
+    "llama": dict(DECODER, num_attention_heads=4, num_key_value_heads=2),  # GQA, untied head
+    "qwen2": dict(DECODER, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),  # q/k/v biases
+    "gpt": dict(DECODER, num_attention_heads=2, max_position_embeddings=16, hidden_dropout_prob=0.0,
                 attention_probs_dropout_prob=0.0),  # GPT-2: fused c_attn, tied
 }  # fmt: skip
 IDS = np.array([[3, 7, 11, 2, 9, 4], [5, 1, 8, 8, 30, 2]])

@@ -9,6 +9,7 @@ forward passes below, written from Hugging Face's modelling code. Where
 
 import json
 import math
+import warnings
 
 import keras
 import ml_dtypes
@@ -437,3 +438,22 @@ def test_gelu_tanh_reaches_the_mlm_head_and_survives_saving(tmp_path):
     assert kwiden.grow(loaded, 2).get_layer("MLM-Dense").activation is kwiden.layers.activations.gelu_tanh
     with pytest.raises(ValueError, match=r"Unknown activation 'quick_gelu': give a Keras activation"):
         kwiden.build_transformer_model({**kwiden.testing.tiny_config(), "hidden_act": "quick_gelu"})
+
+
+@pytest.mark.parametrize("family", ["gpt", "llama", "qwen2", "mistral"])
+def test_a_decoder_that_masks_padding_says_so_and_keeps_masking(family, tmp_path):
+    config = dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=4, intermediate_size=F)
+    native = kwiden.testing.randomize_weights(kwiden.build_transformer_model(config, model=family))
+    with pytest.warns(UserWarning, match=r"treats token id 0 as padding .*attention_mask=\(input_ids != 0\)") as caught:
+        saved = kwiden.save_checkpoint(native, tmp_path / "native")
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    written = json.loads((saved / "config.json").read_text())
+    assert (written["mask_padding"], written["pad_token_id"]) == (True, 0)
+    ids = IDS.copy()
+    ids[:, 3] = 0
+    assert relative(logits(kwiden.build_transformer_model(checkpoint_path=saved), ids), logits(native, ids)) == 0.0
+    plain = kwiden.build_transformer_model({**config, "mask_padding": False}, model=family)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        written = json.loads((kwiden.save_checkpoint(plain, tmp_path / "plain") / "config.json").read_text())
+    assert "mask_padding" not in written

@@ -162,6 +162,7 @@ def to_hf_config(model, format="hf"):
         "scale_attn_weights": attention.scaled,
         "tie_word_embeddings": naming.OUTPUT_LOGITS not in layer_names,
         "torch_dtype": "float32",
+        **hf.padding_keys(model, "GPT"),
     }
 
 

@@ -8,6 +8,9 @@ like any other), so a model read from their config is built with
 """
 
 import collections
+import os
+import sys
+import warnings
 
 from kwiden import layers, naming
 
@@ -83,6 +86,37 @@ def refuse_copied_rotary(attention, title):
             "heads='count' (the head size and the standard RoPE schedule stay, as HyperCloning does), or save it "
             "as a .keras model."
         )
+
+
+def _caller_outside_kwiden():
+    """The `stacklevel` of the first caller outside the kwiden package (a
+    warning raised deep in `save_checkpoint` points at the user's line)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(2), 2  # the caller of the function that warns: its stacklevel 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def masks_padding(model):
+    """Whether `model` treats token id 0 as padding: its graph holds the
+    `not_equal(token_ids, 0)` of `kwiden.models.blocks.padding_mask`."""
+    return any(type(operation).__name__ == "NotEqual" for operation in model.operations)
+
+
+def padding_keys(model, title):
+    """The config keys that say a model masks token id 0: `mask_padding`
+    (which kwiden reads back) and `pad_token_id`; a warning says what
+    Hugging Face needs for the same function. None where it does not."""
+    if not masks_padding(model):
+        return {}
+    warnings.warn(
+        f"This {title} treats token id 0 as padding (kwiden's own decoders do; build with mask_padding=False for "
+        "one that does not). config.json says so with mask_padding, which kwiden reads back, but Hugging Face "
+        "masks only what attention_mask says: pass attention_mask=(input_ids != 0) there for the same function.",
+        stacklevel=_caller_outside_kwiden(),
+    )
+    return {"mask_padding": True, "pad_token_id": 0}
 
 
 def activation_to_hf(ffn):

@@ -136,6 +136,7 @@ def decoder_config(model, title, model_type, architecture):
         "mlp_bias": ffn.use_bias,
         "tie_word_embeddings": naming.OUTPUT_LOGITS not in layer_names,
         "torch_dtype": "float32",
+        **hf.padding_keys(model, title),
     }
 
 
@@ -144,18 +145,24 @@ def to_hf_config(model, format="hf"):
 
     >>> import kwiden
     >>> llama = kwiden.build_transformer_model(dict(vocab_size=50, hidden_size=8, num_hidden_layers=1,
-    ...     num_attention_heads=2, num_key_value_heads=1), model="llama")
+    ...     num_attention_heads=2, num_key_value_heads=1, mask_padding=False), model="llama")
     >>> config = to_hf_config(llama)
     >>> config["architectures"], config["num_key_value_heads"], config["tie_word_embeddings"]
     (['LlamaForCausalLM'], 1, False)
     """
+    return llama_config(model, "LLaMA", "llama", "LlamaForCausalLM")
+
+
+def llama_config(model, title, model_type, architecture):
+    """`decoder_config` for a family whose `attention_bias` covers all four
+    attention projections (LLaMA, Mistral)."""
     attention = model.get_layer(naming.block(0, naming.ATTENTION))
     if attention.has_output_bias != attention.use_bias:
         raise ValueError(
-            "LLaMA's attention_bias covers the query, key, value and output projections alike; this model "
+            f"{title}'s attention_bias covers the query, key, value and output projections alike; this model "
             "biases only some (Qwen2's shape): save it with family='qwen2'."
         )
-    return decoder_config(model, "LLaMA", "llama", "LlamaForCausalLM")
+    return decoder_config(model, title, model_type, architecture)
 
 
 LLAMA = Family(

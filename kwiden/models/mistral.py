@@ -31,8 +31,7 @@ def build_mistral(config, name="mistral"):
 
 def to_hf_config(model, format="hf"):
     """The `config.json` of a kwiden Mistral (`MistralForCausalLM`), without a window."""
-    config = llama.to_hf_config(model, format)
-    return {**config, "architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": None}
+    return {**llama.llama_config(model, "Mistral", "mistral", "MistralForCausalLM"), "sliding_window": None}
 
 
 MISTRAL = Family(
