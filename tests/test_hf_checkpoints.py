@@ -457,3 +457,15 @@ def test_a_decoder_that_masks_padding_says_so_and_keeps_masking(family, tmp_path
         warnings.simplefilter("error")
         written = json.loads((kwiden.save_checkpoint(plain, tmp_path / "plain") / "config.json").read_text())
     assert "mask_padding" not in written
+
+
+def test_model_may_not_read_a_checkpoint_as_another_family(tmp_path):
+    tensors, config = llama_model("qwen2", tied=True, qkv_bias=True)
+    folder = write(tmp_path / "qwen2", tensors, config)
+    with pytest.raises(ValueError, match=r"config is a Qwen2's \(model_type 'qwen2'\).*model='llama' would read them"):
+        kwiden.build_transformer_model(checkpoint_path=folder, model="llama")
+    tensors, config = llama_model()
+    del config["model_type"]  # no model_type: `model=` says what it is
+    anonymous = write(tmp_path / "anonymous", tensors, config)
+    llama = kwiden.build_transformer_model(checkpoint_path=anonymous, model="llama", mask_padding=False)
+    assert relative(logits(llama, IDS), llama_logits(tensors, config, IDS)) <= RTOL

@@ -122,6 +122,6 @@ def test_loading_is_all_or_nothing(folder, tmp_path):
         kwiden.build_transformer_model(config_path=folder / "config.json", checkpoint_path=tmp_path)
     with pytest.raises(
         ValueError,
-        match=r"The checkpoint's config is a BERT's \(model_type 'bert'\), whose tensors model='gpt' does not name",
+        match=r"The checkpoint's config is a BERT's \(model_type 'bert'\), and its weights compute a BERT; model='gpt' would",
     ):
         kwiden.build_transformer_model(config_path=folder / "config.json", checkpoint_path=folder, model="gpt")

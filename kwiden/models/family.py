@@ -133,8 +133,8 @@ def get_family(model):
 
 def family_of_config(config, default="bert"):
     """The registered family whose `model_types` has `config`'s `model_type`
-    (`default` where the config names none). An unknown one is refused,
-    naming the types kwiden reads.
+    (`default`'s, or None, where the config names none). An unknown one is
+    refused, naming the types kwiden reads.
 
     >>> family_of_config({"model_type": "qwen2"}).name
     'qwen2'
@@ -145,7 +145,7 @@ def family_of_config(config, default="bert"):
     """
     model_type = config.get("model_type")
     if model_type is None:
-        return get_family(default)
+        return None if default is None else get_family(default)
     for family in FAMILIES.values():
         if model_type in family.model_types:
             return family

@@ -57,7 +57,7 @@ def to_hf_config(model, format="google"):
             "This RoFormer's rotary frequencies were set by growth (heads='size', rope='exact') and a config "
             "can only say `rotary_base`; grow with heads='count' to keep them, or save it as a .keras model."
         )
-    config = bert.encoder_config(model, format)
+    config = {**bert.encoder_config(model, format), "model_type": "roformer"}
     if format == "google":
         return {**config, "rotary_base": attention.rotary.base}
     if attention.rotary.base != HF_BASE:

@@ -103,7 +103,7 @@ def build_transformer_model(
         if config is None and config_path is None:
             config_path = checkpoints.config_beside(checkpoint_path)
     named = _family_of_sources(config, config_path, overrides)
-    family = named if model is None else get_family(model)
+    family = get_family(model if model is not None else named or "bert")
     _check_weights_options(family, checkpoint_path, keep_tokens, named)
     flags = _flags(family, with_mlm=with_mlm, with_pool=with_pool)
     if keep_tokens is not None:
@@ -118,11 +118,11 @@ def build_transformer_model(
 
 
 def _family_of_sources(config, config_path, overrides):
-    """The family the configs' `model_type` names (the last source naming one), or BERT."""
+    """The family the configs' `model_type` names (the last source naming one), or None."""
     merged = {}
     for source in config_sources(config, config_path, overrides):
         merged.update(source)
-    return family_of_config(merged)
+    return family_of_config(merged, default=None)
 
 
 def _flags(family, **flags):
@@ -140,10 +140,17 @@ def _check_weights_options(family, checkpoint_path, keep_tokens, named=None):
         raise ValueError(
             f"checkpoint_path and keep_tokens load the weights of model={loadable}, not model={family.name!r}."
         )
-    if checkpoint_path is not None and named is not None and named.checkpoint_names is not family.checkpoint_names:
+    # A BERT config may hold another BERT-style model's weights (Google's RoFormer releases write BERT's);
+    # any other model_type says what the weights compute.
+    if (
+        checkpoint_path is not None
+        and named not in (None, family)
+        and (named.checkpoint_names is not family.checkpoint_names or named.name != "bert")
+    ):
         raise ValueError(
-            f"The checkpoint's config is a {named.title}'s (model_type {named.model_types[0]!r}), whose tensors "
-            f"model={family.name!r} does not name; pass model={named.name!r}, or leave `model` out."
+            f"The checkpoint's config is a {named.title}'s (model_type {named.model_types[0]!r}), and its weights "
+            f"compute a {named.title}; model={family.name!r} would read them as another model. Pass "
+            f"model={named.name!r}, or leave `model` out."
         )
     if keep_tokens is not None and checkpoint_path is None:
         raise ValueError("`keep_tokens` selects rows of a checkpoint's vocabulary; pass `checkpoint_path` too.")

@@ -102,9 +102,12 @@ def test_bert_ignores_a_roformer_rotary_base(tmp_path):
     roformer = randomize_weights(kwiden.build_transformer_model(tiny_config(), model="roformer"))
     folder = kwiden.save_checkpoint(roformer, tmp_path, format="google")
     assert json.loads((folder / "bert_config.json").read_text())["rotary_base"] == 10000.0
-    as_bert = kwiden.build_transformer_model(config_path=folder / "bert_config.json")
+    as_bert = kwiden.build_transformer_model(config_path=folder / "bert_config.json", model="bert")
     assert as_bert.get_layer(naming.block(0, naming.ATTENTION)).rotary is None
-    loaded = kwiden.build_transformer_model(checkpoint_path=folder, model="roformer")
+    loaded = kwiden.build_transformer_model(checkpoint_path=folder)  # model_type "roformer"
+    assert loaded.name == "roformer"
+    with pytest.raises(ValueError, match=r"config is a RoFormer's \(model_type 'roformer'\).*Pass model='roformer'"):
+        kwiden.build_transformer_model(checkpoint_path=folder, model="bert")
     np.testing.assert_array_equal(numpy_outputs(roformer, padded_batch())[0], numpy_outputs(loaded, padded_batch())[0])
 
 
