@@ -458,7 +458,9 @@ def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_no
     blocks = _num_blocks(model)
     prefix = read_prefix(family, tensors, blocks) if format == "hf" else ""
     check_blocks(family, tensors, blocks, format, prefix, path)
-    placed = list(_placed(model, family, _names(family, blocks, format, prefix)))
+    names = _names(family, blocks, format, prefix)
+    placed = list(_placed(model, family, names))
+    _check_nothing_dropped(family, names, {name for *_, name, _ in placed}, tensors, path)
     values = [
         (variable, _value(tensors, layer, variable, name, kind, format, keep_tokens, path, allow_nonfinite))
         for layer, variable, name, kind in placed
@@ -492,6 +494,33 @@ def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint
             "infinite values, which would make the model's outputs NaN; pass allow_nonfinite=True to load it anyway."
         )
     return to_kwiden(value, tuple(variable.shape), layout)
+
+
+def _check_nothing_dropped(family, names, used, tensors, checkpoint_path):
+    """Refuse a checkpoint holding block tensors the model has no weight for
+    (biases its config leaves out, a Qwen2 read as a LLaMA), and an output
+    head other than the token table where the config ties the two: loading
+    would compute another function than the checkpoint's."""
+    for (layer, weight), (name, _) in names.items():
+        found = None if name in used else find_tensor(name, tensors)
+        if found is None:
+            continue
+        if layer == naming.OUTPUT_LOGITS:
+            token = names[naming.EMBEDDING_TOKEN, "embeddings"][0]
+            if np.array_equal(tensors[found], tensors[find_tensor(token, tensors)]):
+                continue  # the tied head, written out as well
+            raise ValueError(
+                f"The checkpoint {checkpoint_path} holds an output head '{found}' that differs from its token table "
+                f"'{token}', but the config ties the two (tie_word_embeddings): loading would drop the head. Pass "
+                "tie_word_embeddings=False, or fix the config."
+            )
+        if naming.block_index(layer) is not None:
+            raise ValueError(
+                f"The checkpoint {checkpoint_path} holds '{found}', for which this {family.title} has no weight "
+                f"('{layer}/{weight}'): its config leaves it out (attention_bias, mlp_bias, …), or the checkpoint "
+                "is another family's. Loading would drop it and compute another function; fix the config, or "
+                "leave `model` out to read the family from config.json."
+            )
 
 
 def _check_one_dtype(named_values, checkpoint_path):

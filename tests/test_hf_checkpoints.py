@@ -469,3 +469,17 @@ def test_model_may_not_read_a_checkpoint_as_another_family(tmp_path):
     anonymous = write(tmp_path / "anonymous", tensors, config)
     llama = kwiden.build_transformer_model(checkpoint_path=anonymous, model="llama", mask_padding=False)
     assert relative(logits(llama, IDS), llama_logits(tensors, config, IDS)) <= RTOL
+
+
+def test_tensors_the_model_would_drop_are_refused(tmp_path):
+    tensors, config = _biased_llama()
+    unbiased = {**config, "attention_bias": False, "mlp_bias": False}
+    with pytest.raises(ValueError, match=r"holds 'model.layers.0.self_attn.q_proj.bias', for which this LLaMA has no"):
+        kwiden.build_transformer_model(checkpoint_path=write(tmp_path / "biased", tensors, unbiased))
+    tensors, config = llama_model(tied=True)
+    same = {**tensors, "lm_head.weight": tensors["model.embed_tokens.weight"]}
+    tied = kwiden.build_transformer_model(checkpoint_path=write(tmp_path / "same", same, config))
+    assert relative(logits(tied, IDS), llama_logits(tensors, config, IDS)) <= RTOL
+    other = {**tensors, "lm_head.weight": tensors["model.embed_tokens.weight"] + 1}
+    with pytest.raises(ValueError, match=r"holds an output head 'lm_head.weight' that differs from its token table"):
+        kwiden.build_transformer_model(checkpoint_path=write(tmp_path / "other", other, config))
