@@ -483,3 +483,20 @@ def test_tensors_the_model_would_drop_are_refused(tmp_path):
     other = {**tensors, "lm_head.weight": tensors["model.embed_tokens.weight"] + 1}
     with pytest.raises(ValueError, match=r"holds an output head 'lm_head.weight' that differs from its token table"):
         kwiden.build_transformer_model(checkpoint_path=write(tmp_path / "other", other, config))
+
+
+def test_a_silent_config_means_what_it_means_to_hugging_face(tmp_path):
+    tensors, config = gpt2_model()
+    silent = {k: v for k, v in config.items() if k not in ("activation_function", "layer_norm_epsilon")}
+    gpt = kwiden.build_transformer_model(checkpoint_path=write(tmp_path / "gpt2", tensors, silent))
+    hf_defaults = {**config, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5}
+    assert relative(logits(gpt, IDS), gpt2_logits(tensors, hf_defaults, IDS)) <= RTOL
+    tensors, config = llama_model("mistral")
+    with pytest.raises(ValueError, match=r"sliding_window=4096 is shorter than its max_position_embeddings=8192"):
+        kwiden.build_transformer_model(
+            checkpoint_path=write(tmp_path / "mistral", tensors, {**config, "max_position_embeddings": 8192})
+        )
+    tensors, config = llama_model()
+    plain = {**config, "rope_scaling": {"rope_type": "default"}}  # no scaling, said explicitly
+    llama = kwiden.build_transformer_model(checkpoint_path=write(tmp_path / "llama", tensors, plain))
+    assert relative(logits(llama, IDS), llama_logits(tensors, config, IDS)) <= RTOL

@@ -30,6 +30,9 @@ HF_KEYS = {
     "attn_pdrop": "attention_probs_dropout_prob",
 }
 
+# What transformers' GPT2Config assumes where a config.json is silent, and kwiden's defaults differ.
+HF_DEFAULTS = {"activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "n_positions": 1024}
+
 # What GPT-2's config can say that kwiden's GPT does not compute.
 UNSUPPORTED = {
     "scale_attn_by_inverse_layer_idx": "attention scores scaled by 1/(layer index + 1)",
@@ -66,13 +69,15 @@ def build_gpt(config, name="gpt"):
 def from_hf_config(config):
     """GPT-2's sizes under kwiden's keys.
 
-    >>> config = from_hf_config({"model_type": "gpt2", "n_embd": 768, "activation_function": "gelu_new"})
-    >>> config["hidden_size"], config["hidden_act"], config["mask_padding"]
-    (768, 'gelu_tanh', False)
+    >>> config = from_hf_config({"model_type": "gpt2", "n_embd": 768})  # GPT-2's defaults where it is silent
+    >>> config["hidden_size"], config["hidden_act"], config["layer_norm_eps"], config["mask_padding"]
+    (768, 'gelu_tanh', 1e-05, False)
     """
     for key, what in UNSUPPORTED.items():
         if config.get(key):
             raise ValueError(f"This GPT-2 config sets {key} ({what}), which kwiden's GPT does not compute.")
+    if config.get("model_type") == "gpt2":
+        config = {**HF_DEFAULTS, **{key: value for key, value in config.items() if value is not None}}
     if config.get("scale_attn_weights") is False:
         config = {**config, "scaled_attention": False}
     return hf.from_hf_decoder(renamed(config, HF_KEYS))

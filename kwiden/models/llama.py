@@ -45,13 +45,14 @@ def from_hf_config(config):
     (500000.0, 1e-05)
     """
     parameters = config.get("rope_parameters") or {}
-    scaling = config.get("rope_scaling") or {
-        k: v for k, v in parameters.items() if k not in ("rope_theta", "rope_type")
-    }
-    if scaling or parameters.get("rope_type", "default") != "default":
+    scaling = {**parameters, **(config.get("rope_scaling") or {})}
+    kind = scaling.pop("rope_type", scaling.pop("type", "default"))
+    scaling.pop("rope_theta", None)
+    if kind != "default" or scaling:
+        shown = config.get("rope_scaling") or parameters
         raise ValueError(
-            f"kwiden's rotary attention has no RoPE scaling ({scaling or parameters}); a model "
-            "built without it would compute another function."
+            f"kwiden's rotary attention has no RoPE scaling ({shown}); a model built without it would compute "
+            "another function. Checkpoints without it load (LLaMA 2, TinyLlama, SmolLM, Mistral 7B, Qwen2)."
         )
     if parameters.get("rope_theta") is not None:
         config = {**config, "rope_theta": parameters["rope_theta"]}

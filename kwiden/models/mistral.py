@@ -29,6 +29,21 @@ def build_mistral(config, name="mistral"):
     return llama.LLAMA.build(config, name=name)
 
 
+# transformers' MistralConfig's window where a config.json names none.
+HF_WINDOW = 4096
+
+
+def from_hf_config(config):
+    """LLaMA's translation, with Mistral's window where a Mistral config.json is silent.
+
+    >>> from_hf_config({"model_type": "mistral"})["sliding_window"]
+    4096
+    """
+    if config.get("model_type") == "mistral" and "sliding_window" not in config:
+        config = {**config, "sliding_window": HF_WINDOW}
+    return llama.from_hf_config(config)
+
+
 def to_hf_config(model, format="hf"):
     """The `config.json` of a kwiden Mistral (`MistralForCausalLM`), without a window."""
     return {**llama.llama_config(model, "Mistral", "mistral", "MistralForCausalLM"), "sliding_window": None}
@@ -39,7 +54,7 @@ MISTRAL = Family(
     build_mistral,
     title="Mistral",
     defaults=llama.DEFAULTS,
-    from_hf_config=llama.from_hf_config,
+    from_hf_config=from_hf_config,
     to_hf_config=to_hf_config,
     checkpoint_names=llama.checkpoint_names,
     formats=("hf",),
