@@ -32,6 +32,7 @@ import numpy as np
 
 from kwiden import naming
 from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint, to_kwiden
+from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, family_of, get_family
 
 FORMATS = ("hf", "google")
@@ -612,12 +613,19 @@ def _check_keep_tokens(keep_tokens, vocab):
     return keep
 
 
-def save_checkpoint(model, directory, format="hf", family=None, allow_nonfinite=False):
-    """Write a kwiden BERT or RoFormer (built, loaded, fine-tuned or grown) as
-    a checkpoint other tools load: `format="hf"` writes `config.json` and
-    `model.safetensors`, `"google"` writes `bert_config.json` and
-    `bert_model.ckpt.*`; both write `kwiden-manifest.json`, each file's size
-    and sha256, which loading checks. Returns the directory.
+def save_checkpoint(model, directory, format="hf", family=None, allow_nonfinite=False, base_config=None):
+    """Write a kwiden model (built, loaded, fine-tuned or grown) as a
+    checkpoint other tools load: `format="hf"` writes `config.json` and
+    `model.safetensors` (BERT, RoFormer, GPT-2, LLaMA, Mistral, Qwen2: what
+    `transformers.AutoModel*.from_pretrained` loads), `"google"` writes
+    `bert_config.json` and `bert_model.ckpt.*` (BERT, RoFormer); both write
+    `kwiden-manifest.json`, each file's size and sha256, which loading
+    checks. Returns the directory.
+
+    `base_config`: a `config.json` (a dict, its path, or its folder: the one
+    the model was loaded from) whose keys kwiden does not write are kept:
+    token ids (`bos_token_id`, `eos_token_id`), a rotary model's
+    `max_position_embeddings`, the tokenizer's class and the like.
 
     `family`: the model's (a name or a `kwiden.models.Family`); by default the
     registered family named like the model (kwiden's builders name models
@@ -643,9 +651,12 @@ def save_checkpoint(model, directory, format="hf", family=None, allow_nonfinite=
     ε/k and its MLM norm ε, so the most common value is written and a warning
     names the norms that differ. Google's own BERT code ignores the config's
     ε (1e-12 there) and uses tanh-GeLU where kwiden's "gelu" is exact; Hugging
-    Face reads both from the config. RoFormers are written in Google's format
-    only; models with an MLM head are written as Hugging Face's
-    `BertForMaskedLM` (encoder under `bert.`).
+    Face reads both from the config. Models with an MLM head are written as
+    Hugging Face's `BertForMaskedLM` (encoder under `bert.`) or
+    `RoFormerForMaskedLM`; decoders as their `*ForCausalLM` (GPT-2's
+    `GPT2LMHeadModel`). Where a config cannot say what a model computes (a
+    rotary model grown with `heads="size"`, decoder norms of different ε,
+    biases the family does not have) the save is refused, naming what would.
 
     Example:
 
@@ -668,6 +679,8 @@ def save_checkpoint(model, directory, format="hf", family=None, allow_nonfinite=
     directory = pathlib.Path(directory)
     _check_target(directory, format)
     config = family.to_hf_config(model, format)
+    if base_config is not None:
+        config = {**_base_config(base_config), **config}
     names = _names(family, _num_blocks(model), format, written_prefix(config, family))
     tensors, parts = {}, {}
     for _, variable, name, kind in _placed(model, family, names):
@@ -687,6 +700,14 @@ def save_checkpoint(model, directory, format="hf", family=None, allow_nonfinite=
                 tensors[name] = np.ascontiguousarray(join_parts(parts[name], layout))
     _write_atomically(directory, format, config, tensors)
     return directory
+
+
+def _base_config(base_config):
+    """The dict `save_checkpoint`'s `base_config` gives (a dict, a config file or its folder)."""
+    if isinstance(base_config, dict):
+        return dict(base_config)
+    path = pathlib.Path(base_config)
+    return read_config_file(path / CONFIG_FILES["hf"] if path.is_dir() else path)
 
 
 def _check_target(directory, format):

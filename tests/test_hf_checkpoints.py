@@ -500,3 +500,24 @@ def test_a_silent_config_means_what_it_means_to_hugging_face(tmp_path):
     plain = {**config, "rope_scaling": {"rope_type": "default"}}  # no scaling, said explicitly
     llama = kwiden.build_transformer_model(checkpoint_path=write(tmp_path / "llama", tensors, plain))
     assert relative(logits(llama, IDS), llama_logits(tensors, config, IDS)) <= RTOL
+
+
+def test_base_config_keeps_what_kwiden_does_not_write(tmp_path):
+    tensors, config = llama_model()
+    config = {
+        **config,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+    }
+    source = write(tmp_path / "hf", tensors, config)
+    grown = kwiden.grow(kwiden.build_transformer_model(checkpoint_path=source), 2, heads="count")
+    plain = json.loads((kwiden.save_checkpoint(grown, tmp_path / "plain") / "config.json").read_text())
+    assert "bos_token_id" not in plain and "max_position_embeddings" not in plain  # kwiden knows neither
+    kept = json.loads(
+        (kwiden.save_checkpoint(grown, tmp_path / "kept", base_config=source) / "config.json").read_text()
+    )
+    assert (kept["bos_token_id"], kept["eos_token_id"], kept["max_position_embeddings"]) == (1, 2, 131072)
+    assert (kept["hidden_size"], kept["num_attention_heads"], kept["torch_dtype"]) == (32, 8, "float32")  # kwiden's
+    assert kept == {**config, **plain}

@@ -28,9 +28,6 @@ HF_KEYS = {
     "attention_dropout": "attention_probs_dropout_prob",
 }
 
-# Written where a model does not know it: RoPE needs no table, so kwiden keeps no length.
-MAX_POSITIONS = 2048
-
 ROTARY = {"query": True, "key": True, "value": False}
 
 
@@ -127,7 +124,6 @@ def decoder_config(model, title, model_type, architecture):
         "num_key_value_heads": attention.key_value_heads or attention.heads,
         "head_dim": attention.head_size,
         "hidden_act": hf.activation_to_hf(ffn),
-        "max_position_embeddings": MAX_POSITIONS,
         "rms_norm_eps": hf.one_epsilon(model, title),
         "rope_theta": attention.rotary.base,
         # transformers 5 reads this; earlier versions read `rope_theta`.

@@ -14,8 +14,6 @@ from kwiden.models.family import Family
 DEFAULTS = {**bert.DEFAULTS, "rotary_base": 10000.0}
 # Hugging Face's RoFormer turns pairs at 10000^(-2i/d) and keeps no base in its config.
 HF_BASE = 10000.0
-# Written as Hugging Face's max_position_embeddings: kwiden's RoFormer keeps no length.
-MAX_POSITIONS = 1536
 
 
 def from_hf_config(config):
@@ -71,7 +69,6 @@ def to_hf_config(model, format="google"):
         "architectures": [architecture],
         "model_type": "roformer",
         "embedding_size": config["hidden_size"],
-        "max_position_embeddings": MAX_POSITIONS,
         "rotary_value": False,
     }
 
