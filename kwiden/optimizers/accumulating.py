@@ -119,6 +119,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         self.growth_scales = growth_scales
         self.slice_multipliers = slice_multipliers
         self.slice_warmup = slice_warmup
+        self._step_scalars = _StepScalars()
 
     def build(self, variables):
         if self.built:
@@ -172,6 +173,24 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
             return schedule(self.updates_done)
         return super()._get_current_learning_rate()
 
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        # Scalars that depend on the step alone (the cycle's factors, bias
+        # corrections, lr·correction) are made once here and shared by every
+        # variable: made per variable, they cost ~15 ops each, which is most of
+        # the optimizer's tracing time and of its eager step. Kept only for the
+        # duration of the call, so no tensor outlives its graph (tf.function,
+        # a LossScaleOptimizer's cond branch, a JAX trace).
+        self._step_scalars.open()
+        try:
+            super()._backend_update_step(grads, trainable_variables, learning_rate)
+        finally:
+            self._step_scalars.close()
+
+    def per_step(self, key, make):
+        """`make()`, made once per step for each `key` (outside a step, e.g. an
+        `update_step` called directly, made on every call)."""
+        return self._step_scalars.get(key, make)
+
     # The cycle, as 0/1 factors: arithmetic rather than branches, so that one
     # update_step serves TensorFlow graphs, tf.distribute, JAX and PyTorch.
 
@@ -179,24 +198,39 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         """1 on the first micro-step of a cycle (moments decay), else 0."""
         if self.accum_steps == 1:
             return 1.0
-        return ops.cast(ops.equal(self.iterations % self.accum_steps, 0), dtype)
+        return self.per_step(
+            ("cycle_start", dtype),
+            lambda: ops.cast(ops.equal(self.iterations % self.accum_steps, 0), dtype),
+        )
 
     def cycle_end(self, dtype):
         """1 on the last micro-step of a cycle (parameters move), else 0."""
         if self.accum_steps == 1:
             return 1.0
-        return ops.cast(ops.equal((self.iterations + 1) % self.accum_steps, 0), dtype)
+        return self.per_step(
+            ("cycle_end", dtype),
+            lambda: ops.cast(ops.equal((self.iterations + 1) % self.accum_steps, 0), dtype),
+        )
 
     def update_number(self):
         """The number of the update this cycle completes (1 for the first), in
         float64 where the backend allows: bias corrections and RAdam's ρ_t
         subtract nearly equal numbers early in training."""
-        return ops.cast(self.updates_done + 1, scalar_dtype())
+        return self.per_step("update_number", lambda: ops.cast(self.updates_done + 1, scalar_dtype()))
+
+    def update_rate(self, learning_rate, dtype):
+        """The learning rate on a cycle's last micro-step, 0 on the others."""
+        if self.accum_steps == 1:
+            return self.per_step(("rate", dtype), lambda: ops.cast(learning_rate, dtype))
+        return self.per_step(("rate", dtype), lambda: ops.cast(learning_rate, dtype) * self.cycle_end(dtype))
 
     def accumulate(self, moment, value, weight, decay, dtype):
         """`moment ← decay·moment + (weight/k)·value` on a cycle's first
         micro-step, else `moment ← moment + (weight/k)·value`."""
-        keep = 1.0 - self.cycle_start(dtype) * (1.0 - decay)
+        if self.accum_steps == 1:
+            keep = decay
+        else:
+            keep = self.per_step(("keep", decay, dtype), lambda: 1.0 - self.cycle_start(dtype) * (1.0 - decay))
         # ops.* rather than operators: `value` may be sparse (tf.IndexedSlices).
         self.assign(moment, ops.add(ops.multiply(moment, keep), ops.multiply(value, weight / self.accum_steps)))
 
@@ -210,13 +244,23 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         tensor, `c` (SGDM overrides this)."""
         return self.growth_of(variable)[0]
 
-    def move(self, variable, step, learning_rate):
-        """On a cycle's last micro-step: decay the weight, then `θ ← θ − lr·step`."""
+    def move(self, variable, step, learning_rate, step_rate=None):
+        """On a cycle's last micro-step: decay the weight, then `θ ← θ − lr·step`.
+        `step_rate`, if given, replaces `update_rate(learning_rate)` in the
+        step (not in the decay): a per-step scalar that folds the rate with the
+        step's own factors, so that the tensor is multiplied once."""
         index = variable_index(self, variable)
-        lr = ops.cast(learning_rate, variable.dtype) * self._multipliers[index] * self.cycle_end(variable.dtype)
+        dtype = variable.dtype
+        rate = self.update_rate(learning_rate, dtype)
+        multiplier = self._multipliers[index]
         if self._decays[index]:
-            self.assign_sub(variable, self.sliced(index, variable * (lr * self.weight_decay)))
-        self.assign_sub(variable, self.sliced(index, (lr * self.step_scale(variable)) * step))
+            decay = multiplier * self.weight_decay
+            self.assign_sub(variable, self.sliced(index, variable * (rate * decay)))
+        scale = multiplier * self.step_scale(variable)
+        step_rate = rate if step_rate is None else step_rate
+        if scale != 1.0:
+            step_rate = step_rate * scale
+        self.assign_sub(variable, self.sliced(index, step * step_rate))
 
     def sliced(self, index, delta):
         """`delta` times the variable's slice multipliers (at this update
@@ -252,6 +296,27 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
             slice_warmup=None if self.slice_warmup is None else list(self.slice_warmup),
         )
         return config
+
+
+class _StepScalars:
+    """The per-step cache of `AccumulatingOptimizer.per_step`: a plain object,
+    so that TensorFlow's tracking does not wrap it as it wraps dicts."""
+
+    def __init__(self):
+        self.values = None
+
+    def open(self):
+        self.values = {}
+
+    def close(self):
+        self.values = None
+
+    def get(self, key, make):
+        if self.values is None:
+            return make()
+        if key not in self.values:
+            self.values[key] = make()
+        return self.values[key]
 
 
 def _slice_vectors(slice_multipliers, variables):

@@ -66,11 +66,20 @@ class Adam(AccumulatingOptimizer):
         return m, v, self.update_number()
 
     def update_step(self, gradient, variable, learning_rate):
-        m, v, t = self.moments(gradient, variable)
+        m, v, _ = self.moments(gradient, variable)
+        dtype = variable.dtype
+        # α = lr·√(1 − β₂ᵗ)/(1 − β₁ᵗ) as one scalar per step, as Keras does, so
+        # that the tensor is multiplied once.
+        alpha = self.per_step(("alpha", dtype), lambda: self.update_rate(learning_rate, dtype) * self.correction(dtype))
+        step = ops.divide(m, ops.add(ops.sqrt(v), self.epsilon_of(variable)))
+        self.move(variable, step, learning_rate, step_rate=alpha)
+
+    def correction(self, dtype):
+        """Adam's bias correction `√(1 − β₂ᵗ)/(1 − β₁ᵗ)`, t counted in updates."""
+        t = self.update_number()
         beta_1, beta_2 = (ops.convert_to_tensor(beta, t.dtype) for beta in (self.beta_1, self.beta_2))
         correction = ops.sqrt(1.0 - ops.power(beta_2, t)) / (1.0 - ops.power(beta_1, t))
-        correction = ops.cast(correction, variable.dtype)
-        self.move(variable, correction * m / (ops.sqrt(v) + self.epsilon_of(variable)), learning_rate)
+        return ops.cast(correction, dtype)
 
     def epsilon_of(self, variable):
         """ε, divided by c·K for a grown variable: its second moment was divided

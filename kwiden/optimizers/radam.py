@@ -36,21 +36,33 @@ class RAdam(Adam):
 
     def update_step(self, gradient, variable, learning_rate):
         m, v, t = self.moments(gradient, variable)
+        dtype = variable.dtype
+        rectify, rectification, m_scale, v_scale = self.per_step(("radam", dtype), lambda: self._scalars(t, dtype))
+        m_hat = m * m_scale
+        adaptive = rectification * m_hat / (ops.sqrt(v * v_scale) + self.epsilon_of(variable))
+        # After growth the adaptive step shrinks with the tensor (c) and the
+        # momentum step like SGD's (c²·K); see `step_scale`.
+        c, copies = self.growth_of(variable)
+        step = ops.where(rectify, adaptive * c, m_hat * (c * c * copies))
+        self.move(variable, step, learning_rate)
+
+    def _scalars(self, t, dtype):
+        """Whether to rectify, r_t, 1/(1 − β₁ᵗ) and 1/(1 − β₂ᵗ): step-only
+        scalars, made once per step."""
         rho_inf = 2.0 / (1.0 - self.beta_2) - 1.0
         beta_2_t = ops.power(ops.convert_to_tensor(self.beta_2, t.dtype), t)
         rho_t = rho_inf - 2.0 * t * beta_2_t / (1.0 - beta_2_t)
         rectification = ops.sqrt(
             ops.maximum((rho_t - 4.0) * (rho_t - 2.0), 0.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)
         )
-        dtype = variable.dtype
-        m_hat = m / ops.cast(1.0 - ops.power(ops.convert_to_tensor(self.beta_1, t.dtype), t), dtype)
-        v_hat = v / ops.cast(1.0 - beta_2_t, dtype)
-        adaptive = ops.cast(rectification, dtype) * m_hat / (ops.sqrt(v_hat) + self.epsilon_of(variable))
-        # After growth the adaptive step shrinks with the tensor (c) and the
-        # momentum step like SGD's (c²·K); see `step_scale`.
-        c, copies = self.growth_of(variable)
-        step = ops.where(rho_t > self.rectify_threshold, adaptive * c, m_hat * (c * c * copies))
-        self.move(variable, step, learning_rate)
+        m_scale = 1.0 / (1.0 - ops.power(ops.convert_to_tensor(self.beta_1, t.dtype), t))
+        v_scale = 1.0 / (1.0 - beta_2_t)
+        return (
+            rho_t > self.rectify_threshold,
+            ops.cast(rectification, dtype),
+            ops.cast(m_scale, dtype),
+            ops.cast(v_scale, dtype),
+        )
 
     def step_scale(self, variable):
         return 1.0  # applied per branch in update_step
