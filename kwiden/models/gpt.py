@@ -125,7 +125,8 @@ def to_hf_config(model, format="hf"):
 
     >>> import kwiden
     >>> gpt = kwiden.build_transformer_model(
-    ...     dict(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2), model="gpt")
+    ...     dict(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, mask_padding=False),
+    ...     model="gpt")
     >>> config = to_hf_config(gpt)
     >>> config["n_embd"], config["n_positions"], config["activation_function"]
     (8, 512, 'gelu')
