@@ -1,7 +1,24 @@
-"""What the benchmark scripts share: the environment line and the table printer."""
+"""What the benchmark scripts share: the environment line and the table printer.
+
+Importing this module puts the checkout it sits in first on `sys.path`, so that
+a benchmark imported after it measures this checkout's kwiden: `python
+benchmarks/x.py` puts only `benchmarks/` there, and kwiden would otherwise come
+from the editable install, which may be another worktree's code.
+"""
 
 import os
+import pathlib
 import platform
+import sys
+
+CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
+if sys.path[:1] != [str(CHECKOUT)]:
+    sys.path.insert(0, str(CHECKOUT))
+if "kwiden" in sys.modules and not sys.modules["kwiden"].__file__.startswith(str(CHECKOUT / "kwiden")):
+    raise RuntimeError(
+        f"kwiden was imported from {sys.modules['kwiden'].__file__} before benchmarks/common.py; "
+        "import common first, so that the benchmark measures this checkout's kwiden."
+    )
 
 
 def environment(keras, np, extra=()):
@@ -22,6 +39,9 @@ def environment(keras, np, extra=()):
         import torch
 
         lines.append(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+    kwiden = sys.modules.get("kwiden")
+    if kwiden is not None:
+        lines.append(f"kwiden from {pathlib.Path(kwiden.__file__).parent}")
     lines.extend(extra)
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     lines.append(f"cpu cores: {os.cpu_count()} (usable: {affinity}), {platform.machine()}")

@@ -176,5 +176,9 @@ def main():
 
 
 if __name__ == "__main__":
+    # This checkout's kwiden ahead of the editable install (which may be another
+    # worktree's), in the children too; not through `common`, which the
+    # children do not import (they measure kwiden's memory alone).
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     sys.exit(main())

@@ -17,6 +17,7 @@ import time
 
 import keras
 import numpy as np
+from common import CHECKOUT  # noqa: F401  (puts this checkout's kwiden first)
 
 import kwiden
 from kwiden import corpus, optimizers
