@@ -1,6 +1,7 @@
-"""What the causal-LM families (LLaMA, Mistral, Qwen2, GPT-2) share in
-Hugging Face's files: activation names, reading a built decoder's sizes back,
-and the refusals for grown models a `config.json` cannot describe.
+"""What the families share in Hugging Face's files: activation names (all of
+them), and for the causal LMs (LLaMA, Mistral, Qwen2, GPT-2) reading a built
+decoder's sizes back, the padding keys, and the refusals for grown models a
+`config.json` cannot describe.
 
 Hugging Face's decoders take no implicit padding mask (token id 0 is a token
 like any other), so a model read from their config is built with
