@@ -38,7 +38,11 @@ SHARDED = textwrap.dedent(
     def build(name, config, distribution, weights=None):
         keras.distribution.set_distribution(distribution)
         keras.utils.set_random_seed(0)
-        model = kwiden.build_transformer_model(config, model=name)
+        if name in ("bert", "roformer"):  # trained on its MLM logits
+            encoder = kwiden.build_transformer_model(config, model=name, with_mlm=True)
+            model = keras.Model(encoder.inputs, encoder.outputs[-1], name=name)
+        else:
+            model = kwiden.build_transformer_model(config, model=name)
         if weights is not None:
             model.set_weights(weights)
         model.compile(optimizers.AdamW(1e-2, weight_decay=0.01, accum_steps=2), LOSS)
@@ -46,7 +50,8 @@ SHARDED = textwrap.dedent(
 
     def fit(model, distribution):
         keras.distribution.set_distribution(distribution)
-        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        inputs = [x, np.zeros_like(x)] if len(model.inputs) == 2 else x  # BERT's segments
+        model.fit(inputs, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
         return [w.numpy() for w in model.weights]
 
     def check_equal(one, many, what):
@@ -114,6 +119,12 @@ SHARDED = textwrap.dedent(
     t5 = tiny_config(num_attention_heads=4, intermediate_size=32, vocab_size=96)
     _, _, _, got = run("t5", t5, (2, 4))
     assert got["Embedding-Relative-Position/embeddings"] == (None, "model"), got
+
+    # BERT with its MLM head on 2 × 4; RoFormer on 4 × 2 with the vocabulary split (MLM bias with it).
+    _, _, _, got = run("bert", t5, (2, 4))
+    assert got["MLM-Dense/kernel"] in ((), (None, None)) and got["Embedding-Position/embeddings"] in ((), (None, None)), got
+    _, _, _, got = run("roformer", t5, (4, 2), embeddings="vocabulary")
+    assert got["MLM-Bias/bias"] == ("model",) and got["Embedding-Token/embeddings"] == ("model", None), got
     print("ok")
     """
 )
