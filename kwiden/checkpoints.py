@@ -227,13 +227,19 @@ def verify_manifest(folder):
     return tuple(files)
 
 
+def _read_json(path, problem, remedy):
+    """The JSON value in `path`; a ValueError saying `problem`, the parser's
+    error and the `remedy` where it is not UTF-8 JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{problem} ({error}); {remedy}.") from None
+
+
 def _read_manifest(path):
     """`{file name: {"bytes": …, "sha256": …}}` from a manifest, checked."""
     problem = f"{path} is not a manifest kwiden can read"
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{problem} ({error}); save the checkpoint again, or delete it to load unchecked.") from None
+    manifest = _read_json(path, problem, "save the checkpoint again, or delete it to load unchecked")
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or manifest.get("kwiden_manifest") != MANIFEST_VERSION:
         raise ValueError(
@@ -358,10 +364,7 @@ class SafetensorsTensors(_Named):
 def _read_index(path):
     """`{tensor: shard file name}` from a `model.safetensors.index.json`, checked."""
     problem = f"{path} is not a safetensors index kwiden can read"
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{problem} ({error}); download or copy the checkpoint again.") from None
+    index = _read_json(path, problem, "download or copy the checkpoint again")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(
         isinstance(file, str) and pathlib.Path(file).name == file and file.endswith(".safetensors")
