@@ -469,7 +469,7 @@ def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_no
         (variable, _value(tensors, layer, variable, name, kind, format, keep_tokens, path, allow_nonfinite))
         for layer, variable, name, kind in placed
     ]
-    _check_one_dtype([(name, value) for (_, _, name, _), (_, value) in zip(placed, values)], path)
+    one_dtype(((name, np.dtype(value.dtype).name) for (_, _, name, _), (_, value) in zip(placed, values)), path)
     for variable, value in values:  # only once every weight has its value
         variable.assign(value.astype(variable.dtype))
     return model
@@ -527,18 +527,23 @@ def _check_nothing_dropped(family, names, used, tensors, checkpoint_path):
             )
 
 
-def _check_one_dtype(named_values, checkpoint_path):
-    """Refuse a checkpoint whose weights are of more than one dtype, naming two
-    tensors: a file mixing them was put together from different sources."""
+def one_dtype(named_dtypes, checkpoint_path, files=None):
+    """`(dtype, a tensor of it)` for `(tensor name, dtype)` pairs of one
+    dtype; a checkpoint mixing them (put together from different sources) is
+    refused, naming two tensors, and their shard files where `files` maps
+    tensors to files."""
     first = {}
-    for name, value in named_values:
-        first.setdefault(np.dtype(value.dtype).name, name)
+    for name, dtype in named_dtypes:
+        first.setdefault(dtype, name)
     if len(first) > 1:
         (a, name_a), (b, name_b) = list(first.items())[:2]
+        where = {name: f" ({files[name].name})" if files else "" for name in (name_a, name_b)}
         raise ValueError(
-            f"The checkpoint {checkpoint_path} mixes dtypes: '{name_a}' is {a} and '{name_b}' is {b}. A checkpoint "
-            "holds its weights in one dtype; convert the odd tensors, or save the checkpoint again from one model."
+            f"The checkpoint {checkpoint_path} mixes dtypes: '{name_a}'{where[name_a]} is {a} and "
+            f"'{name_b}'{where[name_b]} is {b}. A checkpoint holds its weights in one dtype; convert the odd "
+            "tensors, or save the checkpoint again from one model."
         )
+    return next(iter(first.items()), (None, None))
 
 
 def nonfinite(value):

@@ -284,21 +284,11 @@ def _outputs(placed, family, source_names, grown_names, tensors, path):
 
 def _one_dtype(outputs, tensors, path):
     """The source tensors' one dtype (numpy's); refused, naming two tensors, where they mix."""
-    first = {}
-    for output in outputs:
-        for *_, found, _, _ in output.parts:
-            first.setdefault(tensors.dtype(found), found)
-    if len(first) > 1:
-        (a, name_a), (b, name_b) = list(first.items())[:2]
-        raise ValueError(
-            f"The checkpoint {path} mixes dtypes: '{name_a}' ({tensors.files[name_a].name}) is {a} and "
-            f"'{name_b}' ({tensors.files[name_b].name}) is {b}. A checkpoint holds its weights in one dtype; "
-            "convert the odd tensors, or save the checkpoint again from one model."
-        )
-    names = {code: name for name, code in checkpoints.SAFETENSORS_DTYPES.items()}
-    (code,) = first
+    found = (found for output in outputs for *_, found, _, _ in output.parts)
+    code, example = checkpoints.one_dtype(((name, tensors.dtype(name)) for name in found), path, tensors.files)
+    names = {safetensors: numpy for numpy, safetensors in checkpoints.SAFETENSORS_DTYPES.items()}
     if names.get(code) not in DTYPES:
-        raise ValueError(f"The checkpoint {path}'s weights are {code} ('{first[code]}'); kwiden grows float weights.")
+        raise ValueError(f"The checkpoint {path}'s weights are {code} ('{example}'); kwiden grows float weights.")
     return _numpy_dtype(names[code])
 
 
