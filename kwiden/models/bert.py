@@ -6,7 +6,6 @@ from and save to Hugging Face folders and Google TensorFlow checkpoints
 (`kwiden.checkpoints`), with the tensor names `checkpoint_names` gives.
 """
 
-import collections
 import warnings
 
 import keras
@@ -144,31 +143,22 @@ def _check_hidden_size(attention, token):
         )
 
 
-# Warnings point at whoever called `save_checkpoint`, which calls the family's
-# `to_hf_config`, which calls `encoder_config`, which calls `_layer_norm_eps`.
-_CALLER = 5
-
-
 def _layer_norm_eps(model, format):
     """BERT's config has one ε: the most common of the model's norms (a grown
     model's stream norms have ε/k, its MLM norm ε); a warning names the others.
     Another warns that Google's own code ignores it."""
-    norms = {
-        layer.name: layer.epsilon for layer in model.layers if isinstance(layer, layers.ExpandableLayerNormalization)
-    }
-    epsilon = collections.Counter(norms.values()).most_common(1)[0][0]
-    different = {name: value for name, value in norms.items() if value != epsilon}
+    epsilon, different = hf.norm_epsilons(model)
     if different:
         warnings.warn(
             f"BERT's config has one layer_norm_eps; {epsilon:g} is written, and these norms differ: "
             f"{different} (after growth the MLM norm keeps the small model's ε).",
-            stacklevel=_CALLER,
+            stacklevel=hf.caller_outside_kwiden(),
         )
     if format == "google" and epsilon != 1e-12:
         warnings.warn(
             f"Google's BERT code fixes LayerNorm's ε at 1e-12 whatever bert_config.json says; this "
             f"model's is {epsilon:g} (kwiden and other readers honour the config).",
-            stacklevel=_CALLER,
+            stacklevel=hf.caller_outside_kwiden(),
         )
     return epsilon
 

@@ -61,14 +61,21 @@ def layers_of(model):
     )
 
 
-def one_epsilon(model, title):
-    """The one norm ε a Hugging Face decoder config holds; refused, naming
-    the norms, where the model's differ."""
+def norm_epsilons(model):
+    """`(ε, {norm: its ε})`: the most common ε of the model's norms, and the
+    norms whose ε differs from it (a grown BERT's MLM norm keeps ε where its
+    stream norms have ε/k)."""
     norms = {
         layer.name: layer.epsilon for layer in model.layers if isinstance(layer, layers.ExpandableLayerNormalization)
     }
     epsilon = collections.Counter(norms.values()).most_common(1)[0][0]
-    different = {name: value for name, value in norms.items() if value != epsilon}
+    return epsilon, {name: value for name, value in norms.items() if value != epsilon}
+
+
+def one_epsilon(model, title):
+    """The one norm ε a Hugging Face decoder config holds; refused, naming
+    the norms, where the model's differ."""
+    epsilon, different = norm_epsilons(model)
     if different:
         raise ValueError(
             f"A {title} config.json has one norm epsilon; this model's norms differ ({epsilon:g} and {different}), "
@@ -89,7 +96,7 @@ def refuse_copied_rotary(attention, title):
         )
 
 
-def _caller_outside_kwiden():
+def caller_outside_kwiden():
     """The `stacklevel` of the first caller outside the kwiden package (a
     warning raised deep in `save_checkpoint` points at the user's line)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -115,7 +122,7 @@ def padding_keys(model, title):
         f"This {title} treats token id 0 as padding (kwiden's own decoders do; build with mask_padding=False for "
         "one that does not). config.json says so with mask_padding, which kwiden reads back, but Hugging Face "
         "masks only what attention_mask says: pass attention_mask=(input_ids != 0) there for the same function.",
-        stacklevel=_caller_outside_kwiden(),
+        stacklevel=caller_outside_kwiden(),
     )
     return {"mask_padding": True, "pad_token_id": 0}
 
