@@ -87,11 +87,11 @@ def token_input():
     return keras.Input((None,), dtype="int32", name=naming.INPUT_TOKEN)
 
 
-def padding_mask(token_ids, config=None):
+def padding_mask(token_ids, config):
     """True at real tokens: id 0 is padding, unless `config["mask_padding"]`
     is False (models read from Hugging Face configs, which take no implicit
     padding mask: their id 0 is a token like any other). None then."""
-    if config is not None and not config.get("mask_padding", True):
+    if not config.get("mask_padding", True):
         return None
     return ops.not_equal(token_ids, 0)
 

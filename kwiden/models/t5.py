@@ -46,7 +46,7 @@ def build_t5_encoder(config, name="t5"):
     x = blocks.embedding(config, config["vocab_size"], naming.EMBEDDING_TOKEN)(token_ids)
     x = blocks.embedding_norm(config, x)
     x = blocks.dropout(config, naming.EMBEDDING_DROPOUT)(x)
-    x = blocks.stack(x, blocks.padding_mask(token_ids), config, _relative_position_bias(config)(token_ids))
+    x = blocks.stack(x, blocks.padding_mask(token_ids, config), config, _relative_position_bias(config)(token_ids))
     return keras.Model(token_ids, blocks.output_logits(config, x), name=name)
 
 
