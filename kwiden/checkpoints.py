@@ -464,7 +464,7 @@ def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_no
     check_blocks(family, tensors, blocks, format, prefix, path)
     names = _names(family, blocks, format, prefix)
     placed = list(_placed(model, family, names))
-    _check_nothing_dropped(family, names, {name for *_, name, _ in placed}, tensors, path)
+    check_nothing_dropped(family, names, {name for *_, name, _ in placed}, tensors, path)
     values = [
         (variable, _value(tensors, layer, variable, name, kind, format, keep_tokens, path, allow_nonfinite))
         for layer, variable, name, kind in placed
@@ -500,7 +500,7 @@ def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint
     return to_kwiden(value, tuple(variable.shape), layout)
 
 
-def _check_nothing_dropped(family, names, used, tensors, checkpoint_path):
+def check_nothing_dropped(family, names, used, tensors, checkpoint_path):
     """Refuse a checkpoint holding block tensors the model has no weight for
     (biases its config leaves out, a Qwen2 read as a LLaMA), and an output
     head other than the token table where the config ties the two: loading

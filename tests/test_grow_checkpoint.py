@@ -222,3 +222,18 @@ def test_encoders_with_their_mlm_head_grow_bit_for_bit(tmp_path, family, heads):
     assert_same_tensors(tmp_path / "streamed", tmp_path / "in-memory")
     streamed, in_memory = (json.loads((tmp_path / f / "config.json").read_text()) for f in ("streamed", "in-memory"))
     assert streamed == in_memory and streamed["hidden_size"] == 32
+
+
+def test_tensors_the_config_leaves_out_are_refused_as_loading_refuses_them(tmp_path):
+    biased = dict(DECODER, num_attention_heads=4, attention_bias=True, mlp_bias=True)
+    model = randomize_weights(kwiden.build_transformer_model(biased, model="llama"), seed=1, std=0.3)
+    src = kwiden.save_checkpoint(model, tmp_path / "biased")
+    config = json.loads((src / "config.json").read_text())
+    (src / "kwiden-manifest.json").unlink()  # the config is edited by hand below
+    (src / "config.json").write_text(json.dumps({**config, "attention_bias": False, "mlp_bias": False}))
+    match = r"holds 'model.layers.0.self_attn.q_proj.bias', for which this LLaMA has no weight"
+    with pytest.raises(ValueError, match=match):
+        kwiden.build_transformer_model(checkpoint_path=src)
+    with pytest.raises(ValueError, match=match):
+        kwiden.grow_checkpoint(src, tmp_path / "big", k=2)
+    assert not (tmp_path / "big").exists()

@@ -156,6 +156,8 @@ def grow_checkpoint(
     grown_names = family.checkpoint_names(
         naming.count_blocks(layer.name for layer in big.layers), "hf", checkpoints.written_prefix(grown_config, family)
     )
+    used = {source_names[key][0] for key in _weight_keys(small) if key in source_names}
+    checkpoints.check_nothing_dropped(family, source_names, used, tensors, checkpoint.path)  # as loading does
     outputs = _outputs(placed, family, source_names, grown_names, tensors, checkpoint.path)
     source_dtype = _one_dtype(outputs, tensors, checkpoint.path)
     out_dtype = source_dtype if dtype is None else _dtype(dtype)
@@ -290,6 +292,11 @@ def _one_dtype(outputs, tensors, path):
     if names.get(code) not in DTYPES:
         raise ValueError(f"The checkpoint {path}'s weights are {code} ('{example}'); kwiden grows float weights.")
     return _numpy_dtype(names[code])
+
+
+def _weight_keys(model):
+    """`(layer name, weight name)` of each of `model`'s weights, as name maps key them."""
+    return {(layer.name, variable.name) for layer in model.layers for variable in layer.weights}
 
 
 def _warn_unused(tensors, outputs, src):
