@@ -24,13 +24,13 @@ import json
 import os
 import pathlib
 import re
-import shutil
-import uuid
+import stat
 from typing import Optional
 
 import numpy as np
 
 from kwiden import naming
+from kwiden.files import temporary_beside
 from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint, to_kwiden
 from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, family_of, get_family
@@ -47,8 +47,6 @@ OWNERS = {"hf": "Hugging Face's", "google": "Google's"}
 # The record of a checkpoint kwiden wrote: each file's size and sha256.
 MANIFEST = "kwiden-manifest.json"
 MANIFEST_VERSION = 1
-# Part of the name of the folder a checkpoint is written into before it is moved into place.
-TEMPORARY = ".kwiden-tmp-"
 
 # The layers whose rows are the vocabulary (`keep_tokens` selects them), and
 # the optional heads a checkpoint may lack.
@@ -753,33 +751,34 @@ def written_atomically(directory, format="hf"):
     records every file in it and they are moved into `directory`: a new
     `directory` is the temporary folder renamed, in one step
     (`save_checkpoint` says how an existing one is updated). The temporary
-    folder is gone after, whatever happened."""
+    folder is gone after, whatever happened; one left by a killed process is
+    removed by the next save beside it (`kwiden.files`)."""
     target = pathlib.Path(directory).resolve()  # a link's target: the sibling is then on its file system
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = _temporary_folder(target)
-    try:
+    # Made as any folder is (the umask's permissions, where `tempfile.mkdtemp` gives 0o700):
+    # a new checkpoint folder is this one renamed.
+    with temporary_beside(target, folder=True) as temporary:
         yield temporary
         files = sorted(p.name for p in temporary.iterdir() if p.is_file())
+        _give_modes(temporary, target, files)
         _write_manifest(temporary, format, files)
         for name in (*files, MANIFEST):
             _sync(temporary / name)
         _move_into_place(temporary, target, files, format)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
 
 
-def _temporary_folder(target):
-    """A new hidden folder beside `target`, made as any folder is (the umask's
-    permissions, where `tempfile.mkdtemp` gives 0o700): a new checkpoint
-    folder is this one renamed."""
-    for _ in range(100):
-        folder = target.parent / f".{target.name}{TEMPORARY}{uuid.uuid4().hex[:8]}"
-        try:
-            folder.mkdir()
-            return folder
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"No free name for a temporary folder beside {target}.")
+def _give_modes(temporary, target, files):
+    """Give each file the mode of the file it replaces, or a new file's (the
+    umask's): some writers (safetensors) make theirs readable by their owner alone."""
+    new = 0o666 & ~_umask()
+    for name in files:
+        old = target / name
+        os.chmod(temporary / name, stat.S_IMODE(old.stat().st_mode) if old.is_file() else new)
+
+
+def _umask():
+    mask = os.umask(0o022)  # reading it means setting it: set it back at once
+    os.umask(mask)
+    return mask
 
 
 def _write_manifest(folder, format, files):

@@ -1,8 +1,28 @@
-"""Files written whole or not at all."""
+"""Files written whole or not at all.
+
+A file or folder is first written under a temporary name beside its target,
+`.{name}.kwiden-tmp-{random}{suffix}`, created exclusively (a planted file
+or link of that name is never followed) and locked (`flock`) while its
+writer lives. A writer killed with `kill -9` cannot remove its temporary, but
+its lock dies with it: the next write to the same target removes the
+temporaries no live process holds, which only kwiden's own can be (the name
+says kwiden's; the lock says whether its writer is gone).
+"""
 
 import contextlib
 import os
 import pathlib
+import shutil
+import uuid
+import warnings
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so stale temporaries are left to the user
+    fcntl = None
+
+# Part of the name of every temporary file or folder kwiden writes.
+TEMPORARY = ".kwiden-tmp-"
 
 
 @contextlib.contextmanager
@@ -15,17 +35,123 @@ def replaced_atomically(path):
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "table.txt"
     >>> with replaced_atomically(target) as temporary:
     ...     _ = temporary.write_text("done")
-    >>> target.read_text()
-    'done'
+    >>> target.read_text(), [p.name for p in target.parent.iterdir()]
+    ('done', ['table.txt'])
     """
     path = pathlib.Path(path)
     # The suffix is kept: writers such as Keras' save and matplotlib's savefig read it.
-    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-    try:
+    with temporary_beside(path, suffix=path.suffix) as temporary:
         yield temporary
         os.replace(temporary, path)
+
+
+@contextlib.contextmanager
+def temporary_beside(target, suffix="", folder=False):
+    """Yield a new, empty file (or, with `folder=True`, folder) beside
+    `target`, held locked until the block ends and removed then unless the
+    block moved it away. Stale temporaries of `target` (their writer dead)
+    are removed first."""
+    target = pathlib.Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(target, suffix)
+    temporary, descriptor = _create_locked(target, suffix, folder)
+    try:
+        yield temporary
     finally:
-        temporary.unlink(missing_ok=True)
+        try:
+            if folder:
+                shutil.rmtree(temporary, ignore_errors=True)
+            else:
+                temporary.unlink(missing_ok=True)
+        finally:
+            if descriptor is not None:
+                os.close(descriptor)  # the lock goes last: until then no sweep takes it for stale
+
+
+def _create_locked(target, suffix, folder):
+    """`(path, descriptor)` of a new temporary beside `target`, created so
+    that it cannot be an existing file or link, and locked."""
+    for _ in range(100):
+        path = target.with_name(f".{target.name}{TEMPORARY}{uuid.uuid4().hex[:12]}{suffix}")
+        try:
+            if folder:
+                path.mkdir()
+                if fcntl is None:  # nothing to lock with (Windows, which opens no folders)
+                    return path, None
+                descriptor = os.open(path, os.O_RDONLY)
+            else:
+                # 0o666 less the umask, as any new file; O_EXCL refuses a name that exists, links included.
+                descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        except FileExistsError:
+            continue
+        if _lock(descriptor) and _same_file(descriptor, path):
+            return path, descriptor
+        os.close(descriptor)  # a sweep took it in the instant between creating and locking: try another name
+    raise FileExistsError(f"No free name for a temporary file beside {target}.")
+
+
+def remove_stale(target, suffix=""):
+    """Remove the temporaries of `target` whose writer is gone (no live
+    process holds their lock); returns their names. Where locks are not to
+    be had (Windows), nothing is removed."""
+    target = pathlib.Path(target)
+    removed = []
+    if fcntl is None or not target.parent.is_dir():
+        return removed
+    for path in target.parent.glob(f".{_escaped(target.name)}{TEMPORARY}*{_escaped(suffix)}"):
+        if _stale(path):
+            removed.append(path.name)
+    if removed:
+        warnings.warn(
+            f"Removed {len(removed)} temporary file(s) beside {target} left by a kwiden process that was killed: "
+            f"{', '.join(removed)}.",
+            stacklevel=4,
+        )
+    return removed
+
+
+def _stale(path):
+    """Whether `path` is a temporary no live process holds; if so, it is removed."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:  # gone meanwhile, a link, or not ours to read
+        return False
+    try:
+        if not _lock(descriptor) or not _same_file(descriptor, path):
+            return False
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(descriptor)
+
+
+def _lock(descriptor):
+    """Take `descriptor`'s lock without waiting; False if a live process holds it."""
+    if fcntl is None:
+        return True
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
+def _same_file(descriptor, path):
+    """Whether `path` still names the file open as `descriptor` (not removed and made anew)."""
+    try:
+        return os.path.samestat(os.fstat(descriptor), os.stat(path, follow_symlinks=False))
+    except OSError:
+        return False
+
+
+def _escaped(text):
+    """`text` with glob's special characters matched literally."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 def read_text(path, what, wanted, in_folder=None, not_utf8=""):

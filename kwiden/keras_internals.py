@@ -5,6 +5,9 @@ an optimizer's slots need attributes Keras does not export. When Keras
 changes them, this file is the one to mend.
 """
 
+import json
+import zipfile
+
 from keras.src.models.functional import Functional
 
 # An optimizer's slot lists, and how each grows with its variable: first
@@ -58,3 +61,11 @@ def compile_arguments(model):
     and metric objects, not their serialised config), or None if it was not."""
     config = getattr(model, "_compile_config", None)
     return None if config is None else dict(config.config)
+
+
+def saved_optimizer_config(path):
+    """The serialised optimizer a `.keras` file was compiled with (the
+    archive's `config.json`), or None where it was saved uncompiled."""
+    with zipfile.ZipFile(path) as archive:
+        config = json.loads(archive.read("config.json"))
+    return (config.get("compile_config") or {}).get("optimizer")

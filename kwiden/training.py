@@ -10,12 +10,16 @@ import keras
 
 from kwiden.files import replaced_atomically
 from kwiden.growth import grow
-from kwiden.keras_internals import compile_arguments
+from kwiden.keras_internals import compile_arguments, saved_optimizer_config
 from kwiden.optimizers import AccumulatingOptimizer
 
 # `grow`'s arguments a schedule may set; the trainer passes the model and its optimizer.
 GROW_ARGUMENTS = tuple(name for name in inspect.signature(grow).parameters if name not in ("model", "optimizer"))
 STATE_FILE = "kwiden-growing.json"
+# The name of every model a backup writes: `fit_growing` deletes only files it wrote.
+BACKUP_PREFIX = "kwiden-backup-"
+# The attribute in which a model `fit_growing` returns keeps the batches it has trained on.
+BATCHES_ATTRIBUTE = "_kwiden_batches_trained"
 
 
 class GrowthSchedule:
@@ -108,7 +112,9 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
         schedule: a `GrowthSchedule`, or the dict to make one. A growth
             without a `seed` is seeded by its update, so runs repeat.
         steps: the number of parameter updates to train to, counted from
-            the optimizer's first (a resumed run goes on to the same number).
+            the optimizer's first (a resumed run goes on to the same number),
+            in batches trained on: one update is `accum_steps` batches, and
+            a step that mixed precision's loss scaling skips counts as done.
             A growth at update `u` happens before update `u + 1`, so growths
             at `steps` or later are not reached (a later call with more
             steps reaches them). The model must not have done more updates
@@ -118,7 +124,11 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
             just before and just after each growth and when training ends; if
             it holds a save when `fit_growing` starts, training resumes from it
             instead of `model`, skipping the batches of `data` already trained
-            on (pass the same data again).
+            on (pass the same data again), compiled with `model`'s loss,
+            metrics and settings and the saved optimizer and its state (so an
+            unregistered loss function resumes too). Its files are named
+            `kwiden-backup-*.keras` and `kwiden-growing.json`; only those it
+            wrote are ever deleted, so the folder may hold other files.
 
     Returns:
         `(model, history)`: the final, grown model, and a dict of each logged
@@ -141,12 +151,13 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
         schedule = GrowthSchedule(schedule)
     steps = _steps(steps)
     backup = _Backup(backup_dir, schedule) if backup_dir is not None else None
-    growths_done = 0
+    growths_done, consumed = 0, None
     if backup is not None and backup.exists():
-        model, growths_done = backup.load()
+        model, growths_done, consumed = backup.load(model)
     _check_compiled(model, schedule)
     accumulation = getattr(_inner(model.optimizer), "accum_steps", 1)
-    consumed = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    if consumed is None:
+        consumed = _batches_trained(model)
     _check_not_past(schedule, growths_done, consumed // accumulation)
     _check_length(data, steps * accumulation)
     batches = iter(data)
@@ -158,34 +169,66 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
         if pending and pending[0][0] == done:
             update, arguments = pending[0]
             if backup is not None:
-                backup.save(model, growths_done)
+                backup.save(model, growths_done, consumed)
             model = _grow(model, update, arguments, verbose)
+            _remember_batches(model, consumed)
             growths_done += 1
             if backup is not None:
-                backup.save(model, growths_done)
+                backup.save(model, growths_done, consumed)
             continue
         stop = pending[0][0] if pending else steps
         if done >= stop:
             break
         micro_steps = stop * accumulation - consumed
+        counter = _BatchCounter()
         fitted = model.fit(
             _take(batches, micro_steps, consumed),
             steps_per_epoch=micro_steps,
             initial_epoch=growths_done,  # stretch i is epoch i: callbacks see the epochs go on
             epochs=growths_done + 1,
             shuffle=False,
-            callbacks=callbacks,
+            callbacks=[*(callbacks or []), counter],
             verbose=verbose,
         )
         for key, values in fitted.history.items():
             history.setdefault(key, []).extend(values)
-        consumed += micro_steps
-        stopped = int(keras.ops.convert_to_numpy(model.optimizer.iterations)) != consumed
-        if stopped or model.stop_training:
+        consumed += counter.batches
+        _remember_batches(model, consumed)
+        if counter.batches < micro_steps or model.stop_training:
             break  # a callback stopped training (TerminateOnNaN, or any that sets stop_training)
     if backup is not None:
-        backup.save(model, growths_done)
+        backup.save(model, growths_done, consumed)
     return model, history
+
+
+class _BatchCounter(keras.callbacks.Callback):
+    """How many batches a `fit` trained on. Not the optimizer's iterations:
+    a step that loss scaling skips (mixed_float16) leaves those as they were."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches = batch + 1  # `batch` is the last of the steps just run (steps_per_execution)
+
+
+def _remember_batches(model, consumed):
+    """Keep on `model` the batches trained on and its optimizer's iterations
+    then, so that a later call goes on from there (the two part where loss
+    scaling skipped steps)."""
+    setattr(model, BATCHES_ATTRIBUTE, (consumed, _iterations(model)))
+
+
+def _batches_trained(model):
+    """The batches `model` has trained on: its optimizer's iterations, and
+    the steps loss scaling skipped in an earlier `fit_growing` call."""
+    consumed, iterations = getattr(model, BATCHES_ATTRIBUTE, (0, 0))
+    return _iterations(model) + consumed - iterations
+
+
+def _iterations(model):
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
 
 
 def _steps(value):
@@ -276,9 +319,10 @@ def _take(batches, count, consumed):
 
 
 class _Backup:
-    """The model saved under `folder`, with how many growths it has had; a
-    small JSON file names the current save, so a crash mid-save keeps the
-    previous one."""
+    """The model saved under `folder`, with how many growths it has had and
+    how many batches it has trained on; a small JSON file names the current
+    save, so a crash mid-save keeps the previous one. Only files this class
+    wrote are deleted: the folder may hold a user's own models."""
 
     def __init__(self, folder, schedule):
         self.folder = pathlib.Path(folder)
@@ -291,28 +335,57 @@ class _Backup:
     def exists(self):
         return (self.folder / STATE_FILE).exists()
 
-    def save(self, model, growths_done):
+    def save(self, model, growths_done, consumed):
         self.folder.mkdir(parents=True, exist_ok=True)
-        updates = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-        name = f"model-{updates}-{growths_done}.keras"
+        previous = self._state().get("model") if self.exists() else None
+        name = f"{BACKUP_PREFIX}{consumed}-{growths_done}.keras"
         with replaced_atomically(self.folder / name) as temporary:
             model.save(temporary)
-        state = {"model": name, "growths_done": growths_done, "schedule": self.schedule_text}
+        state = {"model": name, "growths_done": growths_done, "batches": consumed, "schedule": self.schedule_text}
         with replaced_atomically(self.folder / STATE_FILE) as temporary:
             temporary.write_text(json.dumps(state, indent=1))
-        for old in self.folder.glob("model-*.keras"):
-            if old.name != name:
-                old.unlink()
+        # The save the state named before, and any a kill left between writing the state and this line.
+        stale = {previous} | {old.name for old in self.folder.glob(f"{BACKUP_PREFIX}*.keras")}
+        for old in stale - {None, name}:
+            (self.folder / old).unlink(missing_ok=True)
 
-    def load(self):
-        state = json.loads((self.folder / STATE_FILE).read_text())
+    def _state(self):
+        path = self.folder / STATE_FILE
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(
+                f"{path} is not a backup state kwiden can read ({error}): it was changed or damaged. Delete it "
+                "to start afresh (its model files stay), or give another backup_dir."
+            ) from None
+        if not isinstance(state, dict) or not {"model", "growths_done", "schedule"} <= set(state):
+            raise ValueError(f"{path} is not a backup state kwiden wrote; delete it, or give another backup_dir.")
+        return state
+
+    def load(self, live):
+        """`(model, growths done, batches trained on or None)`: the saved
+        model, compiled as `live` is (its loss, metrics, settings) with the
+        saved optimizer and state; not compiled by Keras' loader, which
+        cannot find a loss function that is not registered. An uncompiled
+        `live` takes the saved compile."""
+        state = self._state()
         if state["schedule"] != self.schedule_text:
             raise ValueError(
                 f"The backup in {self.folder} was made under another growth schedule "
                 f"({state['schedule']['growths']}, now {self.schedule!r}): pass the same "
                 "schedule to resume, or another backup_dir to start afresh."
             )
-        return keras.saving.load_model(self.folder / state["model"]), state["growths_done"]
+        path = self.folder / state["model"]
+        config = compile_arguments(live)
+        if config is None:
+            return keras.saving.load_model(path), state["growths_done"], state.get("batches")
+        model = keras.saving.load_model(path, compile=False)
+        optimizer = keras.optimizers.deserialize(saved_optimizer_config(path))
+        config.pop("optimizer")
+        model.compile(optimizer=optimizer, **config)
+        optimizer.build(model.trainable_variables)
+        model.load_weights(path)  # the weights again, and the optimizer's state
+        return model, state["growths_done"], state.get("batches")
 
 
 __all__ = ["GrowthSchedule", "fit_growing"]

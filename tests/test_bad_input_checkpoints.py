@@ -12,7 +12,8 @@ import safetensors.numpy
 import tensorflow as tf
 
 import kwiden
-from kwiden.checkpoints import MANIFEST, TEMPORARY
+from kwiden.checkpoints import MANIFEST
+from kwiden.files import TEMPORARY
 from kwiden.testing import numpy_outputs, padded_batch, tiny_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:Google's BERT code")
