@@ -378,7 +378,13 @@ class _Backup:
         path = self.folder / state["model"]
         config = compile_arguments(live)
         if config is None:
-            return keras.saving.load_model(path), state["growths_done"], state.get("batches")
+            try:
+                return keras.saving.load_model(path), state["growths_done"], state.get("batches")
+            except TypeError as error:  # Keras' "Could not locate function 'my_loss'"
+                raise ValueError(
+                    f"The backup {path} cannot be compiled as saved ({str(error).split('. ')[0]}): pass fit_growing "
+                    "the model compiled with its loss and metrics, and it resumes with those."
+                ) from None
         model = keras.saving.load_model(path, compile=False)
         optimizer = keras.optimizers.deserialize(saved_optimizer_config(path))
         config.pop("optimizer")
