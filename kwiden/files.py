@@ -154,16 +154,18 @@ def _escaped(text):
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
-def read_text(path, what, wanted, in_folder=None, not_utf8=""):
+def read_text(path, what, wanted, in_folder=None, not_utf8="", newline=None):
     """The UTF-8 text of the file at `path`, or one error that calls it `what`
     ("The vocabulary …") and says what to give instead (`wanted`; for a folder,
     `in_folder` where given) when it is a folder, is missing, or is not UTF-8
-    (`not_utf8` ends that sentence)."""
+    (`not_utf8` ends that sentence). `newline` is `open`'s: None turns \r\n
+    and \r into \n, "" keeps line endings as the file has them."""
     path = pathlib.Path(path)
     if path.is_dir():
         raise ValueError(f"{what} {path} is a folder; give {in_folder or wanted}.")
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8", newline=newline) as file:
+            return file.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} {path} does not exist; give {wanted}.") from None
     except UnicodeDecodeError as error:

@@ -10,6 +10,7 @@ from kwiden.files import read_text
 # The tokens BERT's WordPiece cannot do without: unknown words, and the two
 # that `encode` puts around texts.
 REQUIRED_TOKENS = ("[UNK]", "[CLS]", "[SEP]")
+BYTE_ORDER_MARK = "\ufeff"
 # What `tokenizers` strips from the end of a vocabulary line (Rust's
 # whitespace: Python's but for the separators \x1c-\x1f).
 LINE_END_SPACES = (
@@ -29,9 +30,10 @@ class Tokenizer:
 
     The vocabulary is checked when the tokenizer is made (`read_vocabulary`):
     a missing file, a folder, an empty file, one without [UNK], [CLS] or
-    [SEP], and one that repeats a token (whose ids would skip, leaving
-    `vocab_size` below the largest id) are refused with an error naming the
-    file (and the repeated token's lines).
+    [SEP], one that repeats a token (whose ids would skip, leaving
+    `vocab_size` below the largest id) and one with a carriage return (\\r)
+    other than in a \\r\\n line ending are refused with an error naming the
+    file (and the lines at fault). A UTF-8 byte-order mark is skipped.
 
     Args:
         vocab_path: the model's `vocab.txt`, one token a line, ids from 0.
@@ -55,14 +57,13 @@ class Tokenizer:
         self.vocab_path = str(vocab_path)
         self.lowercase = lowercase
         self.maxlen = maxlen
+        # The checked tokens, not the file: `tokenizers` would read a byte-order mark into the first token.
         self._tokenizer = BertWordPieceTokenizer(
-            self.vocab_path, lowercase=lowercase, strip_accents=lowercase, handle_chinese_chars=True
+            {token: i for i, token in enumerate(tokens)},
+            lowercase=lowercase,
+            strip_accents=lowercase,
+            handle_chinese_chars=True,
         )
-        if self.vocab_size != len(tokens):  # lines `tokenizers` splits otherwise than Python does
-            raise ValueError(
-                f"The vocabulary {self.vocab_path} has {len(tokens)} lines, which `tokenizers` reads as "
-                f"{self.vocab_size} tokens: some repeat, and ids would skip."
-            )
 
     @property
     def vocab_size(self):
@@ -102,9 +103,11 @@ class Tokenizer:
 
 def read_vocabulary(vocab_path):
     """The tokens of a WordPiece `vocab.txt`, in id order, as `tokenizers`
-    reads them (one a line, trailing spaces dropped). Raises, naming the
-    file, where it is missing, a folder, empty, not UTF-8, lacks one of
-    `REQUIRED_TOKENS` or repeats a token (naming it and its lines).
+    reads them (one a line, trailing spaces dropped, a leading UTF-8
+    byte-order mark skipped). Raises, naming the file, where it is missing,
+    a folder, empty, not UTF-8, uses \\r line endings alone, holds a \\r
+    inside a token (naming the line), lacks one of `REQUIRED_TOKENS` or
+    repeats a token (naming it and its lines).
 
     >>> import tempfile, os
     >>> vocab = os.path.join(tempfile.mkdtemp(), "vocab.txt")
@@ -116,13 +119,18 @@ def read_vocabulary(vocab_path):
     """
     path = pathlib.Path(vocab_path)
     inside = " (its vocab.txt?)" if (path / "vocab.txt").is_file() else ""
-    text = read_text(path, "The vocabulary", "the model's vocab.txt", in_folder=f"the vocab.txt file{inside}")
-    lines = text.split("\n")
+    # Line endings kept as they are: `tokenizers` (Hugging Face's fast tokenizers) ends lines at \n alone.
+    text = read_text(
+        path, "The vocabulary", "the model's vocab.txt", in_folder=f"the vocab.txt file{inside}", newline=""
+    )
+    # Windows editors start UTF-8 files with a mark that is no part of the first token (Python's utf-8-sig).
+    lines = text.removeprefix(BYTE_ORDER_MARK).split("\n")
     if lines[-1] == "":  # the newline ending the last line
         lines.pop()
     if not lines:
         raise ValueError(f"The vocabulary {path} is empty; a WordPiece vocab.txt has one token a line.")
-    tokens = [line.rstrip(LINE_END_SPACES) for line in lines]
+    tokens = [line.rstrip(LINE_END_SPACES) for line in lines]  # a \r\n line's \r goes here
+    refuse_carriage_returns(path, tokens)
     missing = [token for token in REQUIRED_TOKENS if token not in tokens]
     if missing:
         raise ValueError(
@@ -143,3 +151,24 @@ def read_vocabulary(vocab_path):
             "or ids skip and vocab_size falls below the largest id."
         )
     return tokens
+
+
+def refuse_carriage_returns(path, tokens):
+    """A \\r left inside a token: readers that take \\r for a line break
+    (Python's text mode, Hugging Face's `BertTokenizer`) would read more
+    lines, and every later token another id."""
+    inside = [number for number, token in enumerate(tokens, 1) if "\r" in token]
+    if not inside:
+        return
+    if len(tokens) == 1:
+        raise ValueError(
+            f"The vocabulary {path} uses CR line endings (\\r) alone, which `tokenizers` reads as one line; "
+            "save it with \\n line endings."
+        )
+    number = inside[0]
+    others = f" (and {len(inside) - 1} more lines)" if len(inside) > 1 else ""
+    raise ValueError(
+        f"The vocabulary {path}, line {number}{others}, holds a carriage return (\\r) inside the token "
+        f"{tokens[number - 1]!r}, which other readers take for a line break, shifting every later id; "
+        "remove it, or save the file with \\n line endings."
+    )

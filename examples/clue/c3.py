@@ -18,6 +18,8 @@ import pathlib
 
 import snippets
 
+PREDICTIONS = "c311_predict.json"
+
 
 def questions(path, labelled, tokenizer, maxlen, seen):
     """The questions of one file, as `snippets.Choices`."""
@@ -66,9 +68,9 @@ def read(args, tokenizer):
 
 
 def main(argv=None):
-    result = snippets.run_multiple_choice("c3", read, argv)
+    result = snippets.run_multiple_choice("c3", read, argv, PREDICTIONS)
     records = [{"id": example.id, "label": int(index)} for example, index in zip(result["test"], result["chosen"])]
-    path = snippets.write_json(pathlib.Path(result["args"].output_dir) / "c311_predict.json", records, lines=True)
+    path = snippets.write_json(pathlib.Path(result["args"].output_dir) / PREDICTIONS, records, lines=True)
     print(f"c3: predictions in {path}")
     return {"dev_accuracy": result["dev_accuracy"], "predictions": path}
 

@@ -22,6 +22,8 @@ import re
 
 import snippets
 
+PREDICTIONS = "chid11_predict.json"
+
 BLANK = re.compile(r"#idiom\d+#")
 OTHER_BLANK = "_"
 
@@ -93,9 +95,9 @@ def read(args, tokenizer):
 
 
 def main(argv=None):
-    result = snippets.run_multiple_choice("chid", read, argv)
+    result = snippets.run_multiple_choice("chid", read, argv, PREDICTIONS)
     chosen = {example.id: int(index) for example, index in zip(result["test"], result["chosen"])}
-    path = snippets.write_json(pathlib.Path(result["args"].output_dir) / "chid11_predict.json", chosen)
+    path = snippets.write_json(pathlib.Path(result["args"].output_dir) / PREDICTIONS, chosen)
     print(f"chid: predictions in {path}")
     return {"dev_accuracy": result["dev_accuracy"], "predictions": path}
 

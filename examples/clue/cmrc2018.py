@@ -32,6 +32,9 @@ import kwiden
 from kwiden.tokenizer import read_vocabulary
 
 TOP_K = 20  # starts and ends tried per window
+PREDICTIONS = "cmrc2018_predict.json"
+# Below 1 these would be taken as 1 (--stride, --max-question) or find no answer (--max-answer).
+LEAST = {"stride": (1, ""), "max_question": (1, ""), "max_answer": (1, "")}
 
 
 @dataclasses.dataclass
@@ -68,7 +71,7 @@ def parse_args(argv=None):
     parser.add_argument("--stride", type=int, default=128, help="characters between windows' starts")
     parser.add_argument("--max-question", type=int, default=64, help="question tokens kept")
     parser.add_argument("--max-answer", type=int, default=64, help="the longest answer, in characters")
-    return snippets.check_args(parser, argv)
+    return snippets.check_args(parser, argv, least=LEAST, predictions=PREDICTIONS)
 
 
 def field(record, name, where):
@@ -215,7 +218,7 @@ def main(argv=None):
     test, test_contexts, _ = read_file(data_dir / "test.json", False, tokens, args)
     dev_inputs = [dataclasses.replace(window, label=None) for window in dev]
     model = build_span_model(args)
-    snippets.check_vocabulary(model, kwiden_tokenizer, args.vocab)
+    snippets.check_model(model, kwiden_tokenizer, args)
     model.compile(snippets.OPTIMIZERS[args.optimizer](args), span_loss)
     keep_best = snippets.KeepBest(
         evaluate=lambda model: exact_match(best_spans(model, dev_inputs, dev_contexts, args), dev_answers)
@@ -223,7 +226,7 @@ def main(argv=None):
     batches = snippets.Batches(train, args.batch_size, shuffle=True, seed=args.seed, maxlen=args.maxlen)
     snippets.fit(model, batches, args, [keep_best])
     predicted = best_spans(model, test, test_contexts, args)
-    path = snippets.write_json(pathlib.Path(args.output_dir) / "cmrc2018_predict.json", predicted)
+    path = snippets.write_json(pathlib.Path(args.output_dir) / PREDICTIONS, predicted)
     print(f"cmrc2018: best dev exact match {keep_best.best_accuracy:.4f}; predictions in {path}")
     return {"dev_accuracy": keep_best.best_accuracy, "predictions": path}
 

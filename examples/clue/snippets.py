@@ -8,6 +8,8 @@ A task script only says how one JSON line becomes text (`Task`) and calls
 import argparse
 import dataclasses
 import json
+import math
+import os
 import pathlib
 from typing import Callable
 
@@ -25,6 +27,18 @@ ID_FIELDS = ("id", "idx")
 # Pad each batch to a multiple of this: a handful of shapes for the compiled
 # step instead of one per length, at a few padding tokens' cost.
 PAD_MULTIPLE = 8
+# The fewest tokens an example of two texts needs: [CLS], a token of each, two [SEP].
+LEAST_MAXLEN = 5
+# Each whole-number flag's least value, and what its refusal adds (why, or what to do instead).
+LEAST = {
+    "epochs": (1, ""),
+    "batch_size": (1, ""),
+    "accum_steps": (1, " (1: an update every batch)"),
+    "grow": (1, "; leave --grow out to fine-tune the model as built"),
+    "maxlen": (LEAST_MAXLEN, " ([CLS], two [SEP] and a token of each text)"),
+}
+# NumPy's seeds, which keras.utils.set_random_seed passes on.
+LARGEST_SEED = 2**32 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +73,8 @@ class Example:
 
 
 def parse_args(task, argv=None):
-    return check_args(argument_parser(f"Fine-tune a classifier on CLUE's {task.name}."), argv)
+    parser = argument_parser(f"Fine-tune a classifier on CLUE's {task.name}.")
+    return check_args(parser, argv, predictions=task.predictions)
 
 
 def argument_parser(description):
@@ -84,11 +99,51 @@ def argument_parser(description):
     return parser
 
 
-def check_args(parser, argv=None):
+def check_args(parser, argv=None, least=None, predictions=None):
+    """The parsed flags, refused here (a usage error naming the flag) where
+    they would fail, or quietly do something else, only once training starts
+    or ends: numbers below `LEAST` (and a script's own `least`), a --lr that
+    is not a positive number, an --output-dir that cannot hold `predictions`."""
     args = parser.parse_args(argv)
     if args.config is None and args.checkpoint is None:
         parser.error("give --config, --checkpoint, or both")
+    problem = next(number_problems(args, {**LEAST, **(least or {})}), None)
+    problem = problem or output_dir_problem(pathlib.Path(args.output_dir), predictions)
+    if problem:
+        parser.error(problem)
     return args
+
+
+def number_problems(args, least):
+    for name, (smallest, instead) in least.items():
+        value = getattr(args, name)
+        if value is not None and value < smallest:
+            yield f"--{name.replace('_', '-')} must be at least {smallest}, got {value}{instead}"
+    if not 0 <= args.seed <= LARGEST_SEED:
+        yield f"--seed must be between 0 and {LARGEST_SEED}, got {args.seed}"
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        yield f"--lr must be a positive number, got {args.lr}"
+
+
+def output_dir_problem(folder, predictions=None):
+    """Why the predictions could not be written under `folder` (made if
+    missing), or None: said before training, not after it."""
+    if folder.exists() and not folder.is_dir():
+        return f"--output-dir {folder} is a file; give a folder (it is made if missing)"
+    if predictions and (folder / predictions).is_dir():
+        return (
+            f"--output-dir {folder} holds a folder {predictions}, where the predictions go; "
+            "move it or give another --output-dir"
+        )
+    nearest = next(path for path in (folder, *folder.parents) if path.exists())
+    if not nearest.is_dir():
+        return f"--output-dir {folder} cannot be made: {nearest} is a file; give a folder path"
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        return (
+            f"--output-dir {folder} cannot be made or written: {nearest} is not writable; "
+            "give a folder you can write to"
+        )
+    return None
 
 
 # Reading CLUE's JSON lines.
@@ -376,6 +431,26 @@ def build_classifier(args, num_labels):
     return build_model(args, head, "classifier")
 
 
+def check_model(model, tokenizer, args):
+    """What the flags ask of the built model, before it trains."""
+    check_vocabulary(model, tokenizer, args.vocab)
+    check_positions(model, args.maxlen)
+
+
+def check_positions(model, maxlen):
+    """A --maxlen past a learned position table would fail in a kernel at the
+    first batch that long, maybe only in predict after every epoch; rotary
+    models (RoFormer) have no table, and no such limit."""
+    if naming.EMBEDDING_POSITION not in {layer.name for layer in model.layers}:
+        return
+    positions = model.get_layer(naming.EMBEDDING_POSITION).input_dim
+    if maxlen > positions:
+        raise ValueError(
+            f"--maxlen {maxlen} is more than the model's {positions} positions (its config's "
+            f"max_position_embeddings); give --maxlen {positions} or less."
+        )
+
+
 def check_vocabulary(model, tokenizer, vocab_path):
     """Ids past the token table would fail deep in a kernel; say so here."""
     rows = model.get_layer(naming.EMBEDDING_TOKEN).input_dim
@@ -499,7 +574,7 @@ def run(task, argv=None):
     tokenizer = kwiden.Tokenizer(args.vocab)
     train, dev, test, labels = load_data(args, task, tokenizer)
     model = build_classifier(args, len(labels))
-    check_vocabulary(model, tokenizer, args.vocab)
+    check_model(model, tokenizer, args)
     compile_classifier(model, args)
     keep_best = KeepBest(dev, args.batch_size, args.maxlen)
     train_batches = Batches(train, args.batch_size, shuffle=True, seed=args.seed, maxlen=args.maxlen)
@@ -597,21 +672,23 @@ def predict_choices(model, examples, batch_size, choices, maxlen=None):
     return scores.argmax(-1)
 
 
-def run_multiple_choice(name, read, argv=None):
+def run_multiple_choice(name, read, argv=None, predictions=None):
     """Fine-tune a scorer on the train examples, keep the best dev epoch,
     choose for the test examples.
 
     `read(args, tokenizer)` gives `(train, dev, test)` lists of `Choices`,
-    every file read and checked before training. Returns
+    every file read and checked before training; `predictions`, the file's
+    name, is checked to be writable under --output-dir first. Returns
     `{"dev_accuracy", "test": test examples, "chosen": their chosen indices}`.
     """
-    args = check_args(argument_parser(f"Fine-tune a multiple-choice model on CLUE's {name}."), argv)
+    parser = argument_parser(f"Fine-tune a multiple-choice model on CLUE's {name}.")
+    args = check_args(parser, argv, predictions=predictions)
     keras.utils.set_random_seed(args.seed)
     tokenizer = kwiden.Tokenizer(args.vocab)
     train, dev, test = read(args, tokenizer)
     choices = most_choices(train, dev, test)
     model = build_scorer(args)
-    check_vocabulary(model, tokenizer, args.vocab)
+    check_model(model, tokenizer, args)
     model.compile(OPTIMIZERS[args.optimizer](args), choice_loss(choices))
 
     def dev_accuracy(model):

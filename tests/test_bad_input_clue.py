@@ -1,0 +1,115 @@
+"""CLUE flags and paths that would fail, or quietly do something else, only
+once training starts or ends: refused before any training, naming the flag."""
+
+import runpy
+
+import keras
+import pytest
+from test_clue import CLUE, model_files, run, snippets_importable  # noqa: F401 (fixtures)
+
+SPAN_TASKS = ["cmrc2018", "chid", "c3"]
+
+
+@pytest.fixture(autouse=True)
+def no_training(monkeypatch):
+    """Every case here must be refused before `fit`."""
+
+    def fit(*args, **kwargs):
+        raise AssertionError("the model was trained before the bad input was refused")
+
+    monkeypatch.setattr(keras.Model, "fit", fit)
+
+
+def refused_flag(task, model_files, tmp_path, capsys, *flags):  # noqa: F811
+    """The usage error's message, the output folder checked unmade."""
+    with pytest.raises(SystemExit) as exit:
+        run(task, model_files, tmp_path / "out", None, *flags)
+    assert exit.value.code == 2
+    assert not (tmp_path / "out").exists()
+    return capsys.readouterr().err
+
+
+BAD_NUMBERS = {
+    "batch-size 0": (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    "batch-size -1": (["--batch-size", "-1"], "--batch-size must be at least 1, got -1"),
+    "epochs 0": (["--epochs", "0"], "--epochs must be at least 1, got 0"),
+    "epochs -1": (["--epochs", "-1"], "--epochs must be at least 1, got -1"),
+    "grow 0": (["--grow", "0"], "--grow must be at least 1, got 0; leave --grow out"),
+    "accum-steps 0": (["--accum-steps", "0"], "--accum-steps must be at least 1, got 0"),
+    "lr 0": (["--lr", "0"], "--lr must be a positive number, got 0.0"),
+    "lr negative": (["--lr", "-0.001"], "--lr must be a positive number, got -0.001"),
+    "lr nan": (["--lr", "nan"], "--lr must be a positive number, got nan"),
+    "maxlen 0": (["--maxlen", "0"], "--maxlen must be at least 5, got 0"),
+    "maxlen 4": (["--maxlen", "4"], "--maxlen must be at least 5, got 4 ([CLS], two [SEP] and a token of each text)"),
+    "seed -1": (["--seed", "-1"], "--seed must be between 0 and 4294967295, got -1"),
+    "seed 2**32": (["--seed", "4294967296"], "--seed must be between 0 and 4294967295, got 4294967296"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_NUMBERS))
+def test_a_bad_number_is_refused_naming_its_flag(case, model_files, tmp_path, capsys):  # noqa: F811
+    flags, message = BAD_NUMBERS[case]
+    assert message in refused_flag("afqmc", model_files, tmp_path, capsys, *flags)
+
+
+@pytest.mark.parametrize("task", SPAN_TASKS)
+def test_the_span_tasks_refuse_bad_numbers_too(task, model_files, tmp_path, capsys):  # noqa: F811
+    assert "--batch-size must be at least 1, got 0" in refused_flag(task, model_files, tmp_path, capsys, "--batch-size", "0")  # fmt: skip
+    assert "--maxlen must be at least 5, got 3" in refused_flag(task, model_files, tmp_path, capsys, "--maxlen", "3")
+
+
+@pytest.mark.parametrize("flag", ["--stride", "--max-question", "--max-answer"])
+def test_cmrc2018_refuses_its_own_flags_below_1(flag, model_files, tmp_path, capsys):  # noqa: F811
+    """Below 1, --stride and --max-question were taken as 1, and --max-answer found no answer."""
+    error = refused_flag("cmrc2018", model_files, tmp_path, capsys, flag, "0")
+    assert f"{flag} must be at least 1, got 0" in error
+
+
+@pytest.mark.parametrize("task", ["afqmc", *SPAN_TASKS])
+def test_maxlen_past_the_position_table_is_refused_before_training(task, model_files, tmp_path):  # noqa: F811
+    """The tiny BERT has 64 positions: 128 (the default) used to train, then fail in `predict` on a long text."""
+    with pytest.raises(ValueError) as error:
+        run(task, model_files, tmp_path / "out", None, "--maxlen", "128")
+    assert "--maxlen 128 is more than the model's 64 positions" in str(error.value)
+    assert "give --maxlen 64 or less" in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_rotary_model_has_no_position_limit(model_files):  # noqa: F811
+    """RoFormer encodes positions in attention: no table, any --maxlen."""
+    snippets = runpy.run_path(str(CLUE / "snippets.py"))
+    argv = ["--data-dir", "x", "--config", str(model_files / "config.json"), "--vocab", "v", "--maxlen", "128"]
+    for model, refused in (("roformer", False), ("bert", True)):
+        args = snippets["parse_args"](snippets["Task"]("afqmc", "afqmc_predict.json", None), [*argv, "--model", model])
+        classifier = snippets["build_classifier"](args, 2)
+        if refused:
+            with pytest.raises(ValueError, match="--maxlen 128 is more than the model's 64 positions"):
+                snippets["check_positions"](classifier, 128)
+        else:
+            snippets["check_positions"](classifier, 128)
+
+
+@pytest.mark.parametrize("task", ["afqmc", "cmrc2018"])
+def test_an_output_dir_that_is_a_file_is_refused_and_left_as_it_was(task, model_files, tmp_path, capsys):  # noqa: F811
+    output = tmp_path / "out"
+    output.write_text("keep me")
+    with pytest.raises(SystemExit):
+        run(task, model_files, output)
+    assert f"--output-dir {output} is a file; give a folder" in capsys.readouterr().err
+    assert output.read_text() == "keep me"
+
+
+def test_an_output_dir_that_cannot_be_made_is_refused(model_files, tmp_path, capsys):  # noqa: F811
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit):
+        run("c3", model_files, blocker / "out")
+    assert f"--output-dir {blocker / 'out'} cannot be made: {blocker} is a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("task, predictions", [("afqmc", "afqmc_predict.json"), ("chid", "chid11_predict.json")])
+def test_a_folder_where_the_predictions_go_is_refused(task, predictions, model_files, tmp_path, capsys):  # noqa: F811
+    (tmp_path / "out" / predictions).mkdir(parents=True)
+    with pytest.raises(SystemExit):
+        run(task, model_files, tmp_path / "out")
+    assert f"holds a folder {predictions}, where the predictions go" in capsys.readouterr().err
