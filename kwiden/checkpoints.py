@@ -31,6 +31,7 @@ from typing import Optional
 import numpy as np
 
 from kwiden import naming
+from kwiden.files import json_text
 from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint, to_kwiden
 from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, family_of, get_family
@@ -739,7 +740,7 @@ def _write_atomically(directory, format, config, tensors):
     """Write the checkpoint into a temporary sibling folder, then move it into
     `directory` (`save_checkpoint` says how)."""
     with written_atomically(directory, format) as temporary:
-        (temporary / CONFIG_FILES[format]).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        (temporary / CONFIG_FILES[format]).write_text(json_text(config, CONFIG_FILES[format]), encoding="utf-8")
         if format == "hf":
             _write_safetensors(tensors, temporary / SAFETENSORS)
         else:
@@ -785,7 +786,7 @@ def _temporary_folder(target):
 def _write_manifest(folder, format, files):
     records = {name: {"bytes": (folder / name).stat().st_size, "sha256": _sha256(folder / name)} for name in files}
     manifest = {"kwiden_manifest": MANIFEST_VERSION, "format": format, "files": records}
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    (folder / MANIFEST).write_text(json_text(manifest, MANIFEST), encoding="utf-8")
 
 
 def _move_into_place(temporary, target, files, format):

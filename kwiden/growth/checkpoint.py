@@ -169,7 +169,7 @@ def grow_checkpoint(
     _check_memory(outputs)
     with checkpoints.written_atomically(dst, "hf") as temporary:
         (temporary / checkpoints.CONFIG_FILES["hf"]).write_text(
-            json.dumps(grown_config, indent=2) + "\n", encoding="utf-8"
+            json.dumps(grown_config, indent=2, allow_nan=False) + "\n", encoding="utf-8"
         )
         _write(temporary, shards, tensors, out_dtype, options, allow_nonfinite, progress)
     return GrownCheckpoint(dst, *parameters, tuple(file for file, _ in shards))
