@@ -465,12 +465,12 @@ def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_no
     check_blocks(family, tensors, blocks, format, prefix, path)
     names = _names(family, blocks, format, prefix)
     placed = list(_placed(model, family, names))
-    check_nothing_dropped(family, names, {name for *_, name, _ in placed}, tensors, path)
     values = [
         (variable, _value(tensors, layer, variable, name, kind, format, keep_tokens, path, allow_nonfinite))
         for layer, variable, name, kind in placed
     ]
     one_dtype(((name, np.dtype(value.dtype).name) for (_, _, name, _), (_, value) in zip(placed, values)), path)
+    check_nothing_dropped(family, names, {name for *_, name, _ in placed}, tensors, path)
     for variable, value in values:  # only once every weight has its value
         variable.assign(value.astype(variable.dtype))
     return model
@@ -502,10 +502,14 @@ def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint
 
 
 def check_nothing_dropped(family, names, used, tensors, checkpoint_path):
-    """Refuse a checkpoint holding block tensors the model has no weight for
-    (biases its config leaves out, a Qwen2 read as a LLaMA), and an output
-    head other than the token table where the config ties the two: loading
-    would compute another function than the checkpoint's."""
+    """Refuse a checkpoint holding block tensors the model reads no weight
+    from (biases its config leaves out, a Qwen2 read as a LLaMA, a Qwen3's
+    q_norm), but for the buffers the family declares (`Family.buffers`),
+    and an output head other than the token table where the config ties the
+    two: loading would compute another function than the checkpoint's.
+    `names` is the model's name map, `used` the names of the tensors read.
+    Tensors outside the blocks the model has no weight for (a head it was
+    built without) are left out."""
     for (layer, weight), (name, _) in names.items():
         found = None if name in used else find_tensor(name, tensors)
         if found is None:
@@ -520,21 +524,62 @@ def check_nothing_dropped(family, names, used, tensors, checkpoint_path):
                 "tie_word_embeddings=False, or fix the config."
             )
         if naming.block_index(layer) is not None:
-            raise ValueError(
-                f"The checkpoint {checkpoint_path} holds '{found}', for which this {family.title} has no weight "
-                f"('{layer}/{weight}'): its config leaves it out (attention_bias, mlp_bias, …), or the checkpoint "
-                "is another family's. Loading would drop it and compute another function; fix the config, or "
-                "leave `model` out to read the family from config.json."
-            )
+            raise ValueError(_dropped(checkpoint_path, found, family, f" ('{layer}/{weight}')"))
+    read = {find_tensor(name, tensors) for name in used}
+    pattern = block_pattern(names)
+    for name in tensors:
+        match = pattern.match(name) if pattern is not None and name not in read else None
+        if match and not any(re.fullmatch(buffer, name[match.end() :]) for buffer in family.buffers):
+            raise ValueError(_dropped(checkpoint_path, name, family))
+
+
+def _dropped(checkpoint_path, tensor, family, weight=""):
+    return (
+        f"The checkpoint {checkpoint_path} holds '{tensor}', for which this {family.title} has no weight{weight}: "
+        "its config leaves it out (attention_bias, mlp_bias, …), or the checkpoint is another family's (a "
+        "Qwen3's q_norm and k_norm, say). Loading would drop it and compute another function; fix the config, or "
+        "leave `model` out to read the family from config.json."
+    )
+
+
+def block_pattern(names):
+    """A regular expression matching the start of the tensor names in a
+    block (`model.layers.7.`), the block's index its group 1, from a name map
+    (`Family.checkpoint_names`'s); None where the map has no block.
+
+    >>> from kwiden.models import llama
+    >>> block_pattern(llama.checkpoint_names(1)).match("model.layers.12.mlp.up_proj.weight").group(0, 1)
+    ('model.layers.12.', '12')
+    """
+    first = [name for (layer, _), (name, _) in names.items() if naming.block_index(layer) == 0]
+    if not first:
+        return None
+    common = os.path.commonprefix(first)
+    common = common[: max(common.rfind("."), common.rfind("/")) + 1]  # up to its last separator
+    index = list(re.finditer(r"\d+", common))[-1]  # the block's index: the last number in the block's prefix
+    return re.compile(re.escape(common[: index.start()]) + r"(\d+)" + re.escape(common[index.end() :]))
+
+
+# The dtypes of the weights kwiden loads, as numpy and safetensors name them.
+FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16", "F64", "F32", "F16", "BF16")
 
 
 def one_dtype(named_dtypes, checkpoint_path, files=None):
-    """`(dtype, a tensor of it)` for `(tensor name, dtype)` pairs of one
-    dtype; a checkpoint mixing them (put together from different sources) is
-    refused, naming two tensors, and their shard files where `files` maps
-    tensors to files."""
+    """`(dtype, a tensor of it)` for `(tensor name, dtype)` pairs of one float
+    dtype (numpy's or safetensors' names); a checkpoint holding integers (a
+    quantized one's) is refused, naming the tensor, and one mixing dtypes
+    (put together from different sources), naming two tensors, with their
+    shard files where `files` maps tensors to files."""
     first = {}
     for name, dtype in named_dtypes:
+        if dtype not in FLOAT_DTYPES:
+            where = f" ({files[name].name})" if files else ""
+            raise ValueError(
+                f"The checkpoint {checkpoint_path}'s tensor '{name}'{where} is {dtype}, and kwiden loads float "
+                "weights (float32, bfloat16, float16, float64): integer weights are a quantized checkpoint's, and "
+                "mean nothing without their scales (tensors such as *.weight_scale). Dequantize the checkpoint to "
+                "a float dtype first."
+            )
         first.setdefault(dtype, name)
     if len(first) > 1:
         (a, name_a), (b, name_b) = list(first.items())[:2]

@@ -9,10 +9,21 @@ import re
 
 import numpy as np
 import pytest
-from test_hf_checkpoints import gpt2_model, llama_model, write
+from test_hf_checkpoints import (
+    IDS,
+    RTOL,
+    L,
+    gpt2_logits,
+    gpt2_model,
+    llama_logits,
+    llama_model,
+    logits,
+    relative,
+    write,
+)
 
 import kwiden
-from kwiden.testing import tiny_config
+from kwiden.testing import numpy_outputs, padded_batch, tiny_config
 
 # ---- config.json numbers ----
 
@@ -93,3 +104,117 @@ def test_no_json_kwiden_writes_holds_a_bare_infinity(tmp_path):
     with pytest.raises(ValueError, match=r"config.json would hold rms_norm_eps=inf, which JSON cannot say"):
         kwiden.save_checkpoint(llama, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+# ---- integer (quantized) weights ----
+
+
+def quantized(tensors):
+    """`tensors` as a quantized checkpoint holds them: int8 kernels with a float scale beside each."""
+    out = {}
+    for name, value in tensors.items():
+        if "_proj.weight" in name or name.endswith("embed_tokens.weight"):
+            scale = np.abs(value).max() / 127
+            out[name] = np.round(value / scale).astype("int8")
+            out[name.replace(".weight", ".weight_scale")] = np.array([scale], "float32")
+        else:
+            out[name] = value
+    return out
+
+
+@pytest.mark.parametrize("how", ["int8 with scales", "int32"])
+def test_integer_weights_are_refused_naming_the_tensor_and_its_dtype(how, tmp_path):
+    tensors, config = llama_model()
+    if how == "int32":
+        tensors = {**tensors, "model.embed_tokens.weight": np.arange(50 * 16, dtype="int32").reshape(50, 16)}
+    else:
+        tensors = quantized(tensors)
+    folder = write(tmp_path / "int", tensors, config)
+    dtype = {"int32": "int32", "int8 with scales": "int8"}[how]
+    message = r"tensor 'model.embed_tokens.weight'( \(model.safetensors\))? is {}, and kwiden loads float weights"
+    with pytest.raises(ValueError, match=message.format(dtype) + r".*Dequantize the checkpoint to a float dtype first"):
+        kwiden.build_transformer_model(checkpoint_path=folder)
+    code = {"int32": "I32", "int8": "I8"}[dtype]
+    with pytest.raises(ValueError, match=message.format(code)):
+        kwiden.grow_checkpoint(folder, tmp_path / "big", k=2)
+    assert not (tmp_path / "big").exists()
+
+
+# ---- block tensors no weight reads ----
+
+
+def qwen3_model():
+    """A Qwen3-style folder: LLaMA's tensors and a norm of the queries and the keys in each block."""
+    tensors, config = llama_model(tied=True)
+    rng = np.random.default_rng(3)
+    for i in range(config["num_hidden_layers"]):
+        for norm in ("q_norm", "k_norm"):
+            tensors[f"model.layers.{i}.self_attn.{norm}.weight"] = (1 + rng.normal(0, 0.1, 4)).astype("float32")
+    return tensors, {**config, "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}
+
+
+def test_a_block_tensor_no_weight_reads_is_refused_naming_it(tmp_path):
+    folder = write(tmp_path / "qwen3", *qwen3_model())
+    with pytest.raises(ValueError, match=r"model_type 'qwen3' is not one kwiden builds .*pass `model=`"):
+        kwiden.build_transformer_model(checkpoint_path=folder)
+    # `model=` gets past the model_type, as that refusal advises; the tensors LLaMA has no weight for are refused.
+    dropped = r"holds 'model.layers.0.self_attn.[qk]_norm.weight', for which this LLaMA has no weight"
+    with pytest.raises(ValueError, match=dropped):
+        kwiden.build_transformer_model(checkpoint_path=folder, model="llama")
+    with pytest.raises(ValueError, match=dropped):
+        kwiden.grow_checkpoint(folder, tmp_path / "big", k=2, model="llama")
+    assert not (tmp_path / "big").exists()
+
+
+def test_model_reads_a_config_of_an_unknown_model_type_that_has_its_shape(tmp_path):
+    tensors, config = llama_model()
+    folder = write(tmp_path / "custom", tensors, {**config, "model_type": "my-llama"})
+    llama = kwiden.build_transformer_model(checkpoint_path=folder, model="llama", mask_padding=False)
+    assert relative(logits(llama, IDS), llama_logits(tensors, config, IDS)) <= RTOL
+
+
+def with_buffers(tensors, block, buffers):
+    """`tensors` with non-weight buffers (`{name in the block: value}`) in each of the L blocks, `block` their prefix."""
+    return {**tensors, **{f"{block.format(i)}{name}": value for i in range(L) for name, value in buffers.items()}}
+
+
+def test_the_buffers_real_checkpoints_carry_in_their_blocks_load(tmp_path):
+    tensors, config = llama_model()
+    inv_freq = {"self_attn.rotary_emb.inv_freq": (500.0 ** -(np.arange(0, 4, 2) / 4)).astype("float32")}
+    llama = kwiden.build_transformer_model(
+        checkpoint_path=write(tmp_path / "llama", with_buffers(tensors, "model.layers.{}.", inv_freq), config)
+    )
+    assert relative(logits(llama, IDS), llama_logits(tensors, config, IDS)) <= RTOL
+    tensors, config = gpt2_model()
+    masks = {"attn.bias": np.tril(np.ones((1, 1, 32, 32), "float32")), "attn.masked_bias": np.array(-1e4, "float32")}
+    gpt = kwiden.build_transformer_model(
+        checkpoint_path=write(tmp_path / "gpt2", with_buffers(tensors, "transformer.h.{}.", masks), config)
+    )
+    assert relative(logits(gpt, IDS), gpt2_logits(tensors, config, IDS)) <= RTOL
+    other = with_buffers(
+        tensors, "transformer.h.{}.", {"attn.scale": np.array(1.0, "float32")}
+    )  # no buffer GPT-2 declares
+    with pytest.raises(ValueError, match=r"holds 'transformer.h.0.attn.scale', for which this GPT has no weight"):
+        kwiden.build_transformer_model(checkpoint_path=write(tmp_path / "other", other, config))
+
+
+def test_google_checkpoints_load_with_their_adam_slots(bert, tmp_path):
+    import tensorflow as tf
+
+    small = bert()
+    folder = kwiden.save_checkpoint(small, tmp_path / "google", format="google")
+    (folder / "kwiden-manifest.json").unlink()
+    reader = tf.train.load_checkpoint(str(folder / "bert_model.ckpt"))
+    arrays = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+    arrays.update(
+        {f"{name}/adam_{slot}": np.zeros_like(value) for name, value in list(arrays.items()) for slot in "mv"}
+    )
+    for path in folder.glob("bert_model.ckpt*"):
+        path.unlink()
+    tf.raw_ops.SaveV2(
+        prefix=str(folder / "bert_model.ckpt"), tensor_names=list(arrays), shape_and_slices=[""] * len(arrays),
+        tensors=[tf.constant(value) for value in arrays.values()],
+    )  # fmt: skip
+    loaded = kwiden.build_transformer_model(checkpoint_path=folder)
+    inputs = padded_batch(vocab_size=small.get_layer("Embedding-Token").input_dim)
+    np.testing.assert_array_equal(numpy_outputs(loaded, inputs), numpy_outputs(small, inputs))

@@ -156,10 +156,10 @@ def grow_checkpoint(
     grown_names = family.checkpoint_names(
         naming.count_blocks(layer.name for layer in big.layers), "hf", checkpoints.written_prefix(grown_config, family)
     )
-    used = {source_names[key][0] for key in _weight_keys(small) if key in source_names}
-    checkpoints.check_nothing_dropped(family, source_names, used, tensors, checkpoint.path)  # as loading does
     outputs = _outputs(placed, family, source_names, grown_names, tensors, checkpoint.path)
     source_dtype = _one_dtype(outputs, tensors, checkpoint.path)
+    used = {source_names[key][0] for key in _weight_keys(small) if key in source_names}
+    checkpoints.check_nothing_dropped(family, source_names, used, tensors, checkpoint.path)  # as loading does
     out_dtype = source_dtype if dtype is None else _dtype(dtype)
     grown_config["torch_dtype"] = out_dtype.name
     if "dtype" in source_config:  # transformers 5's name for it
@@ -287,11 +287,9 @@ def _outputs(placed, family, source_names, grown_names, tensors, path):
 def _one_dtype(outputs, tensors, path):
     """The source tensors' one dtype (numpy's); refused, naming two tensors, where they mix."""
     found = (found for output in outputs for *_, found, _, _ in output.parts)
-    code, example = checkpoints.one_dtype(((name, tensors.dtype(name)) for name in found), path, tensors.files)
+    code, _ = checkpoints.one_dtype(((name, tensors.dtype(name)) for name in found), path, tensors.files)
     names = {safetensors: numpy for numpy, safetensors in checkpoints.SAFETENSORS_DTYPES.items()}
-    if names.get(code) not in DTYPES:
-        raise ValueError(f"The checkpoint {path}'s weights are {code} ('{example}'); kwiden grows float weights.")
-    return _numpy_dtype(names[code])
+    return _numpy_dtype(names[code])  # a float: one_dtype refuses the others
 
 
 def _weight_keys(model):

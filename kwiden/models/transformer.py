@@ -7,7 +7,7 @@ from kwiden.models import blocks
 # Importable from here as before the families had modules of their own.
 from kwiden.models.bert import build_bert  # noqa: F401
 from kwiden.models.config import config_sources
-from kwiden.models.family import FAMILIES, family_of_config, get_family
+from kwiden.models.family import FAMILIES, family_of_config, family_of_model_type, get_family
 from kwiden.models.gpt import build_gpt  # noqa: F401
 from kwiden.models.t5 import build_t5_encoder  # noqa: F401
 
@@ -102,7 +102,7 @@ def build_transformer_model(
         checkpoint_path = checkpoints.open_checkpoint(checkpoint_path)
         if config is None and config_path is None:
             config_path = checkpoints.config_beside(checkpoint_path)
-    named = _family_of_sources(config, config_path, overrides)
+    named = _family_of_sources(config, config_path, overrides, model)
     family = get_family(model if model is not None else named or "bert")
     _check_weights_options(family, checkpoint_path, keep_tokens, named)
     flags = _flags(family, with_mlm=with_mlm, with_pool=with_pool)
@@ -117,11 +117,14 @@ def build_transformer_model(
     return checkpoints.load_weights(built, checkpoint_path, keep_tokens, family=family, allow_nonfinite=allow_nonfinite)
 
 
-def _family_of_sources(config, config_path, overrides):
-    """The family the configs' `model_type` names (the last source naming one), or None."""
+def _family_of_sources(config, config_path, overrides, model=None):
+    """The family the configs' `model_type` names (the last source naming one), or None; None too for a
+    `model_type` kwiden does not know where `model` says what the config holds (as that refusal advises)."""
     merged = {}
     for source in config_sources(config, config_path, overrides):
         merged.update(source)
+    if model is not None and family_of_model_type(merged.get("model_type")) is None:
+        return None
     return family_of_config(merged, default=None)
 
 
