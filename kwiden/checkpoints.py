@@ -399,6 +399,9 @@ class _LazyTensors(_Named):
         self.shapes = reader.get_variable_to_shape_map()
         self.names = self.shapes
 
+    def shape(self, name):
+        return tuple(self.shapes[name])
+
     def __getitem__(self, name):
         if name not in self.shapes:
             raise KeyError(name)
@@ -602,6 +605,56 @@ def nonfinite(value):
     if value.dtype.kind not in "fc" and "float" not in value.dtype.name:  # bfloat16's kind is "V"
         return 0
     return int(value.size - np.count_nonzero(np.isfinite(value)))
+
+
+def check_config(family, config, checkpoint_path, keep_tokens=None):
+    """Refuse a complete config (`Family.config`'s) that the checkpoint's
+    tensors contradict, from the files' headers and before any model is
+    built from it (a config saying 2,000 blocks, or a hidden size of 100,000,
+    would take minutes or all the memory first): the number of blocks (the
+    highest block index + 1) and the token table's vocabulary × hidden size.
+    The other shapes are compared as the weights are loaded."""
+    checkpoint = open_checkpoint(checkpoint_path)
+    format, path = checkpoint.format, checkpoint.path
+    _check_format(family, format)
+    tensors = read_tensors(format, path)
+    blocks = config["num_hidden_layers"]
+    prefix = read_prefix(family, tensors, blocks) if format == "hf" else ""
+    check_blocks(family, tensors, blocks, format, prefix, path)
+    names = family.checkpoint_names(1, format, prefix)
+    _check_block_count(names, tensors, blocks, path)
+    vocab = config["vocab_size"] if keep_tokens is None else None  # `keep_tokens` selects the rows
+    name, kind = names[naming.EMBEDDING_TOKEN, "embeddings"]
+    found = find_tensor(name, tensors)
+    if found is not None:
+        expected = checkpoint_shape((vocab, config["hidden_size"]), Layout.of(kind, format))
+        _check_sizes(found, tensors.shape(found), expected, ("vocab_size", "hidden_size"), path)
+
+
+def _check_block_count(names, tensors, blocks, checkpoint_path):
+    """Refuse a config of more blocks than the checkpoint holds."""
+    pattern = block_pattern(names)
+    matches = [match for match in map(pattern.match, tensors) if match] if pattern is not None else []
+    last = max(matches, key=lambda match: int(match.group(1)), default=None)
+    held = 0 if last is None else int(last.group(1)) + 1
+    if held < blocks:
+        what = "no block" if last is None else f"{held} (the last in '{last.string}')"
+        raise ValueError(
+            f"The config's num_hidden_layers={blocks}, but the checkpoint {checkpoint_path} holds {what}: the "
+            f"config does not match the checkpoint. Build with num_hidden_layers={held}, or fix the config."
+        )
+
+
+def _check_sizes(tensor, shape, expected, keys, checkpoint_path):
+    """Refuse a tensor whose shape differs from the config's `expected`
+    (None: any), naming the config key of the axis that differs."""
+    for axis, (size, wanted) in enumerate(zip(shape, expected)):
+        if wanted is not None and size != wanted:
+            raise ValueError(
+                f"The config's {keys[axis]}={wanted}, but the checkpoint {checkpoint_path}'s '{tensor}' has shape "
+                f"{tuple(shape)}, so {keys[axis]}={size}: the config does not match the checkpoint. Fix the config, "
+                "or give the checkpoint it describes."
+            )
 
 
 def check_blocks(family, tensors, blocks, format, prefix, checkpoint_path):

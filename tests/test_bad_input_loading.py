@@ -6,6 +6,7 @@ the checkpoint's tensors contradict. `grow_checkpoint` refuses the same."""
 
 import json
 import re
+import time
 
 import numpy as np
 import pytest
@@ -198,6 +199,7 @@ def test_the_buffers_real_checkpoints_carry_in_their_blocks_load(tmp_path):
         kwiden.build_transformer_model(checkpoint_path=write(tmp_path / "other", other, config))
 
 
+@pytest.mark.filterwarnings("ignore:Google's BERT code")
 def test_google_checkpoints_load_with_their_adam_slots(bert, tmp_path):
     import tensorflow as tf
 
@@ -218,3 +220,43 @@ def test_google_checkpoints_load_with_their_adam_slots(bert, tmp_path):
     loaded = kwiden.build_transformer_model(checkpoint_path=folder)
     inputs = padded_batch(vocab_size=small.get_layer("Embedding-Token").input_dim)
     np.testing.assert_array_equal(numpy_outputs(loaded, inputs), numpy_outputs(small, inputs))
+
+
+# ---- a config the checkpoint contradicts, refused before building ----
+
+
+def refused_quickly(call, match):
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=match):
+        call()
+    return time.perf_counter() - start
+
+
+def test_a_config_of_more_blocks_than_the_checkpoint_is_refused_before_building(tmp_path):
+    tensors, config = llama_model()
+    one_block = {name: value for name, value in tensors.items() if ".layers.1." not in name}
+    folder = write(tmp_path / "one", one_block, {**config, "num_hidden_layers": 2000})
+    match = (
+        r"The config's num_hidden_layers=2000, but the checkpoint \S+model.safetensors holds 1 \(the last in "
+        r"'model.layers.0.\S+'\).*Build with num_hidden_layers=1"
+    )
+    assert refused_quickly(lambda: kwiden.build_transformer_model(checkpoint_path=folder), match) < 1.0
+    assert refused_quickly(lambda: kwiden.grow_checkpoint(folder, tmp_path / "big", k=2), match) < 1.0
+    no_blocks = {name: value for name, value in tensors.items() if ".layers." not in name}
+    folder = write(tmp_path / "none", no_blocks, config)
+    with pytest.raises(ValueError, match=r"num_hidden_layers=2, but the checkpoint \S+ holds no block"):
+        kwiden.build_transformer_model(checkpoint_path=folder)
+
+
+@pytest.mark.parametrize("key, value", [("hidden_size", 100_000), ("vocab_size", 10**9)])
+def test_a_config_whose_sizes_the_token_table_contradicts_is_refused_before_building(key, value, tmp_path):
+    tensors, config = llama_model()
+    folder = write(tmp_path / "big", tensors, {**config, key: value, "head_dim": 4})
+    held = {"hidden_size": 16, "vocab_size": 50}[key]
+    match = (
+        rf"The config's {key}={value}, but the checkpoint \S+'s 'model.embed_tokens.weight' has shape \(50, 16\), "
+        rf"so {key}={held}"
+    )
+    assert refused_quickly(lambda: kwiden.build_transformer_model(checkpoint_path=folder), match) < 1.0
+    assert refused_quickly(lambda: kwiden.grow_checkpoint(folder, tmp_path / "grown", k=2), match) < 1.0
+    assert not (tmp_path / "grown").exists()

@@ -133,6 +133,7 @@ def grow_checkpoint(
     source_config = read_config_file(config_path)
     family = _family(source_config, model, config_path)
     tensors = checkpoints.read_tensors("hf", checkpoint.path)
+    checkpoints.check_config(family, family.config(config_path=config_path), checkpoint)  # before building, as loading
     with keras.StatelessScope(initialize_variables=False):  # shapes only: no weight is allocated
         small = _skeleton(family, config_path, tensors)
         options = resolve(

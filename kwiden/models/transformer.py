@@ -111,6 +111,8 @@ def build_transformer_model(
     config = family.config(config, config_path, **overrides)
     if residual is not None:
         config["residual"] = blocks.check_residual(residual)
+    if checkpoint_path is not None:  # before building: the config's sizes may be far from the checkpoint's
+        checkpoints.check_config(family, config, checkpoint_path, keep_tokens)
     built = family.build(config, name=family.name, **flags)
     if checkpoint_path is None:
         return built
