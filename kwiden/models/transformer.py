@@ -49,7 +49,11 @@ def build_transformer_model(
             one-line error naming the file: a folder that holds two
             checkpoints, files that differ from the folder's
             `kwiden-manifest.json` (written by `kwiden.save_checkpoint`),
-            damaged files, and tensors with NaN or infinite values.
+            damaged files, tensors with NaN or infinite values, integer
+            (quantized) weights, block tensors the model reads no weight
+            from, and, before the model is built, a config whose
+            `num_hidden_layers`, `vocab_size` or `hidden_size` the
+            checkpoint's tensors contradict.
         allow_nonfinite: load tensors with NaN or infinite values all the same.
         keep_tokens: vocabulary ids to keep (bert4keras' option): the token
             table and the MLM bias keep those rows, in that order, and
