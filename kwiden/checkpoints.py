@@ -30,7 +30,7 @@ from typing import Optional
 import numpy as np
 
 from kwiden import naming
-from kwiden.files import temporary_beside
+from kwiden.files import json_text, temporary_beside
 from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint, to_kwiden
 from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, family_of, get_family
@@ -396,6 +396,9 @@ class _LazyTensors(_Named):
         self.shapes = reader.get_variable_to_shape_map()
         self.names = self.shapes
 
+    def shape(self, name):
+        return tuple(self.shapes[name])
+
     def __getitem__(self, name):
         if name not in self.shapes:
             raise KeyError(name)
@@ -462,12 +465,12 @@ def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_no
     check_blocks(family, tensors, blocks, format, prefix, path)
     names = _names(family, blocks, format, prefix)
     placed = list(_placed(model, family, names))
-    check_nothing_dropped(family, names, {name for *_, name, _ in placed}, tensors, path)
     values = [
         (variable, _value(tensors, layer, variable, name, kind, format, keep_tokens, path, allow_nonfinite))
         for layer, variable, name, kind in placed
     ]
     one_dtype(((name, np.dtype(value.dtype).name) for (_, _, name, _), (_, value) in zip(placed, values)), path)
+    check_nothing_dropped(family, names, {name for *_, name, _ in placed}, tensors, path)
     for variable, value in values:  # only once every weight has its value
         variable.assign(value.astype(variable.dtype))
     return model
@@ -499,10 +502,14 @@ def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint
 
 
 def check_nothing_dropped(family, names, used, tensors, checkpoint_path):
-    """Refuse a checkpoint holding block tensors the model has no weight for
-    (biases its config leaves out, a Qwen2 read as a LLaMA), and an output
-    head other than the token table where the config ties the two: loading
-    would compute another function than the checkpoint's."""
+    """Refuse a checkpoint holding block tensors the model reads no weight
+    from (biases its config leaves out, a Qwen2 read as a LLaMA, a Qwen3's
+    q_norm), but for the buffers the family declares (`Family.buffers`),
+    and an output head other than the token table where the config ties the
+    two: loading would compute another function than the checkpoint's.
+    `names` is the model's name map, `used` the names of the tensors read.
+    Tensors outside the blocks the model has no weight for (a head it was
+    built without) are left out."""
     for (layer, weight), (name, _) in names.items():
         found = None if name in used else find_tensor(name, tensors)
         if found is None:
@@ -517,21 +524,62 @@ def check_nothing_dropped(family, names, used, tensors, checkpoint_path):
                 "tie_word_embeddings=False, or fix the config."
             )
         if naming.block_index(layer) is not None:
-            raise ValueError(
-                f"The checkpoint {checkpoint_path} holds '{found}', for which this {family.title} has no weight "
-                f"('{layer}/{weight}'): its config leaves it out (attention_bias, mlp_bias, …), or the checkpoint "
-                "is another family's. Loading would drop it and compute another function; fix the config, or "
-                "leave `model` out to read the family from config.json."
-            )
+            raise ValueError(_dropped(checkpoint_path, found, family, f" ('{layer}/{weight}')"))
+    read = {find_tensor(name, tensors) for name in used}
+    pattern = block_pattern(names)
+    for name in tensors:
+        match = pattern.match(name) if pattern is not None and name not in read else None
+        if match and not any(re.fullmatch(buffer, name[match.end() :]) for buffer in family.buffers):
+            raise ValueError(_dropped(checkpoint_path, name, family))
+
+
+def _dropped(checkpoint_path, tensor, family, weight=""):
+    return (
+        f"The checkpoint {checkpoint_path} holds '{tensor}', for which this {family.title} has no weight{weight}: "
+        "its config leaves it out (attention_bias, mlp_bias, …), or the checkpoint is another family's (a "
+        "Qwen3's q_norm and k_norm, say). Loading would drop it and compute another function; fix the config, or "
+        "leave `model` out to read the family from config.json."
+    )
+
+
+def block_pattern(names):
+    """A regular expression matching the start of the tensor names in a
+    block (`model.layers.7.`), the block's index its group 1, from a name map
+    (`Family.checkpoint_names`'s); None where the map has no block.
+
+    >>> from kwiden.models import llama
+    >>> block_pattern(llama.checkpoint_names(1)).match("model.layers.12.mlp.up_proj.weight").group(0, 1)
+    ('model.layers.12.', '12')
+    """
+    first = [name for (layer, _), (name, _) in names.items() if naming.block_index(layer) == 0]
+    if not first:
+        return None
+    common = os.path.commonprefix(first)
+    common = common[: max(common.rfind("."), common.rfind("/")) + 1]  # up to its last separator
+    index = list(re.finditer(r"\d+", common))[-1]  # the block's index: the last number in the block's prefix
+    return re.compile(re.escape(common[: index.start()]) + r"(\d+)" + re.escape(common[index.end() :]))
+
+
+# The dtypes of the weights kwiden loads, as numpy and safetensors name them.
+FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16", "F64", "F32", "F16", "BF16")
 
 
 def one_dtype(named_dtypes, checkpoint_path, files=None):
-    """`(dtype, a tensor of it)` for `(tensor name, dtype)` pairs of one
-    dtype; a checkpoint mixing them (put together from different sources) is
-    refused, naming two tensors, and their shard files where `files` maps
-    tensors to files."""
+    """`(dtype, a tensor of it)` for `(tensor name, dtype)` pairs of one float
+    dtype (numpy's or safetensors' names); a checkpoint holding integers (a
+    quantized one's) is refused, naming the tensor, and one mixing dtypes
+    (put together from different sources), naming two tensors, with their
+    shard files where `files` maps tensors to files."""
     first = {}
     for name, dtype in named_dtypes:
+        if dtype not in FLOAT_DTYPES:
+            where = f" ({files[name].name})" if files else ""
+            raise ValueError(
+                f"The checkpoint {checkpoint_path}'s tensor '{name}'{where} is {dtype}, and kwiden loads float "
+                "weights (float32, bfloat16, float16, float64): integer weights are a quantized checkpoint's, and "
+                "mean nothing without their scales (tensors such as *.weight_scale). Dequantize the checkpoint to "
+                "a float dtype first."
+            )
         first.setdefault(dtype, name)
     if len(first) > 1:
         (a, name_a), (b, name_b) = list(first.items())[:2]
@@ -554,6 +602,56 @@ def nonfinite(value):
     if value.dtype.kind not in "fc" and "float" not in value.dtype.name:  # bfloat16's kind is "V"
         return 0
     return int(value.size - np.count_nonzero(np.isfinite(value)))
+
+
+def check_config(family, config, checkpoint_path, keep_tokens=None):
+    """Refuse a complete config (`Family.config`'s) that the checkpoint's
+    tensors contradict, from the files' headers and before any model is
+    built from it (a config saying 2,000 blocks, or a hidden size of 100,000,
+    would take minutes or all the memory first): the number of blocks (the
+    highest block index + 1) and the token table's vocabulary × hidden size.
+    The other shapes are compared as the weights are loaded."""
+    checkpoint = open_checkpoint(checkpoint_path)
+    format, path = checkpoint.format, checkpoint.path
+    _check_format(family, format)
+    tensors = read_tensors(format, path)
+    blocks = config["num_hidden_layers"]
+    prefix = read_prefix(family, tensors, blocks) if format == "hf" else ""
+    check_blocks(family, tensors, blocks, format, prefix, path)
+    names = family.checkpoint_names(1, format, prefix)
+    _check_block_count(names, tensors, blocks, path)
+    vocab = config["vocab_size"] if keep_tokens is None else None  # `keep_tokens` selects the rows
+    name, kind = names[naming.EMBEDDING_TOKEN, "embeddings"]
+    found = find_tensor(name, tensors)
+    if found is not None:
+        expected = checkpoint_shape((vocab, config["hidden_size"]), Layout.of(kind, format))
+        _check_sizes(found, tensors.shape(found), expected, ("vocab_size", "hidden_size"), path)
+
+
+def _check_block_count(names, tensors, blocks, checkpoint_path):
+    """Refuse a config of more blocks than the checkpoint holds."""
+    pattern = block_pattern(names)
+    matches = [match for match in map(pattern.match, tensors) if match] if pattern is not None else []
+    last = max(matches, key=lambda match: int(match.group(1)), default=None)
+    held = 0 if last is None else int(last.group(1)) + 1
+    if held < blocks:
+        what = "no block" if last is None else f"{held} (the last in '{last.string}')"
+        raise ValueError(
+            f"The config's num_hidden_layers={blocks}, but the checkpoint {checkpoint_path} holds {what}: the "
+            f"config does not match the checkpoint. Build with num_hidden_layers={held}, or fix the config."
+        )
+
+
+def _check_sizes(tensor, shape, expected, keys, checkpoint_path):
+    """Refuse a tensor whose shape differs from the config's `expected`
+    (None: any), naming the config key of the axis that differs."""
+    for axis, (size, wanted) in enumerate(zip(shape, expected)):
+        if wanted is not None and size != wanted:
+            raise ValueError(
+                f"The config's {keys[axis]}={wanted}, but the checkpoint {checkpoint_path}'s '{tensor}' has shape "
+                f"{tuple(shape)}, so {keys[axis]}={size}: the config does not match the checkpoint. Fix the config, "
+                "or give the checkpoint it describes."
+            )
 
 
 def check_blocks(family, tensors, blocks, format, prefix, checkpoint_path):
@@ -737,7 +835,7 @@ def _write_atomically(directory, format, config, tensors):
     """Write the checkpoint into a temporary sibling folder, then move it into
     `directory` (`save_checkpoint` says how)."""
     with written_atomically(directory, format) as temporary:
-        (temporary / CONFIG_FILES[format]).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        (temporary / CONFIG_FILES[format]).write_text(json_text(config, CONFIG_FILES[format]), encoding="utf-8")
         if format == "hf":
             _write_safetensors(tensors, temporary / SAFETENSORS)
         else:
@@ -784,7 +882,7 @@ def _umask():
 def _write_manifest(folder, format, files):
     records = {name: {"bytes": (folder / name).stat().st_size, "sha256": _sha256(folder / name)} for name in files}
     manifest = {"kwiden_manifest": MANIFEST_VERSION, "format": format, "files": records}
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    (folder / MANIFEST).write_text(json_text(manifest, MANIFEST), encoding="utf-8")
 
 
 def _move_into_place(temporary, target, files, format):

@@ -10,6 +10,8 @@ says kwiden's; the lock says whether its writer is gone).
 """
 
 import contextlib
+import json
+import math
 import os
 import pathlib
 import shutil
@@ -170,3 +172,34 @@ def read_text(path, what, wanted, in_folder=None, not_utf8="", newline=None):
         raise FileNotFoundError(f"{what} {path} does not exist; give {wanted}.") from None
     except UnicodeDecodeError as error:
         raise ValueError(f"{what} {path} is not UTF-8 text (at byte offset {error.start}){not_utf8}.") from None
+
+
+def find_key(value, test, path=""):
+    """`(dotted key, item)` of the first item inside a JSON-like `value`
+    (`rope_parameters.rope_theta`, `a[2]`) for which `test` holds, or None."""
+    if isinstance(value, dict):
+        items = ((f"{path}.{key}" if path else str(key), item) for key, item in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
+    else:
+        return (path, value) if test(value) else None
+    return next(filter(None, (find_key(item, test, key) for key, item in items)), None)
+
+
+def json_text(value, what):
+    """`value` as indented JSON text; refused, naming the key, where it holds
+    NaN or an infinity, which JSON has no word for (Python would write a bare
+    `Infinity`, which other readers refuse).
+
+    >>> json_text({"rope_theta": float("inf")}, "The config.json")
+    Traceback (most recent call last):
+    ...
+    ValueError: The config.json would hold rope_theta=inf, which JSON cannot say; nothing was written. Give it a finite value.
+    """
+    found = find_key(value, lambda item: isinstance(item, float) and not math.isfinite(item))
+    if found is not None:
+        raise ValueError(
+            f"{what} would hold {found[0]}={found[1]!r}, which JSON cannot say; nothing was written. "
+            "Give it a finite value."
+        )
+    return json.dumps(value, indent=2, allow_nan=False) + "\n"

@@ -133,6 +133,7 @@ def grow_checkpoint(
     source_config = read_config_file(config_path)
     family = _family(source_config, model, config_path)
     tensors = checkpoints.read_tensors("hf", checkpoint.path)
+    checkpoints.check_config(family, family.config(config_path=config_path), checkpoint)  # before building, as loading
     with keras.StatelessScope(initialize_variables=False):  # shapes only: no weight is allocated
         small = _skeleton(family, config_path, tensors)
         options = resolve(
@@ -156,10 +157,10 @@ def grow_checkpoint(
     grown_names = family.checkpoint_names(
         naming.count_blocks(layer.name for layer in big.layers), "hf", checkpoints.written_prefix(grown_config, family)
     )
-    used = {source_names[key][0] for key in _weight_keys(small) if key in source_names}
-    checkpoints.check_nothing_dropped(family, source_names, used, tensors, checkpoint.path)  # as loading does
     outputs = _outputs(placed, family, source_names, grown_names, tensors, checkpoint.path)
     source_dtype = _one_dtype(outputs, tensors, checkpoint.path)
+    used = {source_names[key][0] for key in _weight_keys(small) if key in source_names}
+    checkpoints.check_nothing_dropped(family, source_names, used, tensors, checkpoint.path)  # as loading does
     out_dtype = source_dtype if dtype is None else _dtype(dtype)
     grown_config["torch_dtype"] = out_dtype.name
     if "dtype" in source_config:  # transformers 5's name for it
@@ -169,7 +170,7 @@ def grow_checkpoint(
     _check_memory(outputs)
     with checkpoints.written_atomically(dst, "hf") as temporary:
         (temporary / checkpoints.CONFIG_FILES["hf"]).write_text(
-            json.dumps(grown_config, indent=2) + "\n", encoding="utf-8"
+            json.dumps(grown_config, indent=2, allow_nan=False) + "\n", encoding="utf-8"
         )
         _write(temporary, shards, tensors, out_dtype, options, allow_nonfinite, progress)
     return GrownCheckpoint(dst, *parameters, tuple(file for file, _ in shards))
@@ -287,11 +288,9 @@ def _outputs(placed, family, source_names, grown_names, tensors, path):
 def _one_dtype(outputs, tensors, path):
     """The source tensors' one dtype (numpy's); refused, naming two tensors, where they mix."""
     found = (found for output in outputs for *_, found, _, _ in output.parts)
-    code, example = checkpoints.one_dtype(((name, tensors.dtype(name)) for name in found), path, tensors.files)
+    code, _ = checkpoints.one_dtype(((name, tensors.dtype(name)) for name in found), path, tensors.files)
     names = {safetensors: numpy for numpy, safetensors in checkpoints.SAFETENSORS_DTYPES.items()}
-    if names.get(code) not in DTYPES:
-        raise ValueError(f"The checkpoint {path}'s weights are {code} ('{example}'); kwiden grows float weights.")
-    return _numpy_dtype(names[code])
+    return _numpy_dtype(names[code])  # a float: one_dtype refuses the others
 
 
 def _weight_keys(model):

@@ -16,6 +16,8 @@ from kwiden.models.family import Family
 
 DEFAULTS = dict(residual="post_ln", causal=False)
 FLAGS = ("with_mlm", "with_pool")
+# The Adam slots some Google checkpoints keep beside each variable: optimizer state, not weights.
+BUFFERS = (r".*/adam_[mv]",)
 
 
 def build_bert(config, with_mlm=False, with_pool=False, name="bert"):
@@ -252,4 +254,5 @@ BERT = Family(
     checkpoint_names=checkpoint_names,
     formats=("hf", "google"),
     model_types=("bert",),
+    buffers=BUFFERS,
 )

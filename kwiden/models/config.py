@@ -7,10 +7,11 @@ override in kwiden's words beats the file's key in Hugging Face's.
 """
 
 import json
+import math
 import numbers
 import pathlib
 
-from kwiden.files import read_text
+from kwiden.files import find_key, read_text
 
 REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
 DEFAULTS = {
@@ -26,10 +27,66 @@ DEFAULTS = {
 }
 
 
+# The numbers a config holds, under Hugging Face's keys and kwiden's, and what
+# each must be (`check_numbers`); None is left to the defaults. The REQUIRED
+# sizes (under any of their names) are checked once the sources are merged
+# (`complete_config`).
+EPSILONS = ("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps")
+ROTARY_BASES = ("rope_theta", "rotary_base")
+SIZES = ("intermediate_size", "max_position_embeddings", "num_key_value_heads", "head_dim", "attention_head_size",
+         "type_vocab_size", "n_inner", "n_positions", "d_ff", "d_kv")  # fmt: skip
+DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "attention_dropout", "resid_pdrop", "attn_pdrop",
+            "dropout_rate")  # fmt: skip
+
+
+def _real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _positive(value):
+    return _real(value) and math.isfinite(value) and value > 0
+
+
+def _probability(value):
+    return _real(value) and 0 <= value < 1
+
+
+# key: (the test its value passes, what the value must be).
+NUMBER_RULES = {
+    **dict.fromkeys(EPSILONS, (_positive, "a finite number above 0 (the norms divide by √(variance + ε)), such as 1e-05")),
+    **dict.fromkeys(ROTARY_BASES, (_positive, "a finite number above 0 (the rotary base), such as 10000.0")),
+    **dict.fromkeys(SIZES, (lambda value: _is_count(value, 1), "a whole number, at least 1")),
+    **dict.fromkeys(DROPOUTS, (_probability, "a probability in [0, 1), such as 0.1")),
+}  # fmt: skip
+
+
 def config_sources(config=None, config_path=None, overrides=None):
-    """The file's dict, `config` and `overrides`, in the order they apply."""
-    sources = [] if config_path is None else [read_config_file(config_path)]
-    return sources + [dict(config or {}), dict(overrides or {})]
+    """The file's dict, `config` and `overrides`, in the order they apply,
+    each checked (`check_numbers`)."""
+    sources = [] if config_path is None else [(read_config_file(config_path), f"the config file {config_path}")]
+    sources += [(dict(config or {}), "`config`"), (dict(overrides or {}), "the keyword arguments")]
+    for source, where in sources:
+        check_numbers(source, where)
+    return [source for source, _ in sources]
+
+
+def check_numbers(config, where="the config"):
+    """Refuse, naming the key, a value a model would be built wrong from: an
+    ε or a rotary base that is not a finite number above 0 (NaN outputs, or a
+    default put in its place), a size that is not a whole number, a dropout
+    rate outside [0, 1).
+
+    >>> check_numbers({"rms_norm_eps": -1e-5})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: rms_norm_eps=-1e-05 in the config must be a finite number above 0 (the norms divide ...), such as 1e-05.
+    """
+    parameters = config.get("rope_parameters")
+    nested = {"rope_parameters.rope_theta": parameters.get("rope_theta")} if isinstance(parameters, dict) else {}
+    for key, value in {**config, **nested}.items():
+        test, wanted = NUMBER_RULES.get(key.rsplit(".", 1)[-1], (None, None))
+        if test is not None and value is not None and not test(value):
+            raise ValueError(f"{key}={value!r} in {where} must be {wanted}.")
 
 
 def read_config_file(config_path):
@@ -53,7 +110,7 @@ def read_config_file(config_path):
         not_utf8=", so not JSON",
     )
     try:
-        config = json.loads(text)
+        config = json.loads(text, parse_constant=_Constant)
     except json.JSONDecodeError as error:
         raise ValueError(
             f"The config file {path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno} "
@@ -63,7 +120,18 @@ def read_config_file(config_path):
         raise ValueError(
             f"The config file {path} holds a JSON {type(config).__name__}, not an object of keys such as hidden_size."
         )
+    constant = find_key(config, lambda value: isinstance(value, _Constant))
+    if constant is not None:
+        raise ValueError(
+            f"The config file {path} holds {constant[0]}: {constant[1]}, which is not JSON (JSON has no NaN or "
+            "infinities) and no value a model can be built from; write a finite number there."
+        )
     return config
+
+
+class _Constant(str):
+    """The `NaN`, `Infinity` or `-Infinity` Python's JSON parser reads, kept
+    as its text so that `read_config_file` can name its key."""
 
 
 def renamed(config, names):

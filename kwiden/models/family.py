@@ -53,6 +53,11 @@ class Family:
             names) puts before the base model's tensor names (`"model."` in
             `LlamaForCausalLM`); None: the `model_type` and a dot, for task
             models (`"bert."` in `BertForMaskedLM`), nothing for base models.
+        buffers: regular expressions for the tensors inside a block (the
+            name after the block's `model.layers.0.`) that checkpoints carry
+            and that hold no weight (LLaMA's `self_attn.rotary_emb.inv_freq`):
+            loading passes over them, where it refuses any other block
+            tensor the model does not read.
 
     Example: BERT with RMSNorm, built without registering it:
 
@@ -77,6 +82,7 @@ class Family:
     formats: tuple = ()
     model_types: tuple = ()
     hf_prefix: Optional[str] = None
+    buffers: tuple = ()
 
     def __post_init__(self):
         if self.title is None:
@@ -146,14 +152,19 @@ def family_of_config(config, default="bert"):
     model_type = config.get("model_type")
     if model_type is None:
         return None if default is None else get_family(default)
-    for family in FAMILIES.values():
-        if model_type in family.model_types:
-            return family
+    family = family_of_model_type(model_type)
+    if family is not None:
+        return family
     known = ", ".join(sorted(t for family in FAMILIES.values() for t in family.model_types))
     raise ValueError(
         f"The config's model_type {model_type!r} is not one kwiden builds ({known}); pass `model=` (a registered "
         "family or a kwiden.models.Family) if the model has one of those shapes."
     )
+
+
+def family_of_model_type(model_type):
+    """The registered family whose `model_types` has `model_type`, or None."""
+    return next((family for family in FAMILIES.values() if model_type in family.model_types), None)
 
 
 def family_of(model):

@@ -33,6 +33,9 @@ HF_KEYS = {
 # What transformers' GPT2Config assumes where a config.json is silent, and kwiden's defaults differ.
 HF_DEFAULTS = {"activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "n_positions": 1024}
 
+# GPT-2's causal mask and its fill value, which older transformers wrote into each block.
+BUFFERS = (r"attn\.bias", r"attn\.masked_bias")
+
 # What GPT-2's config can say that kwiden's GPT does not compute.
 UNSUPPORTED = {
     "scale_attn_by_inverse_layer_idx": "attention scores scaled by 1/(layer index + 1)",
@@ -183,4 +186,5 @@ GPT = Family(
     formats=("hf",),
     model_types=("gpt2",),
     hf_prefix="transformer.",
+    buffers=BUFFERS,
 )

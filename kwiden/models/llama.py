@@ -30,6 +30,9 @@ HF_KEYS = {
 
 ROTARY = {"query": True, "key": True, "value": False}
 
+# The rotary frequencies older transformers wrote into each block: computed, not learned.
+BUFFERS = (r"self_attn\.rotary_emb\.inv_freq",)
+
 
 def from_hf_config(config):
     """A LLaMA config under kwiden's keys; `rope_theta` may sit in
@@ -173,4 +176,5 @@ LLAMA = Family(
     formats=("hf",),
     model_types=("llama",),
     hf_prefix="model.",
+    buffers=BUFFERS,
 )

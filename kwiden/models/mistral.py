@@ -60,4 +60,5 @@ MISTRAL = Family(
     formats=("hf",),
     model_types=("mistral",),
     hf_prefix="model.",
+    buffers=llama.BUFFERS,
 )

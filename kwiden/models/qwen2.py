@@ -68,4 +68,5 @@ QWEN2 = Family(
     formats=("hf",),
     model_types=("qwen2",),
     hf_prefix="model.",
+    buffers=llama.BUFFERS,
 )

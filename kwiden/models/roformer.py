@@ -84,4 +84,5 @@ ROFORMER = Family(
     checkpoint_names=bert.checkpoint_names,
     formats=("hf", "google"),
     model_types=("roformer",),
+    buffers=bert.BUFFERS,
 )

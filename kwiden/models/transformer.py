@@ -7,7 +7,7 @@ from kwiden.models import blocks
 # Importable from here as before the families had modules of their own.
 from kwiden.models.bert import build_bert  # noqa: F401
 from kwiden.models.config import config_sources
-from kwiden.models.family import FAMILIES, family_of_config, get_family
+from kwiden.models.family import FAMILIES, family_of_config, family_of_model_type, get_family
 from kwiden.models.gpt import build_gpt  # noqa: F401
 from kwiden.models.t5 import build_t5_encoder  # noqa: F401
 
@@ -49,7 +49,11 @@ def build_transformer_model(
             one-line error naming the file: a folder that holds two
             checkpoints, files that differ from the folder's
             `kwiden-manifest.json` (written by `kwiden.save_checkpoint`),
-            damaged files, and tensors with NaN or infinite values.
+            damaged files, tensors with NaN or infinite values, integer
+            (quantized) weights, block tensors the model reads no weight
+            from, and, before the model is built, a config whose
+            `num_hidden_layers`, `vocab_size` or `hidden_size` the
+            checkpoint's tensors contradict.
         allow_nonfinite: load tensors with NaN or infinite values all the same.
         keep_tokens: vocabulary ids to keep (bert4keras' option): the token
             table and the MLM bias keep those rows, in that order, and
@@ -102,7 +106,7 @@ def build_transformer_model(
         checkpoint_path = checkpoints.open_checkpoint(checkpoint_path)
         if config is None and config_path is None:
             config_path = checkpoints.config_beside(checkpoint_path)
-    named = _family_of_sources(config, config_path, overrides)
+    named = _family_of_sources(config, config_path, overrides, model)
     family = get_family(model if model is not None else named or "bert")
     _check_weights_options(family, checkpoint_path, keep_tokens, named)
     flags = _flags(family, with_mlm=with_mlm, with_pool=with_pool)
@@ -111,17 +115,22 @@ def build_transformer_model(
     config = family.config(config, config_path, **overrides)
     if residual is not None:
         config["residual"] = blocks.check_residual(residual)
+    if checkpoint_path is not None:  # before building: the config's sizes may be far from the checkpoint's
+        checkpoints.check_config(family, config, checkpoint_path, keep_tokens)
     built = family.build(config, name=family.name, **flags)
     if checkpoint_path is None:
         return built
     return checkpoints.load_weights(built, checkpoint_path, keep_tokens, family=family, allow_nonfinite=allow_nonfinite)
 
 
-def _family_of_sources(config, config_path, overrides):
-    """The family the configs' `model_type` names (the last source naming one), or None."""
+def _family_of_sources(config, config_path, overrides, model=None):
+    """The family the configs' `model_type` names (the last source naming one), or None; None too for a
+    `model_type` kwiden does not know where `model` says what the config holds (as that refusal advises)."""
     merged = {}
     for source in config_sources(config, config_path, overrides):
         merged.update(source)
+    if model is not None and family_of_model_type(merged.get("model_type")) is None:
+        return None
     return family_of_config(merged, default=None)
 
 
