@@ -152,12 +152,49 @@ def _same_layer(name, grown_name):
 
 
 def check_inputs(model, inputs, name="inputs"):
-    """Refuse empty model inputs, or a number of arrays `model` does not take."""
+    """Refuse empty model inputs, a number of arrays `model` does not take,
+    and ids outside the tables they look up (which the backend would refuse
+    with a kernel's message, or TensorFlow on a GPU silently read as zeros)."""
     flat = tree.flatten(inputs)
     if not flat or any(np.size(x) == 0 for x in flat):
         raise ValueError(f"`{name}` is empty: comparing models needs inputs with at least one example.")
     if len(flat) != len(model.inputs):
         raise ValueError(f"`{name}` holds {len(flat)} arrays; model '{model.name}' takes {len(model.inputs)}.")
+    tables = _lookups(model)
+    positions = [
+        (op.input_dim, op.name) for ops in tables.values() for op in ops if getattr(op, "mode", "") == "position"
+    ]
+    for index, (x, value) in enumerate(zip(tree.flatten(model.input), flat)):
+        if positions and np.ndim(value) > 1 and np.shape(value)[1] > min(positions)[0]:
+            size, layer = min(positions)
+            raise ValueError(
+                f"`{name}`[{index}] ('{x.name}') is {np.shape(value)[1]} long; '{layer}' has {size} positions: "
+                f"give sequences of at most {size}."
+            )
+        sizes = [(op.input_dim, op.name) for op in tables[id(x)] if getattr(op, "mode", "lookup") == "lookup"]
+        if not sizes:
+            continue
+        (size, layer), value = min(sizes), np.asarray(value)
+        if not np.issubdtype(value.dtype, np.integer):
+            raise ValueError(
+                f"`{name}`[{index}] ('{x.name}') feeds '{layer}' and must hold integer ids, not {value.dtype}."
+            )
+        if value.min() < 0 or value.max() >= size:
+            bad = value.max() if value.max() >= size else value.min()
+            raise ValueError(
+                f"`{name}`[{index}] ('{x.name}') holds the id {bad}, outside '{layer}', which has {size} rows: "
+                f"give ids in [0, {size})."
+            )
+
+
+def _lookups(model):
+    """`{id(input tensor): [embedding layers it feeds]}`."""
+    tables = collections.defaultdict(list)
+    for node in nodes_in_order(model):
+        op = node.operation
+        if isinstance(op, (ExpandableEmbedding, keras.layers.Embedding)) and node.input_tensors:
+            tables[id(node.input_tensors[0])].append(op)
+    return tables
 
 
 def compare_output(name, space, small_value, big_value):
@@ -273,11 +310,7 @@ def sample_inputs(model, batch_size=2, length=16, seed=0):
     dict, one array): ids below the smallest table each input feeds, at most
     as long as its position table; random normals for floats."""
     rng = np.random.default_rng(seed)
-    bounds = collections.defaultdict(list)
-    for node in nodes_in_order(model):
-        op = node.operation
-        if isinstance(op, (ExpandableEmbedding, keras.layers.Embedding)) and node.input_tensors:
-            bounds[id(node.input_tensors[0])].append(op)
+    bounds = _lookups(model)
     for layer in all_layers(model):  # KerasHub's position embeddings, nested in its tasks too
         if isinstance(getattr(layer, "sequence_length", None), int):
             length = min(length, layer.sequence_length)

@@ -175,3 +175,57 @@ def test_demo_refuses_zero_steps_before_training(capsys):
     with pytest.raises(SystemExit) as exit:
         main(["demo", "--steps", "0"])
     assert exit.value.code == 2 and "must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_check_inputs_outside_the_tables_are_named(gpt, bert):
+    with pytest.raises(ValueError, match=r"`check`\[0\] \('Input-Token'\) holds the id 97, outside 'Embedding-Token'"):
+        kwiden.grow(gpt(vocab_size=97), 2, check=np.array([[5, 97]]))
+    with pytest.raises(ValueError, match=r"`inputs`\[1\] \('Input-Segment'\) holds the id -1, .* give ids in \[0, 2\)"):
+        kwiden.verify(bert(), bert(), [np.array([[5, 6]]), np.array([[0, -1]])], k=1)
+    with pytest.raises(ValueError, match=r"is 40 long; 'Embedding-Position' has 32 positions"):
+        kwiden.grow(gpt(max_position_embeddings=32), 2, check=np.ones((1, 40), "int32"))
+    with pytest.raises(ValueError, match=r"feeds 'Embedding-Token' and must hold integer ids, not float32"):
+        kwiden.grow(gpt(), 2, check=np.ones((1, 4), "float32"))
+
+
+def fake_system(root, cgroup, files, meminfo_kib=8 * 2**20):
+    """A /proc and /sys/fs/cgroup under `root`: /proc/self/cgroup's text, and `{path: text}` cgroup files."""
+    (root / "proc" / "self").mkdir(parents=True)
+    (root / "proc" / "self" / "cgroup").write_text(cgroup)
+    (root / "proc" / "meminfo").write_text(f"MemTotal: 16000000 kB\nMemAvailable: {meminfo_kib} kB\n")
+    for path, text in files.items():
+        (root / "cgroup" / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / "cgroup" / path).write_text(text)
+    return dict(proc=root / "proc", cgroups=root / "cgroup")
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(
+    "cgroup, files, expected",
+    [
+        # cgroup v2 in a container (`docker run -m 2g`): the limit at the mount's root; page cache counts as free.
+        ("0::/\n", {"memory.max": f"{2 * GIB}\n", "memory.current": f"{GIB}\n", "memory.stat": f"anon 1\ninactive_file {GIB // 2}\n"}, 1.5 * GIB),
+        # v2 on a host: the process's own cgroup is unlimited, its parent is not.
+        ("0::/user.slice/job\n", {"user.slice/memory.max": f"{3 * GIB}", "user.slice/memory.current": f"{GIB}",
+                                   "user.slice/job/memory.max": "max", "user.slice/job/memory.current": "5"}, 2 * GIB),
+        # v1, the host's path not mounted inside the container: its root holds the limit.
+        ("4:memory:/docker/abc\n0::/\n", {"memory/memory.limit_in_bytes": f"{GIB}", "memory/memory.usage_in_bytes": f"{GIB // 4}",
+                                          "memory/memory.stat": f"total_inactive_file {GIB // 4}\n"}, GIB),
+        # v1 unlimited (the kernel's 2^63 rounded to pages): MemAvailable alone.
+        ("4:memory:/\n", {"memory/memory.limit_in_bytes": "9223372036854771712", "memory/memory.usage_in_bytes": "10"}, 8 * GIB),
+        # No cgroup files at all: MemAvailable.
+        ("0::/\n", {}, 8 * GIB),
+    ],
+)  # fmt: skip
+def test_available_memory_reads_the_cgroup_limit(tmp_path, cgroup, files, expected):
+    assert growth_plan.available_memory(**fake_system(tmp_path, cgroup, files)) == expected
+
+
+def test_a_cgroup_limit_below_the_growths_peak_refuses_it(gpt, tmp_path, monkeypatch):
+    where = fake_system(tmp_path, "0::/\n", {"memory.max": str(2**16), "memory.current": "0"})
+    real = growth_plan.available_memory
+    monkeypatch.setattr(growth_plan, "available_memory", lambda: real(**where))
+    with pytest.raises(GrowthError, match=r"needs about .* GiB at its peak; 0.00 GiB of memory is available"):
+        kwiden.grow(gpt(), 2)

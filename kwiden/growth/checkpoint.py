@@ -20,6 +20,7 @@ import dataclasses
 import json
 import pathlib
 import re
+import shutil
 import warnings
 
 import keras
@@ -39,6 +40,12 @@ from kwiden.models.config import read_config_file
 MAX_SHARD_SIZE = "5GB"
 # The dtypes a grown checkpoint may be written in.
 DTYPES = ("float32", "bfloat16", "float16", "float64")
+# The files beside the weights that growth leaves true (the vocabulary does not
+# grow), copied into the grown folder; the weights, config.json and anything
+# else (an old pytorch_model.bin) are not.
+COPIED_FILES = ("vocab.txt", "vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "spiece.model",
+                "sentencepiece.bpe.model", "generation_config.json", "chat_template.jinja", "chat_template.json")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +57,7 @@ class GrownCheckpoint:
     source_parameters: int
     parameters: int
     files: tuple
+    copied: tuple = ()
 
 
 @dataclasses.dataclass
@@ -114,12 +122,18 @@ def grow_checkpoint(
         allow_nonfinite: grow tensors with NaN or infinite values all the same.
         progress: show a progress bar (bytes written).
 
-    Returns a `GrownCheckpoint` (the folder, parameter counts, its files).
-    Refused, naming the file and the tensor, before anything is written: a
-    folder that is no Hugging Face checkpoint, an unknown `model_type`, a
-    shard the index names but the folder lacks, a tensor missing or of a
-    shape the config does not give, tensors of mixed dtypes; during the
-    writing (nothing is left): a damaged file, NaN or infinite values.
+    The tokenizer's and generation's files beside the weights (`vocab.txt`,
+    `tokenizer.json`, `generation_config.json`, … : `COPIED_FILES`) are
+    copied into `dst`; no other file is.
+
+    Returns a `GrownCheckpoint` (the folder, parameter counts, its weight
+    files, the files copied). Refused, naming the file and the tensor, before
+    anything is written: a folder that is no Hugging Face checkpoint, an
+    unknown `model_type`, a config the tensors contradict, a shard the index
+    names but the folder lacks, a tensor missing or of a shape the config
+    does not give, integer or mixed dtypes, a block tensor the model would
+    not read; during the writing (nothing is left): a damaged file, NaN or
+    infinite values, a value beyond `dtype`'s range (float16's 65504).
     """
     src, dst = _paths(src, dst)
     limit = _bytes(max_shard_size)
@@ -173,7 +187,16 @@ def grow_checkpoint(
             json.dumps(grown_config, indent=2, allow_nan=False) + "\n", encoding="utf-8"
         )
         _write(temporary, shards, tensors, out_dtype, options, allow_nonfinite, progress)
-    return GrownCheckpoint(dst, *parameters, tuple(file for file, _ in shards))
+        copied = _copy_beside(src, temporary)
+    return GrownCheckpoint(dst, *parameters, tuple(file for file, _ in shards), copied)
+
+
+def _copy_beside(src, folder):
+    """Copy `src`'s tokenizer and generation files (`COPIED_FILES`) into `folder`; their names."""
+    copied = tuple(name for name in COPIED_FILES if (src / name).is_file())
+    for name in copied:
+        shutil.copyfile(src / name, folder / name)
+    return copied
 
 
 def _paths(src, dst):
@@ -350,6 +373,8 @@ def _write(folder, shards, tensors, dtype, options, allow_nonfinite, progress):
             with checkpoints.SafetensorsWriter(folder / file, specs) as writer:
                 for output in group:
                     value = _grown_tensor(output, reader, dtype, options)
+                    if not allow_nonfinite:
+                        _check_fits(output, value, reader, dtype)
                     writer.write(output.name, value)
                     bar.update(value.nbytes)
                     del value
@@ -359,6 +384,26 @@ def _write(folder, shards, tensors, dtype, options, allow_nonfinite, progress):
             "weight_map": {output.name: file for file, group in shards for output in group},
         }
         (folder / checkpoints.SAFETENSORS_INDEX).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+
+
+def _check_fits(output, value, reader, dtype):
+    """Refuse a grown tensor whose finite source values overflowed `dtype`
+    (a float32 norm of 70000 is `inf` in float16): what is written is checked,
+    not only what was read, which the reader checked for NaN and infinities."""
+    bad = checkpoints.nonfinite(value)
+    if bad:
+        largest = max(float(np.max(np.abs(reader[found].astype(np.float64)))) for *_, found, _, _ in output.parts)
+        raise ValueError(
+            f"'{output.name}' does not fit in {dtype.name}: its largest value, {largest:g}, is beyond {dtype.name}'s "
+            f"{float(_finfo(dtype).max):g}, and {bad} of its entries would be written as infinite. Write it with "
+            "dtype='float32' or 'bfloat16' (or leave dtype out: the source's). Nothing was written."
+        )
+
+
+def _finfo(dtype):
+    import ml_dtypes  # numpy's finfo knows no bfloat16
+
+    return ml_dtypes.finfo(dtype)
 
 
 def _grown_tensor(output, reader, dtype, options):
