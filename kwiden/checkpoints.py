@@ -616,10 +616,10 @@ def check_config(family, config, checkpoint_path, keep_tokens=None):
     _check_format(family, format)
     tensors = read_tensors(format, path)
     blocks = config["num_hidden_layers"]
-    prefix = read_prefix(family, tensors, blocks) if format == "hf" else ""
-    check_blocks(family, tensors, blocks, format, prefix, path)
+    prefix = read_prefix(family, tensors, 1) if format == "hf" else ""  # the token table's name: one block will do
     names = family.checkpoint_names(1, format, prefix)
-    _check_block_count(names, tensors, blocks, path)
+    _check_block_count(names, tensors, blocks, path)  # first: the checks below make a name map of every block
+    check_blocks(family, tensors, blocks, format, prefix, path)
     vocab = config["vocab_size"] if keep_tokens is None else None  # `keep_tokens` selects the rows
     name, kind = names[naming.EMBEDDING_TOKEN, "embeddings"]
     found = find_tensor(name, tensors)
