@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import safetensors.numpy
 import tensorflow as tf
+from test_grow_checkpoint import MODELS, SAFETENSORS, tensors_of
 
 import kwiden
 from kwiden.checkpoints import MANIFEST
 from kwiden.files import TEMPORARY
-from kwiden.testing import numpy_outputs, padded_batch, tiny_config
+from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:Google's BERT code")
 
@@ -286,3 +287,17 @@ def test_a_checkpoint_path_that_is_no_checkpoint(tmp_path):
         kwiden.build_transformer_model(tiny_config(), checkpoint_path=tmp_path / "notes.txt")
     with pytest.raises(ValueError, match=r"\S+notes.txt is a file; save_checkpoint writes a folder"):
         kwiden.save_checkpoint(kwiden.build_transformer_model(tiny_config()), tmp_path / "notes.txt")
+
+
+def test_a_value_beyond_float16_is_refused_not_written_as_infinite(tmp_path):
+    llama = randomize_weights(kwiden.build_transformer_model(MODELS["llama"], model="llama"), seed=1)
+    large = kwiden.save_checkpoint(llama, tmp_path / "large")
+    values = tensors_of(large)
+    values["model.norm.weight"] = np.full(16, 70000.0, "float32")  # finite in float32, beyond float16's 65504
+    safetensors.numpy.save_file(values, str(large / SAFETENSORS))
+    (large / MANIFEST).unlink()  # changed on purpose
+    with pytest.raises(ValueError, match=r"'model.norm.weight' does not fit in float16: its largest value, 70000, is beyond float16's 65504, and 32 of its entries"):  # fmt: skip
+        kwiden.grow_checkpoint(large, tmp_path / "half", k=2, dtype="float16")
+    assert not (tmp_path / "half").exists()
+    kwiden.grow_checkpoint(large, tmp_path / "bf16", k=2, dtype="bfloat16")  # bfloat16's range holds it
+    assert kwiden.build_transformer_model(checkpoint_path=tmp_path / "bf16") is not None

@@ -5,6 +5,7 @@ user's is lost, and nothing is silently cut short."""
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -41,29 +42,19 @@ def compiled(model, loss=token_loss, optimizer=None):
 # 1. A backup deletes only what it wrote.
 
 
-def test_backups_leave_the_users_own_models_in_their_folder(gpt, tmp_path):
-    own = {"model-01.keras": b"epoch one", "model-best.keras": b"the best", "model-12-2.keras": b"looks like ours"}
-    for name, content in own.items():
-        (tmp_path / name).write_bytes(content)
-    kwiden.fit_growing(compiled(gpt()), lm_batches(), {2: dict(k=2)}, steps=4, verbose=0, backup_dir=tmp_path)
-    for name, content in own.items():
-        assert (tmp_path / name).read_bytes() == content
-    state = json.loads((tmp_path / STATE_FILE).read_text())
-    ours = sorted(p.name for p in tmp_path.glob(f"{BACKUP_PREFIX}*"))
-    assert ours == [state["model"]] == [f"{BACKUP_PREFIX}4-1.keras"]  # the earlier saves were replaced
-
-
 def test_an_earlier_versions_backup_resumes_and_is_replaced(gpt, tmp_path):
     """A state file naming `model-*.keras` (kwiden before its prefix): that file is kwiden's, and goes."""
     first = compiled(gpt())
-    kwiden.fit_growing(first, lm_batches(), {3: dict(k=2)}, steps=2, verbose=0, backup_dir=tmp_path)
+    kwiden.fit_growing(first, lm_batches(), {1: dict(k=2)}, steps=1, verbose=0, backup_dir=tmp_path)
     state = json.loads((tmp_path / STATE_FILE).read_text())
-    os.rename(tmp_path / state["model"], tmp_path / "model-2-0.keras")
-    (tmp_path / STATE_FILE).write_text(json.dumps({**state, "model": "model-2-0.keras"}))
+    del state["batches"]  # nor did its state count batches: the optimizer's iterations say how far it got
+    os.rename(tmp_path / state["model"], tmp_path / "model-1-0.keras")
+    (tmp_path / STATE_FILE).write_text(json.dumps({**state, "model": "model-1-0.keras"}))
     (tmp_path / "model-5-0.keras").write_bytes(b"the user's")
-    big, _ = kwiden.fit_growing(compiled(gpt()), lm_batches(), {3: dict(k=2)}, steps=4, verbose=0, backup_dir=tmp_path)
+    big, _ = kwiden.fit_growing(compiled(gpt()), lm_batches(), {1: dict(k=2)}, steps=2, verbose=0, backup_dir=tmp_path)
     assert big.get_layer("Embedding-Token").output_dim == 2 * first.get_layer("Embedding-Token").output_dim
-    assert not (tmp_path / "model-2-0.keras").exists() and (tmp_path / "model-5-0.keras").read_bytes() == b"the user's"
+    assert int(big.optimizer.iterations) == 2
+    assert not (tmp_path / "model-1-0.keras").exists() and (tmp_path / "model-5-0.keras").read_bytes() == b"the user's"
 
 
 def test_a_damaged_backup_state_is_named(gpt, tmp_path):
@@ -109,11 +100,19 @@ def test_new_files_get_the_umask_mode_and_replaced_ones_keep_theirs(bert, tmp_pa
 # 3. What a killed writer leaves, the next write removes.
 
 
+# A child process imports kwiden/files.py alone (it needs nothing but the standard library), not all of kwiden.
+IMPORT_FILES = f"""
+import importlib.util
+spec = importlib.util.spec_from_file_location("files", {str(pathlib.Path(files.__file__))!r})
+files = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(files)
+"""
+
+
 def killed_while_writing(target, folder):
     """Run a process that is killed (SIGKILL) holding a temporary of `target`."""
-    script = textwrap.dedent(f"""
+    script = IMPORT_FILES + textwrap.dedent(f"""
         import os, signal
-        from kwiden import files
         with files.temporary_beside({str(target)!r}, suffix="" if {folder} else ".keras", folder={folder}) as temporary:
             if {folder}:
                 (temporary / "model.safetensors").write_bytes(b"half" * 1000)
@@ -153,7 +152,7 @@ def test_a_killed_saves_temporary_folder_is_removed_by_the_next_save(bert, tmp_p
 def test_a_live_writers_temporary_is_left_alone(tmp_path):
     target = tmp_path / "model.keras"
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from kwiden import files\nimport sys\nwith files.temporary_beside({str(target)!r}):\n"
+        [sys.executable, "-c", IMPORT_FILES + f"import sys\nwith files.temporary_beside({str(target)!r}):\n"
          "    print('ready', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )  # fmt: skip
@@ -175,16 +174,16 @@ def test_loss_scaling_that_skips_steps_does_not_cut_training_short(gpt, tmp_path
         # Far too large a scale: the first steps overflow in float16 and are skipped.
         optimizer = keras.optimizers.LossScaleOptimizer(kwiden.optimizers.AdamW(3e-3), initial_scale=2.0**60)
         small.compile(optimizer, token_loss)
-        data = lm_batches(8)
-        big, history = kwiden.fit_growing(small, data, {4: dict(k=2)}, steps=8, verbose=0, backup_dir=tmp_path)
+        data = lm_batches(4)
+        big, history = kwiden.fit_growing(small, data, {2: dict(k=2)}, steps=4, verbose=0, backup_dir=tmp_path)
         assert big.get_layer("Embedding-Token").output_dim == 2 * small.get_layer("Embedding-Token").output_dim
         assert len(history["loss"]) == 2  # both stretches ran
-        assert int(big.optimizer.iterations) < 8  # steps were skipped: counting iterations would have stopped early
-        assert json.loads((tmp_path / STATE_FILE).read_text())["batches"] == 8
+        assert int(big.optimizer.iterations) < 4  # steps were skipped: counting iterations would have stopped early
+        assert json.loads((tmp_path / STATE_FILE).read_text())["batches"] == 4
         # Resuming at the end trains on nothing more, though the optimizer counts fewer updates.
         with pytest.raises(ValueError, match=r"cannot be compiled as saved \(Could not locate function 'token_loss'"):
-            kwiden.fit_growing(gpt(), data, {4: dict(k=2)}, steps=8, verbose=0, backup_dir=tmp_path)
-        again, more = kwiden.fit_growing(compiled(gpt()), data, {4: dict(k=2)}, steps=8, verbose=0, backup_dir=tmp_path)
+            kwiden.fit_growing(gpt(), data, {2: dict(k=2)}, steps=4, verbose=0, backup_dir=tmp_path)
+        again, more = kwiden.fit_growing(compiled(gpt()), data, {2: dict(k=2)}, steps=4, verbose=0, backup_dir=tmp_path)
         assert (
             more == {} and again.get_layer("Embedding-Token").output_dim == big.get_layer("Embedding-Token").output_dim
         )
@@ -192,17 +191,25 @@ def test_loss_scaling_that_skips_steps_does_not_cut_training_short(gpt, tmp_path
         keras.config.set_dtype_policy("float32")
 
 
-# 11. A resume with a loss that is not registered.
+# 1 and 11. A resume beside the user's own files, with a loss that is not registered.
 
 
-def test_a_backup_resumes_with_an_unregistered_loss_to_identical_weights(gpt, tmp_path):
-    schedule = {2: dict(k=2)}
-    straight, _ = kwiden.fit_growing(compiled(gpt()), lm_batches(), schedule, steps=5, verbose=0)
-    kwiden.fit_growing(compiled(gpt()), lm_batches(), schedule, steps=3, verbose=0, backup_dir=tmp_path)
+def test_a_backup_beside_the_users_models_resumes_with_an_unregistered_loss_to_identical_weights(gpt, tmp_path):
+    own = {"model-01.keras": b"epoch one", "model-best.keras": b"the best", "model-12-2.keras": b"looks like ours"}
+    for name, content in own.items():  # a ModelCheckpoint's files, in the folder the backups go to
+        (tmp_path / name).write_bytes(content)
+    schedule = {1: dict(k=2)}
+    straight, _ = kwiden.fit_growing(compiled(gpt()), lm_batches(), schedule, steps=3, verbose=0)
+    kwiden.fit_growing(compiled(gpt()), lm_batches(), schedule, steps=2, verbose=0, backup_dir=tmp_path)
     resumed, _ = kwiden.fit_growing(
-        compiled(gpt(seed=5)), lm_batches(), schedule, steps=5, verbose=0, backup_dir=tmp_path
+        compiled(gpt(seed=5)), lm_batches(), schedule, steps=3, verbose=0, backup_dir=tmp_path
     )
     assert resumed.loss is token_loss
     for a, b in zip(straight.get_weights(), resumed.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    assert int(resumed.optimizer.iterations) == 5
+    assert int(resumed.optimizer.iterations) == 3
+    for name, content in own.items():
+        assert (tmp_path / name).read_bytes() == content
+    state = json.loads((tmp_path / STATE_FILE).read_text())
+    ours = sorted(p.name for p in tmp_path.glob(f"{BACKUP_PREFIX}*"))
+    assert ours == [state["model"]] == [f"{BACKUP_PREFIX}3-1.keras"]  # the earlier saves were replaced

@@ -1,0 +1,216 @@
+"""Kill tests: processes killed with SIGKILL at the worst moments, and what
+the next run finds. Each scenario runs kwiden in a child process that kills
+itself (a real SIGKILL: no `finally`, no atexit) at a chosen point, then
+checks the files left and runs the same thing again.
+
+    python benchmarks/kill_tests.py          # about two minutes on 2 cores
+
+Prints one row per scenario: what was left after the kill, and what the next
+run did with it. A row that says FAIL is a guarantee broken.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import common
+
+CHECKOUT = common.CHECKOUT
+
+PRELUDE = f"""
+import sys; sys.path.insert(0, {str(CHECKOUT)!r})
+import json, os, pathlib, signal
+import numpy as np, keras, kwiden
+from kwiden import training
+from kwiden.testing import padded_batch, randomize_weights, tiny_config
+
+def kill():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def token_loss(y, p):  # not registered with Keras: the resume must not need it to be
+    return keras.losses.sparse_categorical_crossentropy(y, p, from_logits=True)
+
+def model(seed=0):
+    gpt = kwiden.build_transformer_model(tiny_config(), model="gpt")
+    randomize_weights(gpt, seed)
+    gpt.compile(kwiden.optimizers.AdamW(3e-3), token_loss)
+    return gpt
+
+BATCHES = [(i[:, :-1], i[:, 1:]) for i in (padded_batch(lengths=(9,) * 4, seed=s, segments=False) for s in range(12))]
+SCHEDULE = {{3: dict(k=2), 6: dict(depth=2)}}
+"""
+
+
+def child(code, cwd, refused=False):
+    """Run `code` after the prelude: `(return code, stdout, stderr)`, the code -9
+    where it killed itself (1 is accepted where a refusal is expected)."""
+    result = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], cwd=cwd, capture_output=True)
+    if result.returncode not in (0, -9, *((1,) if refused else ())):
+        raise RuntimeError(result.stderr.decode()[-3000:])
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+def temporaries(folder):
+    return sorted(p.name for p in pathlib.Path(folder).iterdir() if ".kwiden-tmp-" in p.name)
+
+
+def grow_folder_killed(root):
+    """`kwiden grow SRC DST` on a folder, killed halfway through writing its shards."""
+    child(
+        """
+        llama = kwiden.build_transformer_model(dict(vocab_size=4000, hidden_size=128, num_hidden_layers=4,
+            num_attention_heads=4, intermediate_size=256, mask_padding=False), model="llama")
+        kwiden.save_checkpoint(randomize_weights(llama, 0), "src")
+        from kwiden.growth import checkpoint
+        real = checkpoint._grown_tensor
+        count = [0]
+        def grown_then_killed(*args):
+            count[0] += 1
+            if count[0] == 20:
+                kill()
+            return real(*args)
+        checkpoint._grown_tensor = grown_then_killed
+        kwiden.grow_checkpoint("src", "dst", k=2, max_shard_size="1MB")
+        """,
+        root,
+    )
+    left = temporaries(root)
+    size = sum(f.stat().st_size for name in left for f in (root / name).rglob("*") if f.is_file())
+    dst_absent = not (root / "dst").exists()
+    code, _, err = child("from kwiden.cli import main; sys.exit(main(['grow', 'src', 'dst', '--factor', '2']))", root)
+    loads, _, _ = child("kwiden.build_transformer_model(checkpoint_path='dst')", root)
+    ok = dst_absent and len(left) == 1 and "Removed 1 temporary" in err and not temporaries(root) and code == loads == 0
+    return (
+        f"dst absent: {dst_absent}; 1 temporary folder of {size / 2**20:.1f} MiB",
+        f"removed it (warned), grew dst ({len(list((root / 'dst').glob('*.safetensors')))} shards), it loads",
+        ok,
+    )
+
+
+def fit_growing_killed(root, where):
+    """`fit_growing` with a backup, killed `where`: between growths (at update 5), just
+    after a growth (before its backup), or inside a backup's save; then resumed."""
+    hooks = {
+        "between growths": """
+            class KillAt(keras.callbacks.Callback):
+                def on_train_batch_end(self, batch, logs=None):
+                    if int(self.model.optimizer.iterations) == 5:
+                        kill()
+            callbacks = [KillAt()]
+        """,
+        "at a growth": """
+            real = training._grow
+            growths = [0]
+            def grown_then_killed(*args):
+                big = real(*args)
+                growths[0] += 1
+                if growths[0] == 2:  # the second growth (depth), killed before its backup is saved
+                    kill()
+                return big
+            training._grow = grown_then_killed
+            callbacks = []
+        """,
+        "inside a backup's save": """
+            real = training._Backup.save
+            saves = [0]
+            def save_then_killed(self, model, *args):
+                saves[0] += 1
+                if saves[0] == 3:  # just after the first growth: killed halfway through writing the .keras file
+                    real_save = model.save
+                    model.save = lambda path, **kw: (open(path, "wb").write(b"half"), kill())
+                return real(self, model, *args)
+            training._Backup.save = save_then_killed
+            callbacks = []
+        """,
+    }
+    child(
+        hooks[where]
+        + """
+        kwiden.fit_growing(model(), BATCHES, SCHEDULE, steps=9, verbose=0, callbacks=callbacks, backup_dir="run")
+        """,
+        root,
+    )
+    state = json.loads((root / "run" / "kwiden-growing.json").read_text())
+    left = temporaries(root / "run")
+    code, out, _ = child(
+        """
+        straight, _ = kwiden.fit_growing(model(), BATCHES, SCHEDULE, steps=9, verbose=0)
+        resumed, _ = kwiden.fit_growing(model(seed=5), BATCHES, SCHEDULE, steps=9, verbose=0, backup_dir="run")
+        print(max(float(np.max(np.abs(a - b))) for a, b in zip(straight.get_weights(), resumed.get_weights())))
+        """,
+        root,
+    )
+    difference = float(out.strip().splitlines()[-1]) if code == 0 else float("nan")
+    files = sorted(p.name for p in (root / "run").iterdir())
+    ok = code == 0 and difference <= 1e-6 and not temporaries(root / "run") and len(files) == 2
+    return (
+        f"backup at batch {state['batches']}, {state['growths_done']} growths; {len(left)} temporary file(s)",
+        f"resumed: max |straight - resumed| = {difference:.1e}; left {files}",
+        ok,
+    )
+
+
+def save_checkpoint_killed(root, where):
+    """`save_checkpoint` into a folder holding an earlier checkpoint, killed while writing
+    its temporary folder, or between the renames that move its files in."""
+    hook = {
+        "while writing": "kwiden.checkpoints._write_safetensors = lambda *a: kill()",
+        "between renames": """
+            real = os.replace
+            def replace(a, b):
+                real(a, b)
+                if str(b).endswith("config.json"):
+                    kill()
+            os.replace = replace
+        """,
+    }[where]
+    child(
+        """
+        bert = lambda seed: randomize_weights(kwiden.build_transformer_model(tiny_config()), seed)
+        kwiden.save_checkpoint(bert(0), "out")
+        """
+        + textwrap.dedent(hook)
+        + """
+        kwiden.save_checkpoint(bert(1), "out")
+        """,
+        root,
+    )
+    left = temporaries(root)
+    code, _, err = child("kwiden.build_transformer_model(checkpoint_path='out')", root, refused=True)
+    loads = "loads the old checkpoint" if code == 0 else "refused: " + err.strip().splitlines()[-1][:90]
+    redo, _, _ = child(
+        """
+        kwiden.save_checkpoint(randomize_weights(kwiden.build_transformer_model(tiny_config()), 1), "out")
+        kwiden.build_transformer_model(checkpoint_path="out")
+        """,
+        root,
+    )
+    expected_code = 0 if where == "while writing" else 1
+    ok = code == expected_code and redo == 0 and not temporaries(root)
+    return f"{len(left)} temporary folder(s); load {loads}", "the next save removed it and loads", ok
+
+
+def main():
+    rows = []
+    scenarios = [
+        ("kwiden grow SRC DST (folder), killed mid-write", grow_folder_killed),
+        *[(f"fit_growing, killed {w}", lambda r, w=w: fit_growing_killed(r, w))
+          for w in ("between growths", "at a growth", "inside a backup's save")],
+        *[(f"save_checkpoint into an existing folder, killed {w}", lambda r, w=w: save_checkpoint_killed(r, w))
+          for w in ("while writing", "between renames")],
+    ]  # fmt: skip
+    for name, scenario in scenarios:
+        with tempfile.TemporaryDirectory() as folder:
+            after, next_run, ok = scenario(pathlib.Path(folder))
+        rows.append((name, after, next_run, "ok" if ok else "FAIL"))
+        print(rows[-1], flush=True)
+    print()
+    print(common.table(rows, ("scenario", "after the kill", "the next run", "")))
+    return 0 if all(row[-1] == "ok" for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
