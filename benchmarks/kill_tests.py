@@ -16,7 +16,7 @@ import sys
 import tempfile
 import textwrap
 
-import common
+import common  # noqa: F401  (this checkout's kwiden first on sys.path)
 
 CHECKOUT = common.CHECKOUT
 
@@ -84,8 +84,8 @@ def grow_folder_killed(root):
     loads, _, _ = child("kwiden.build_transformer_model(checkpoint_path='dst')", root)
     ok = dst_absent and len(left) == 1 and "Removed 1 temporary" in err and not temporaries(root) and code == loads == 0
     return (
-        f"dst absent: {dst_absent}; 1 temporary folder of {size / 2**20:.1f} MiB",
-        f"removed it (warned), grew dst ({len(list((root / 'dst').glob('*.safetensors')))} shards), it loads",
+        f"DST absent: {dst_absent}; {len(left)} temporary ({size / 2**20:.1f} MiB)",
+        "removed it (warned); DST grown, loads",
         ok,
     )
 
@@ -126,13 +126,8 @@ def fit_growing_killed(root, where):
             callbacks = []
         """,
     }
-    child(
-        hooks[where]
-        + """
-        kwiden.fit_growing(model(), BATCHES, SCHEDULE, steps=9, verbose=0, callbacks=callbacks, backup_dir="run")
-        """,
-        root,
-    )
+    run = 'kwiden.fit_growing(model(), BATCHES, SCHEDULE, steps=9, verbose=0, callbacks=callbacks, backup_dir="run")'
+    child(textwrap.dedent(hooks[where]) + run, root)
     state = json.loads((root / "run" / "kwiden-growing.json").read_text())
     left = temporaries(root / "run")
     code, out, _ = child(
@@ -147,8 +142,8 @@ def fit_growing_killed(root, where):
     files = sorted(p.name for p in (root / "run").iterdir())
     ok = code == 0 and difference <= 1e-6 and not temporaries(root / "run") and len(files) == 2
     return (
-        f"backup at batch {state['batches']}, {state['growths_done']} growths; {len(left)} temporary file(s)",
-        f"resumed: max |straight - resumed| = {difference:.1e}; left {files}",
+        f"backup at batch {state['batches']}, {state['growths_done']} growth(s); {len(left)} temporary",
+        f"resumed, |straight - resumed| <= {difference:.0e}; {len(files)} files left",
         ok,
     )
 
@@ -167,20 +162,19 @@ def save_checkpoint_killed(root, where):
             os.replace = replace
         """,
     }[where]
+    bert = "bert = lambda seed: randomize_weights(kwiden.build_transformer_model(tiny_config()), seed)\n"
     child(
-        """
-        bert = lambda seed: randomize_weights(kwiden.build_transformer_model(tiny_config()), seed)
-        kwiden.save_checkpoint(bert(0), "out")
-        """
+        bert
+        + 'kwiden.save_checkpoint(bert(0), "out")\n'
         + textwrap.dedent(hook)
-        + """
-        kwiden.save_checkpoint(bert(1), "out")
-        """,
+        + '\nkwiden.save_checkpoint(bert(1), "out")',
         root,
     )
     left = temporaries(root)
     code, _, err = child("kwiden.build_transformer_model(checkpoint_path='out')", root, refused=True)
-    loads = "loads the old checkpoint" if code == 0 else "refused: " + err.strip().splitlines()[-1][:90]
+    loads = (
+        "the old checkpoint loads" if code == 0 else "loading refuses it (" + err.strip().splitlines()[-1][12:60] + "…)"
+    )
     redo, _, _ = child(
         """
         kwiden.save_checkpoint(randomize_weights(kwiden.build_transformer_model(tiny_config()), 1), "out")
@@ -190,7 +184,7 @@ def save_checkpoint_killed(root, where):
     )
     expected_code = 0 if where == "while writing" else 1
     ok = code == expected_code and redo == 0 and not temporaries(root)
-    return f"{len(left)} temporary folder(s); load {loads}", "the next save removed it and loads", ok
+    return f"{len(left)} temporary; {loads}", "removed it; saved, loads", ok
 
 
 def main():
@@ -206,9 +200,7 @@ def main():
         with tempfile.TemporaryDirectory() as folder:
             after, next_run, ok = scenario(pathlib.Path(folder))
         rows.append((name, after, next_run, "ok" if ok else "FAIL"))
-        print(rows[-1], flush=True)
-    print()
-    print(common.table(rows, ("scenario", "after the kill", "the next run", "")))
+    print("\n".join(" | ".join(row) for row in [("scenario", "after the kill", "the next run", ""), *rows]))
     return 0 if all(row[-1] == "ok" for row in rows) else 1
 
 
