@@ -194,6 +194,7 @@ def test_loss_scaling_that_skips_steps_does_not_cut_training_short(gpt, tmp_path
 # 1 and 11. A resume beside the user's own files, with a loss that is not registered.
 
 
+@pytest.mark.backends
 def test_a_backup_beside_the_users_models_resumes_with_an_unregistered_loss_to_identical_weights(gpt, tmp_path):
     own = {"model-01.keras": b"epoch one", "model-best.keras": b"the best", "model-12-2.keras": b"looks like ours"}
     for name, content in own.items():  # a ModelCheckpoint's files, in the folder the backups go to
