@@ -471,9 +471,40 @@ def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_no
     ]
     one_dtype(((name, np.dtype(value.dtype).name) for (_, _, name, _), (_, value) in zip(placed, values)), path)
     check_nothing_dropped(family, names, {name for *_, name, _ in placed}, tensors, path)
-    for variable, value in values:  # only once every weight has its value
-        variable.assign(value.astype(variable.dtype))
+    cast = [
+        (variable, _cast(value, variable.dtype, name, allow_nonfinite, path))
+        for (_, _, name, _), (variable, value) in zip(placed, values)
+    ]
+    for variable, value in cast:  # only once every weight has its value
+        variable.assign(value)
     return model
+
+
+def _cast(value, dtype, name, allow_nonfinite, checkpoint_path):
+    """`value` in the model's `dtype`; refused where finite values would
+    overflow it (a float32 norm of 70000 in a float16 model)."""
+    cast = value.astype(dtype)
+    bad = 0 if allow_nonfinite or cast.dtype == value.dtype else nonfinite(cast) - nonfinite(value)
+    if bad:
+        raise ValueError(
+            overflow_message(f"The checkpoint {checkpoint_path}'s '{name}'", cast.dtype, bad, value)
+            + " Build the model in float32 or bfloat16 (keras.config.set_dtype_policy), or load it anyway with "
+            "allow_nonfinite=True."
+        )
+    return cast
+
+
+def overflow_message(what, dtype, bad, source):
+    """Why `what`, finite in `source`, cannot be held in `dtype`: `bad` of its
+    entries would be infinite."""
+    import ml_dtypes  # numpy's finfo knows no bfloat16; installed with TensorFlow
+
+    largest = float(np.max(np.abs(np.asarray(source, np.float64))))
+    return (
+        f"{what} does not fit in {np.dtype(dtype).name}: {bad} of its entries would be infinite there, its "
+        f"largest magnitude being {largest:g} where {np.dtype(dtype).name} holds at most "
+        f"{float(ml_dtypes.finfo(dtype).max):g}."
+    )
 
 
 def _value(tensors, layer, variable, name, kind, format, keep_tokens, checkpoint_path, allow_nonfinite):
@@ -529,8 +560,18 @@ def check_nothing_dropped(family, names, used, tensors, checkpoint_path):
     pattern = block_pattern(names)
     for name in tensors:
         match = pattern.match(name) if pattern is not None and name not in read else None
-        if match and not any(re.fullmatch(buffer, name[match.end() :]) for buffer in family.buffers):
+        if match and not _buffer(name, match.end(), family, read):
             raise ValueError(_dropped(checkpoint_path, name, family))
+
+
+def _buffer(name, block_end, family, read):
+    """Whether a block tensor no weight reads holds no weight of its own: a
+    buffer the family declares, or a TensorFlow optimizer's slot of a tensor
+    that is read (`…/kernel/adam_m`, `…/kernel/Adam_1`, `…/ExponentialMovingAverage`)."""
+    if any(re.fullmatch(buffer, name[block_end:]) for buffer in family.buffers):
+        return True
+    parts = name.split("/")
+    return any("/".join(parts[:n]) in read for n in range(1, len(parts)))
 
 
 def _dropped(checkpoint_path, tensor, family, weight=""):
@@ -555,8 +596,12 @@ def block_pattern(names):
     if not first:
         return None
     common = os.path.commonprefix(first)
-    common = common[: max(common.rfind("."), common.rfind("/")) + 1]  # up to its last separator
-    index = list(re.finditer(r"\d+", common))[-1]  # the block's index: the last number in the block's prefix
+    cut = common[: max(common.rfind("."), common.rfind("/")) + 1]  # up to its last separator
+    numbers = list(re.finditer(r"\d+", cut)) or list(re.finditer(r"\d+", common))  # names such as `block0_q`
+    if not numbers:
+        return None  # no index in the block's names: nothing says which tensors are a block's
+    common = cut if re.search(r"\d", cut) else common
+    index = numbers[-1]  # the block's index: the last number in the block's prefix
     return re.compile(re.escape(common[: index.start()]) + r"(\d+)" + re.escape(common[index.end() :]))
 
 
@@ -874,9 +919,14 @@ def _give_modes(temporary, target, files):
 
 
 def _umask():
-    mask = os.umask(0o022)  # reading it means setting it: set it back at once
-    os.umask(mask)
-    return mask
+    """The process's umask: Linux says it in /proc; elsewhere reading it means setting it for an instant."""
+    try:
+        with open("/proc/self/status", encoding="utf-8") as status:
+            return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
 
 
 def _write_manifest(folder, format, files):

@@ -15,6 +15,7 @@ import math
 import os
 import pathlib
 import shutil
+import stat
 import uuid
 import warnings
 
@@ -30,8 +31,9 @@ TEMPORARY = ".kwiden-tmp-"
 @contextlib.contextmanager
 def replaced_atomically(path):
     """Yield a temporary path beside `path` to write the new file to; once the
-    block ends without error it replaces `path` in one rename. If the block
-    fails, the temporary file is removed and `path` is as it was.
+    block ends without error it replaces `path` in one rename, keeping the
+    mode of the file it replaces. If the block fails, the temporary file is
+    removed and `path` is as it was.
 
     >>> import pathlib, tempfile
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "table.txt"
@@ -44,6 +46,8 @@ def replaced_atomically(path):
     # The suffix is kept: writers such as Keras' save and matplotlib's savefig read it.
     with temporary_beside(path, suffix=path.suffix) as temporary:
         yield temporary
+        if path.is_file():
+            os.chmod(temporary, stat.S_IMODE(path.stat().st_mode))
         os.replace(temporary, path)
 
 
@@ -71,8 +75,9 @@ def temporary_beside(target, suffix="", folder=False):
 
 
 def _create_locked(target, suffix, folder):
-    """`(path, descriptor)` of a new temporary beside `target`, created so
-    that it cannot be an existing file or link, and locked."""
+    """`(path, descriptor or None)` of a new temporary beside `target`,
+    created so that it cannot be an existing file or link, and locked where
+    the file system has locks (else unlocked, and never swept)."""
     for _ in range(100):
         path = target.with_name(f".{target.name}{TEMPORARY}{uuid.uuid4().hex[:12]}{suffix}")
         try:
@@ -83,30 +88,36 @@ def _create_locked(target, suffix, folder):
                 descriptor = os.open(path, os.O_RDONLY)
             else:
                 # 0o666 less the umask, as any new file; O_EXCL refuses a name that exists, links included.
-                descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | getattr(os, "O_NOFOLLOW", 0), 0o666)
-        except FileExistsError:
+                descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | NOFOLLOW, 0o666)
+        except (FileExistsError, FileNotFoundError):  # taken, or swept in the instant after mkdir: another name
             continue
-        if _lock(descriptor) and _same_file(descriptor, path):
-            return path, descriptor
-        os.close(descriptor)  # a sweep took it in the instant between creating and locking: try another name
+        lock = _lock(descriptor)
+        if lock is not HELD and _same_file(descriptor, path):
+            return path, descriptor  # locked, or on a file system without locks (an NFS folder)
+        os.close(descriptor)  # a sweep took it in the instant between creating and locking: another name
     raise FileExistsError(f"No free name for a temporary file beside {target}.")
 
 
 def remove_stale(target, suffix=""):
     """Remove the temporaries of `target` whose writer is gone (no live
-    process holds their lock); returns their names. Where locks are not to
-    be had (Windows), nothing is removed."""
+    process holds their lock); returns their names."""
     target = pathlib.Path(target)
-    removed = []
-    if fcntl is None or not target.parent.is_dir():
-        return removed
-    for path in target.parent.glob(f".{_escaped(target.name)}{TEMPORARY}*{_escaped(suffix)}"):
-        if _stale(path):
-            removed.append(path.name)
+    return sweep(target.parent, f".{_escaped(target.name)}{TEMPORARY}*{_escaped(suffix)}", f"beside {target}")
+
+
+def sweep(folder, pattern, where=None):
+    """Remove the temporaries in `folder` matching the glob `pattern` (which
+    names kwiden's: it holds `TEMPORARY`) whose writer is gone, with a
+    warning naming them; returns their names. Where locks are not to be had
+    (Windows, a file system without them), nothing is removed."""
+    folder = pathlib.Path(folder)
+    if fcntl is None or TEMPORARY not in pattern or not folder.is_dir():
+        return []
+    removed = [path.name for path in folder.glob(pattern) if _stale(path)]
     if removed:
         warnings.warn(
-            f"Removed {len(removed)} temporary file(s) beside {target} left by a kwiden process that was killed: "
-            f"{', '.join(removed)}.",
+            f"Removed {len(removed)} temporary file(s) {where or f'in {folder}'} left by a kwiden process that was "
+            f"killed: {', '.join(removed)}.",
             stacklevel=4,
         )
     return removed
@@ -115,11 +126,12 @@ def remove_stale(target, suffix=""):
 def _stale(path):
     """Whether `path` is a temporary no live process holds; if so, it is removed."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:  # gone meanwhile, a link, or not ours to read
+        # Open for writing where it can be: file systems that emulate flock (NFS) lock only such files.
+        descriptor = os.open(path, (os.O_RDONLY if path.is_dir() else os.O_RDWR) | NOFOLLOW)
+    except OSError:  # gone meanwhile, a link, or not ours to open
         return False
     try:
-        if not _lock(descriptor) or not _same_file(descriptor, path):
+        if _lock(descriptor) is not LOCKED or not _same_file(descriptor, path):
             return False
         if path.is_dir():
             shutil.rmtree(path)
@@ -132,15 +144,22 @@ def _stale(path):
         os.close(descriptor)
 
 
+# What `_lock` finds: the lock taken; a live process holding it; no lock to be had here.
+LOCKED, HELD, UNLOCKABLE = "locked", "held", "unlockable"
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
 def _lock(descriptor):
-    """Take `descriptor`'s lock without waiting; False if a live process holds it."""
+    """Take `descriptor`'s lock without waiting."""
     if fcntl is None:
-        return True
+        return UNLOCKABLE
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
+        return LOCKED
+    except BlockingIOError:  # EWOULDBLOCK: a live process holds it
+        return HELD
+    except OSError:  # ENOLCK, ENOSYS, NFS' EBADF for a read-only descriptor: this file system has no locks
+        return UNLOCKABLE
 
 
 def _same_file(descriptor, path):

@@ -8,7 +8,7 @@ import pathlib
 
 import keras
 
-from kwiden.files import replaced_atomically
+from kwiden.files import TEMPORARY, replaced_atomically, sweep
 from kwiden.growth import grow
 from kwiden.keras_internals import compile_arguments, saved_optimizer_config
 from kwiden.optimizers import AccumulatingOptimizer
@@ -158,6 +158,7 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
     accumulation = getattr(_inner(model.optimizer), "accum_steps", 1)
     if consumed is None:
         consumed = _batches_trained(model)
+    _remember_batches(model, consumed)
     _check_not_past(schedule, growths_done, consumed // accumulation)
     _check_length(data, steps * accumulation)
     batches = iter(data)
@@ -214,17 +215,19 @@ class _BatchCounter(keras.callbacks.Callback):
 
 
 def _remember_batches(model, consumed):
-    """Keep on `model` the batches trained on and its optimizer's iterations
-    then, so that a later call goes on from there (the two part where loss
-    scaling skipped steps)."""
-    setattr(model, BATCHES_ATTRIBUTE, (consumed, _iterations(model)))
+    """Keep on `model` the batches trained on, its optimizer and that
+    optimizer's iterations then, so that a later call goes on from there (the
+    two part where loss scaling skipped steps)."""
+    setattr(model, BATCHES_ATTRIBUTE, (consumed, _iterations(model), id(model.optimizer)))
 
 
 def _batches_trained(model):
     """The batches `model` has trained on: its optimizer's iterations, and
-    the steps loss scaling skipped in an earlier `fit_growing` call."""
-    consumed, iterations = getattr(model, BATCHES_ATTRIBUTE, (0, 0))
-    return _iterations(model) + consumed - iterations
+    the steps loss scaling skipped in an earlier `fit_growing` call with the
+    same optimizer (a model compiled afresh starts from its new optimizer's count)."""
+    consumed, iterations, optimizer = getattr(model, BATCHES_ATTRIBUTE, (0, 0, None))
+    skipped = consumed - iterations if optimizer == id(model.optimizer) else 0
+    return _iterations(model) + skipped
 
 
 def _iterations(model):
@@ -337,7 +340,9 @@ class _Backup:
 
     def save(self, model, growths_done, consumed):
         self.folder.mkdir(parents=True, exist_ok=True)
-        previous = self._state().get("model") if self.exists() else None
+        previous = self._state()["model"] if self.exists() else None
+        # A save a kill interrupted left a temporary named after its own file, which no later save may share.
+        sweep(self.folder, f".{BACKUP_PREFIX}*{TEMPORARY}*.keras")
         name = f"{BACKUP_PREFIX}{consumed}-{growths_done}.keras"
         with replaced_atomically(self.folder / name) as temporary:
             model.save(temporary)
@@ -358,8 +363,17 @@ class _Backup:
                 f"{path} is not a backup state kwiden can read ({error}): it was changed or damaged. Delete it "
                 "to start afresh (its model files stay), or give another backup_dir."
             ) from None
-        if not isinstance(state, dict) or not {"model", "growths_done", "schedule"} <= set(state):
-            raise ValueError(f"{path} is not a backup state kwiden wrote; delete it, or give another backup_dir.")
+        if (
+            not isinstance(state, dict)
+            or not {"model", "growths_done", "schedule"} <= set(state)
+            or not isinstance(state["model"], str)
+            or pathlib.Path(state["model"]).name != state["model"]
+            or not state["model"].endswith(".keras")
+        ):
+            raise ValueError(
+                f"{path} is not a backup state kwiden wrote (it names a .keras file in its folder); delete it, or "
+                "give another backup_dir."
+            )
         return state
 
     def load(self, live):
@@ -389,7 +403,9 @@ class _Backup:
         optimizer = keras.optimizers.deserialize(saved_optimizer_config(path))
         config.pop("optimizer")
         model.compile(optimizer=optimizer, **config)
-        optimizer.build(model.trainable_variables)
+        # The compiled optimizer: under mixed_float16 `compile` wraps the saved one for loss scaling,
+        # and the wrapper's scale is part of the saved state.
+        model.optimizer.build(model.trainable_variables)
         model.load_weights(path)  # the weights again, and the optimizer's state
         return model, state["growths_done"], state.get("batches")
 

@@ -6,6 +6,7 @@ import errno
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
 import safetensors.numpy
@@ -296,8 +297,14 @@ def test_a_value_beyond_float16_is_refused_not_written_as_infinite(tmp_path):
     values["model.norm.weight"] = np.full(16, 70000.0, "float32")  # finite in float32, beyond float16's 65504
     safetensors.numpy.save_file(values, str(large / SAFETENSORS))
     (large / MANIFEST).unlink()  # changed on purpose
-    with pytest.raises(ValueError, match=r"'model.norm.weight' does not fit in float16: its largest value, 70000, is beyond float16's 65504, and 32 of its entries"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"The grown 'model.norm.weight' does not fit in float16: 32 of its entries would be infinite there, its largest magnitude being 70000 where float16 holds at most 65504"):  # fmt: skip
         kwiden.grow_checkpoint(large, tmp_path / "half", k=2, dtype="float16")
     assert not (tmp_path / "half").exists()
+    keras.config.set_dtype_policy("float16")
+    try:  # loading into a float16 model: the same refusal, before any weight is assigned
+        with pytest.raises(ValueError, match=r"large/model.safetensors's 'model.norm.weight' does not fit in float16: 16 of its entries"):  # fmt: skip
+            kwiden.build_transformer_model(checkpoint_path=large)
+    finally:
+        keras.config.set_dtype_policy("float32")
     kwiden.grow_checkpoint(large, tmp_path / "bf16", k=2, dtype="bfloat16")  # bfloat16's range holds it
     assert kwiden.build_transformer_model(checkpoint_path=tmp_path / "bf16") is not None

@@ -3,6 +3,7 @@ link planted where a temporary goes, a process killed mid-write, training
 under mixed precision, a resume with a loss Keras cannot find. Nothing of the
 user's is lost, and nothing is silently cut short."""
 
+import errno
 import json
 import os
 import pathlib
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+import warnings
 
 import keras
 import numpy as np
@@ -164,6 +166,34 @@ def test_a_live_writers_temporary_is_left_alone(tmp_path):
     assert temporaries(tmp_path) == []  # its writer removed it on the way out
 
 
+def test_a_file_system_without_locks_still_saves_and_sweeps_nothing(bert, tmp_path, monkeypatch):
+    def no_locks(descriptor, operation):
+        raise OSError(errno.ENOLCK, "No locks available")  # NFS without a lock daemon; Lustre without flock
+
+    monkeypatch.setattr(files.fcntl, "flock", no_locks)
+    kwiden.save_checkpoint(bert(), tmp_path / "out")
+    with files.replaced_atomically(tmp_path / "table.txt") as temporary:
+        temporary.write_text("x")
+    assert temporaries(tmp_path) == [] and (tmp_path / "table.txt").read_text() == "x"
+    unknown = tmp_path / f".out{files.TEMPORARY}0123456789ab"
+    unknown.mkdir()  # whose writer may live: without locks nothing proves otherwise
+    assert files.remove_stale(tmp_path / "out") == [] and unknown.is_dir()
+
+
+def test_a_temporary_folder_swept_as_it_is_made_is_made_again(tmp_path, monkeypatch):
+    real_open, swept = os.open, []
+
+    def swept_first(path, flags, *mode):
+        if not swept and pathlib.Path(path).is_dir() and files.TEMPORARY in str(path):
+            swept.append(path)
+            os.rmdir(path)  # another process' sweep, in the instant between mkdir and the lock
+        return real_open(path, flags, *mode)
+
+    monkeypatch.setattr(files.os, "open", swept_first)
+    with files.temporary_beside(tmp_path / "out", folder=True) as folder:
+        assert folder.is_dir() and str(folder) != str(swept[0])
+
+
 # 4. Mixed precision: a skipped step is still a batch trained on.
 
 
@@ -183,10 +213,20 @@ def test_loss_scaling_that_skips_steps_does_not_cut_training_short(gpt, tmp_path
         # Resuming at the end trains on nothing more, though the optimizer counts fewer updates.
         with pytest.raises(ValueError, match=r"cannot be compiled as saved \(Could not locate function 'token_loss'"):
             kwiden.fit_growing(gpt(), data, {2: dict(k=2)}, steps=4, verbose=0, backup_dir=tmp_path)
-        again, more = kwiden.fit_growing(compiled(gpt()), data, {2: dict(k=2)}, steps=4, verbose=0, backup_dir=tmp_path)
-        assert (
-            more == {} and again.get_layer("Embedding-Token").output_dim == big.get_layer("Embedding-Token").output_dim
-        )
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="Skipping variable loading")  # an optimizer state left out
+            again, more = kwiden.fit_growing(compiled(gpt()), data, {2: dict(k=2)}, steps=4, verbose=0, backup_dir=tmp_path)  # fmt: skip
+        assert more == {} and again.get_layer("Embedding-Token").output_dim == big.get_layer("Embedding-Token").output_dim  # fmt: skip
+        # The grown model's loss scale (its own, after the growth) came back with the rest of the optimizer's state.
+        assert isinstance(again.optimizer, keras.optimizers.LossScaleOptimizer)
+        assert float(again.optimizer.dynamic_scale) == float(big.optimizer.dynamic_scale)
+        # Called again without the backup, it goes on from the batches trained on, not the updates done.
+        _, none = kwiden.fit_growing(again, data, {}, steps=4, verbose=0)
+        assert none == {}
+        # Compiled afresh, a model counts from its new optimizer's first update.
+        again.compile(kwiden.optimizers.AdamW(1e-3), token_loss)
+        _, one = kwiden.fit_growing(again, data, {}, steps=1, verbose=0)
+        assert len(one["loss"]) == 1 and int(again.optimizer.iterations) == 1
     finally:
         keras.config.set_dtype_policy("float32")
 

@@ -61,7 +61,7 @@ def test_config_numbers_no_model_is_built_from_are_refused_naming_the_key(key, v
     assert not (tmp_path / "big").exists()
 
 
-@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", "1e999", "-1e999"])
 def test_nan_and_infinity_in_a_config_file_are_refused_as_it_is_read(constant, tmp_path):
     tensors, config = llama_model()
     folder = write(tmp_path / "hf", tensors, config)
@@ -200,7 +200,8 @@ def test_the_buffers_real_checkpoints_carry_in_their_blocks_load(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:Google's BERT code")
-def test_google_checkpoints_load_with_their_adam_slots(bert, tmp_path):
+@pytest.mark.parametrize("slots", [("adam_m", "adam_v"), ("Adam", "Adam_1"), ("ExponentialMovingAverage",)])
+def test_google_checkpoints_load_with_their_optimizer_slots(bert, tmp_path, slots):
     import tensorflow as tf
 
     small = bert()
@@ -209,7 +210,7 @@ def test_google_checkpoints_load_with_their_adam_slots(bert, tmp_path):
     reader = tf.train.load_checkpoint(str(folder / "bert_model.ckpt"))
     arrays = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
     arrays.update(
-        {f"{name}/adam_{slot}": np.zeros_like(value) for name, value in list(arrays.items()) for slot in "mv"}
+        {f"{name}/{slot}": np.zeros_like(value) for name, value in list(arrays.items()) for slot in slots}
     )
     for path in folder.glob("bert_model.ckpt*"):
         path.unlink()

@@ -17,7 +17,6 @@ folder, `kwiden.grow` and `kwiden.save_checkpoint` would write.
 """
 
 import dataclasses
-import json
 import pathlib
 import re
 import shutil
@@ -28,6 +27,7 @@ import numpy as np
 
 from kwiden import checkpoints, naming
 from kwiden.expansion import GrowthError
+from kwiden.files import json_text
 from kwiden.growth.options import resolve
 from kwiden.growth.plan import available_memory, plan_growth
 from kwiden.growth.rebuild import rebuild
@@ -184,7 +184,7 @@ def grow_checkpoint(
     _check_memory(outputs)
     with checkpoints.written_atomically(dst, "hf") as temporary:
         (temporary / checkpoints.CONFIG_FILES["hf"]).write_text(
-            json.dumps(grown_config, indent=2, allow_nan=False) + "\n", encoding="utf-8"
+            json_text(grown_config, "The grown config.json"), encoding="utf-8"
         )
         _write(temporary, shards, tensors, out_dtype, options, allow_nonfinite, progress)
         copied = _copy_beside(src, temporary)
@@ -383,7 +383,9 @@ def _write(folder, shards, tensors, dtype, options, allow_nonfinite, progress):
             "metadata": {"total_size": total},
             "weight_map": {output.name: file for file, group in shards for output in group},
         }
-        (folder / checkpoints.SAFETENSORS_INDEX).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+        (folder / checkpoints.SAFETENSORS_INDEX).write_text(
+            json_text(index, checkpoints.SAFETENSORS_INDEX), encoding="utf-8"
+        )
 
 
 def _check_fits(output, value, reader, dtype):
@@ -392,18 +394,11 @@ def _check_fits(output, value, reader, dtype):
     not only what was read, which the reader checked for NaN and infinities."""
     bad = checkpoints.nonfinite(value)
     if bad:
-        largest = max(float(np.max(np.abs(reader[found].astype(np.float64)))) for *_, found, _, _ in output.parts)
+        sources = np.concatenate([np.ravel(reader[found]).astype(np.float64) for *_, found, _, _ in output.parts])
         raise ValueError(
-            f"'{output.name}' does not fit in {dtype.name}: its largest value, {largest:g}, is beyond {dtype.name}'s "
-            f"{float(_finfo(dtype).max):g}, and {bad} of its entries would be written as infinite. Write it with "
-            "dtype='float32' or 'bfloat16' (or leave dtype out: the source's). Nothing was written."
+            checkpoints.overflow_message(f"The grown '{output.name}'", dtype, bad, sources)
+            + " Write it with dtype='float32' or 'bfloat16' (or leave dtype out: the source's). Nothing was written."
         )
-
-
-def _finfo(dtype):
-    import ml_dtypes  # numpy's finfo knows no bfloat16
-
-    return ml_dtypes.finfo(dtype)
 
 
 def _grown_tensor(output, reader, dtype, options):

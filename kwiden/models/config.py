@@ -110,7 +110,7 @@ def read_config_file(config_path):
         not_utf8=", so not JSON",
     )
     try:
-        config = json.loads(text, parse_constant=_Constant)
+        config = json.loads(text, parse_constant=_Constant, parse_float=_finite_or_constant)
     except json.JSONDecodeError as error:
         raise ValueError(
             f"The config file {path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno} "
@@ -124,9 +124,16 @@ def read_config_file(config_path):
     if constant is not None:
         raise ValueError(
             f"The config file {path} holds {constant[0]}: {constant[1]}, which is not JSON (JSON has no NaN or "
-            "infinities) and no value a model can be built from; write a finite number there."
+            "infinities; a number past float's range reads as one) and no value a model can be built from; write a "
+            "finite number there."
         )
     return config
+
+
+def _finite_or_constant(text):
+    """A JSON number, or, where it is past float's range (`1e999`), the text: as refused as `Infinity`."""
+    value = float(text)
+    return value if math.isfinite(value) else _Constant(text)
 
 
 class _Constant(str):
