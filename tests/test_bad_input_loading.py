@@ -209,9 +209,7 @@ def test_google_checkpoints_load_with_their_optimizer_slots(bert, tmp_path, slot
     (folder / "kwiden-manifest.json").unlink()
     reader = tf.train.load_checkpoint(str(folder / "bert_model.ckpt"))
     arrays = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
-    arrays.update(
-        {f"{name}/{slot}": np.zeros_like(value) for name, value in list(arrays.items()) for slot in slots}
-    )
+    arrays.update({f"{name}/{slot}": np.zeros_like(value) for name, value in list(arrays.items()) for slot in slots})
     for path in folder.glob("bert_model.ckpt*"):
         path.unlink()
     tf.raw_ops.SaveV2(
