@@ -24,13 +24,12 @@ import json
 import os
 import pathlib
 import re
-import stat
 from typing import Optional
 
 import numpy as np
 
 from kwiden import naming
-from kwiden.files import json_text, temporary_beside
+from kwiden.files import give_mode, json_text, temporary_beside
 from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint, to_kwiden
 from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, family_of, get_family
@@ -902,31 +901,12 @@ def written_atomically(directory, format="hf"):
     with temporary_beside(target, folder=True) as temporary:
         yield temporary
         files = sorted(p.name for p in temporary.iterdir() if p.is_file())
-        _give_modes(temporary, target, files)
+        for name in files:  # some writers (safetensors) make theirs readable by their owner alone
+            give_mode(temporary / name, target / name)
         _write_manifest(temporary, format, files)
         for name in (*files, MANIFEST):
             _sync(temporary / name)
         _move_into_place(temporary, target, files, format)
-
-
-def _give_modes(temporary, target, files):
-    """Give each file the mode of the file it replaces, or a new file's (the
-    umask's): some writers (safetensors) make theirs readable by their owner alone."""
-    new = 0o666 & ~_umask()
-    for name in files:
-        old = target / name
-        os.chmod(temporary / name, stat.S_IMODE(old.stat().st_mode) if old.is_file() else new)
-
-
-def _umask():
-    """The process's umask: Linux says it in /proc; elsewhere reading it means setting it for an instant."""
-    try:
-        with open("/proc/self/status", encoding="utf-8") as status:
-            return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
-    except (OSError, StopIteration, ValueError):
-        mask = os.umask(0o022)
-        os.umask(mask)
-        return mask
 
 
 def _write_manifest(folder, format, files):

@@ -46,9 +46,25 @@ def replaced_atomically(path):
     # The suffix is kept: writers such as Keras' save and matplotlib's savefig read it.
     with temporary_beside(path, suffix=path.suffix) as temporary:
         yield temporary
-        if path.is_file():
-            os.chmod(temporary, stat.S_IMODE(path.stat().st_mode))
+        give_mode(temporary, path)
         os.replace(temporary, path)
+
+
+def give_mode(path, replaced):
+    """Give `path` the mode of the file `replaced` it is to replace, or, where
+    there is none, a new file's (0o666 less the umask)."""
+    os.chmod(path, stat.S_IMODE(replaced.stat().st_mode) if replaced.is_file() else 0o666 & ~_umask())
+
+
+def _umask():
+    """The process's umask: Linux says it in /proc; elsewhere reading it means setting it for an instant."""
+    try:
+        with open("/proc/self/status", encoding="utf-8") as status:
+            return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
 
 
 @contextlib.contextmanager
