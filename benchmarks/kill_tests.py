@@ -64,7 +64,7 @@ def grow_folder_killed(root):
         llama = kwiden.build_transformer_model(dict(vocab_size=4000, hidden_size=128, num_hidden_layers=4,
             num_attention_heads=4, intermediate_size=256, mask_padding=False), model="llama")
         kwiden.save_checkpoint(randomize_weights(llama, 0), "src")
-        from kwiden.growth import checkpoint
+        from kwiden.growth import streaming as checkpoint
         real = checkpoint._grown_tensor
         count = [0]
         def grown_then_killed(*args):

@@ -5,7 +5,7 @@ from kwiden.checkpoints import save_checkpoint
 from kwiden.distribution import layout_map
 from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
 from kwiden.growth import GrowthResult, grow, growth_scales
-from kwiden.growth.checkpoint import GrownCheckpoint, grow_checkpoint
+from kwiden.growth.streaming import GrownCheckpoint, grow_checkpoint
 from kwiden.models import build_transformer_model
 from kwiden.tokenizer import Tokenizer
 from kwiden.training import GrowthSchedule, fit_growing

@@ -14,7 +14,7 @@ from kwiden.expansion import Growth, GrowthError, as_factor
 from kwiden.graph import is_keras_hub, nodes_in_order, probe
 from kwiden.keras_internals import all_layers, producer
 from kwiden.layers import ExpandableEmbedding, ExpandableMultiHeadAttention
-from kwiden.plan import walk
+from kwiden.walk import walk
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ import pytest
 import kwiden
 from kwiden import cli
 from kwiden.checkpoints import SAFETENSORS, SAFETENSORS_INDEX, read_tensors
-from kwiden.growth import checkpoint as grow_module
+from kwiden.growth import streaming as grow_module
 from kwiden.testing import NOTICEABLE_EPSILON, randomize_weights
 
 SIZES = dict(

@@ -24,7 +24,7 @@ from kwiden.growth.plan import GrowthPlan, GrowthRecord, plan_growth
 from kwiden.growth.rebuild import rebuild
 from kwiden.growth.transfer import transfer
 from kwiden.keras_internals import is_functional
-from kwiden.plan import walk
+from kwiden.walk import walk
 
 
 class GrowthResult(typing.NamedTuple):

@@ -1,0 +1,439 @@
+"""`kwiden.grow_checkpoint`: a Hugging Face checkpoint grown tensor by tensor,
+never holding the model (docs/grow-checkpoint.md).
+
+The rule for each tensor is the one `kwiden.grow` follows, not a copy of it:
+the model is built from the folder's `config.json` as a *skeleton*, its
+variables shaped but never allocated (`keras.StatelessScope`), and the growth
+pipeline's first stages run on it as on any model: `options.resolve`,
+`plan.plan_growth` (the axes of every weight, the blocks to copy) and
+`rebuild.rebuild` (the grown skeleton, which says the grown shapes and writes
+the grown `config.json` through the family's `to_hf_config`). The family's
+name map (`checkpoint_names`) and `Layout`s say which tensor holds which
+weight; each tensor is then read, put in kwiden's layout, grown by
+`transfer.grown_value` (the function `grow` itself uses, with the same
+per-weight random generator), put back in the file's layout and written
+straight into its shard. So the result is, bit for bit, what loading the
+folder, `kwiden.grow` and `kwiden.save_checkpoint` would write.
+"""
+
+import dataclasses
+import pathlib
+import re
+import shutil
+import warnings
+
+import keras
+import numpy as np
+
+from kwiden import checkpoints, naming
+from kwiden.expansion import GrowthError
+from kwiden.files import json_text
+from kwiden.growth.options import resolve
+from kwiden.growth.plan import available_memory, plan_growth
+from kwiden.growth.rebuild import rebuild
+from kwiden.growth.transfer import grown_value
+from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint, to_kwiden
+from kwiden.models import build_transformer_model, family_of_config, get_family
+from kwiden.models.config import read_config_file
+
+# Hugging Face's default shard size (transformers' `save_pretrained`).
+MAX_SHARD_SIZE = "5GB"
+# The dtypes a grown checkpoint may be written in.
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+# The files beside the weights that growth leaves true (the vocabulary does not
+# grow), copied into the grown folder; the weights, config.json and anything
+# else (an old pytorch_model.bin) are not.
+COPIED_FILES = ("vocab.txt", "vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "spiece.model",
+                "sentencepiece.bpe.model", "generation_config.json", "chat_template.jinja", "chat_template.json")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class GrownCheckpoint:
+    """What `grow_checkpoint` wrote: the folder, the parameters before and
+    after, and the weight files (shards) in it."""
+
+    path: pathlib.Path
+    source_parameters: int
+    parameters: int
+    files: tuple
+    copied: tuple = ()
+
+
+@dataclasses.dataclass
+class _Tensor:
+    """One tensor of the grown checkpoint and the weights it is grown from."""
+
+    name: str
+    layout: Layout
+    shape: tuple
+    # [(placed entry, weight index, source tensor name, its layout, the part's layout in this tensor)]
+    parts: list = dataclasses.field(default_factory=list)
+
+
+def grow_checkpoint(
+    src,
+    dst,
+    k=None,
+    ffn_factor=None,
+    heads="count",
+    rope="exact",
+    spread=3.0,
+    seed=None,
+    depth=None,
+    num_layers=None,
+    allow_approximate=False,
+    hidden_size=None,
+    intermediate_size=None,
+    dtype=None,
+    max_shard_size=MAX_SHARD_SIZE,
+    model=None,
+    allow_nonfinite=False,
+    progress=False,
+):
+    """Grow the Hugging Face checkpoint in folder `src` into a new folder
+    `dst`, one tensor at a time (docs/grow-checkpoint.md).
+
+    The growth options are `kwiden.grow`'s (`k`, `ffn_factor`, `heads`
+    (here `"count"` by default: it keeps head_dim and the RoPE schedule, which
+    LLaMA's, Mistral's and Qwen2's configs need),
+    `rope`, `spread`, `seed`, `depth`, `num_layers`, `allow_approximate`,
+    `hidden_size`, `intermediate_size`); with the same options and `seed`, the
+    grown tensors are bit for bit those `kwiden.save_checkpoint` writes after
+    loading `src` and `kwiden.grow` (float32 checkpoints; see `dtype`). Peak
+    memory is about one grown tensor and the float64 work of expanding it;
+    the model is never held.
+
+    Args:
+        src: a folder with `config.json` and `model.safetensors` or the shards
+            a `model.safetensors.index.json` names, of a family kwiden reads
+            (LLaMA, Mistral, Qwen2, GPT-2, BERT), found by its `model_type`
+            (or `model=`).
+        dst: a new folder (or an empty one), not `src` nor inside it. Written
+            as a temporary sibling folder renamed at the end: `dst` appears
+            whole or not at all.
+        dtype: the grown tensors' dtype: by default the source's (a bfloat16
+            checkpoint stays bfloat16, each grown value rounded once from
+            float64); `"float32"` writes what loading into a float32 model,
+            growing and saving gives, bit for bit.
+        max_shard_size: the largest weight file, in bytes or as `"5GB"`,
+            `"500MB"`; more tensors make more shards and an index (a tensor
+            larger than it gets a shard of its own).
+        allow_nonfinite: grow tensors with NaN or infinite values all the same.
+        progress: show a progress bar (bytes written).
+
+    The tokenizer's and generation's files beside the weights (`vocab.txt`,
+    `tokenizer.json`, `generation_config.json`, … : `COPIED_FILES`) are
+    copied into `dst`; no other file is.
+
+    Returns a `GrownCheckpoint` (the folder, parameter counts, its weight
+    files, the files copied). Refused, naming the file and the tensor, before
+    anything is written: a folder that is no Hugging Face checkpoint, an
+    unknown `model_type`, a config the tensors contradict, a shard the index
+    names but the folder lacks, a tensor missing or of a shape the config
+    does not give, integer or mixed dtypes, a block tensor the model would
+    not read; during the writing (nothing is left): a damaged file, NaN or
+    infinite values, a value beyond `dtype`'s range (float16's 65504).
+    """
+    src, dst = _paths(src, dst)
+    limit = _bytes(max_shard_size)
+    checkpoint = checkpoints.open_checkpoint(src)
+    if checkpoint.format != "hf":
+        raise ValueError(
+            f"{src} holds a Google checkpoint; grow_checkpoint grows Hugging Face folders (model.safetensors). "
+            "Load it with kwiden.build_transformer_model, grow it with kwiden.grow and save it."
+        )
+    config_path = checkpoints.config_beside(checkpoint)
+    source_config = read_config_file(config_path)
+    family = _family(source_config, model, config_path)
+    tensors = checkpoints.read_tensors("hf", checkpoint.path)
+    checkpoints.check_config(family, family.config(config_path=config_path), checkpoint)  # before building, as loading
+    with keras.StatelessScope(initialize_variables=False):  # shapes only: no weight is allocated
+        small = _skeleton(family, config_path, tensors)
+        options = resolve(
+            small, k, ffn_factor, heads, rope, allow_approximate, hidden_size, intermediate_size,
+            spread=spread, seed=seed, depth=depth, num_layers=num_layers,
+        )  # fmt: skip
+        plan = plan_growth(small, options, check_memory=False)
+        big, placed = rebuild(plan)
+        grown_config = {**source_config, **family.to_hf_config(big, "hf")}
+        parameters = (small.count_params(), big.count_params())
+    if plan.approximations:
+        warnings.warn(
+            f"grow_checkpoint: {', '.join(plan.approximations)} accepted as approximate (allow_approximate=True); "
+            "nothing was measured. Load both folders and compare them with kwiden.verify.",
+            stacklevel=2,
+        )
+    source_blocks = naming.count_blocks(layer.name for layer in small.layers)
+    prefix = checkpoints.read_prefix(family, tensors, source_blocks)
+    checkpoints.check_blocks(family, tensors, source_blocks, "hf", prefix, checkpoint.path)
+    source_names = family.checkpoint_names(source_blocks, "hf", prefix)
+    grown_names = family.checkpoint_names(
+        naming.count_blocks(layer.name for layer in big.layers), "hf", checkpoints.written_prefix(grown_config, family)
+    )
+    outputs = _outputs(placed, family, source_names, grown_names, tensors, checkpoint.path)
+    source_dtype = _one_dtype(outputs, tensors, checkpoint.path)
+    used = {source_names[key][0] for key in _weight_keys(small) if key in source_names}
+    checkpoints.check_nothing_dropped(family, source_names, used, tensors, checkpoint.path)  # as loading does
+    out_dtype = source_dtype if dtype is None else _dtype(dtype)
+    grown_config["torch_dtype"] = out_dtype.name
+    if "dtype" in source_config:  # transformers 5's name for it
+        grown_config["dtype"] = out_dtype.name
+    _warn_unused(tensors, outputs, src)
+    shards = _shards(outputs, out_dtype, limit)
+    _check_memory(outputs)
+    with checkpoints.written_atomically(dst, "hf") as temporary:
+        (temporary / checkpoints.CONFIG_FILES["hf"]).write_text(
+            json_text(grown_config, "The grown config.json"), encoding="utf-8"
+        )
+        _write(temporary, shards, tensors, out_dtype, options, allow_nonfinite, progress)
+        copied = _copy_beside(src, temporary)
+    return GrownCheckpoint(dst, *parameters, tuple(file for file, _ in shards), copied)
+
+
+def _copy_beside(src, folder):
+    """Copy `src`'s tokenizer and generation files (`COPIED_FILES`) into `folder`; their names."""
+    copied = tuple(name for name in COPIED_FILES if (src / name).is_file())
+    for name in copied:
+        shutil.copyfile(src / name, folder / name)
+    return copied
+
+
+def _paths(src, dst):
+    src, dst = pathlib.Path(src), pathlib.Path(dst)
+    if not src.is_dir():
+        what = "does not exist" if not src.exists() else "is a file"
+        raise FileNotFoundError(f"{src} {what}; grow_checkpoint reads a Hugging Face checkpoint folder.")
+    if dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents:
+        raise ValueError(f"{dst} is {src} or inside it; write the grown checkpoint to a new folder.")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise FileExistsError(
+            f"{dst} exists and is {'a file' if not dst.is_dir() else 'not empty'}; grow_checkpoint writes a new "
+            "folder (or into an empty one). Choose another name, or delete it first."
+        )
+    return src, dst
+
+
+def _bytes(size):
+    """A size in bytes from an int or a string such as `"5GB"` or `"500MiB"`."""
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool) and size > 0:
+        return int(size)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]?)(i?)b?\s*", str(size), re.IGNORECASE)
+    if not match or float(match.group(1)) <= 0 or (match.group(3) and not match.group(2)):
+        raise ValueError(f"`max_shard_size` must be a number of bytes or a size such as '5GB', got {size!r}.")
+    prefix, binary = match.group(2).upper(), match.group(3)
+    return int(float(match.group(1)) * (2**10 if binary else 10**3) ** " KMG".index(prefix or " "))
+
+
+def _dtype(dtype):
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if name not in DTYPES:
+        raise ValueError(f"`dtype` must be one of {DTYPES} (or None: the source's), got dtype={dtype!r}.")
+    return _numpy_dtype(name)
+
+
+def _numpy_dtype(name):
+    import ml_dtypes  # numpy's bfloat16; installed with TensorFlow
+
+    return np.dtype(getattr(ml_dtypes, name)) if name == "bfloat16" else np.dtype(name)
+
+
+def _family(config, model, config_path):
+    if model is not None:
+        family = get_family(model)
+    else:
+        try:
+            family = family_of_config(config)
+        except ValueError as error:
+            raise ValueError(f"{config_path}: {error}") from None
+    if family.checkpoint_names is None or "hf" not in family.formats or family.to_hf_config is None:
+        raise ValueError(
+            f"{config_path}: {family.title} models are not kept in Hugging Face checkpoints kwiden writes; "
+            "grow_checkpoint grows LLaMA, Mistral, Qwen2, GPT-2 and BERT folders."
+        )
+    return family
+
+
+def _skeleton(family, config_path, tensors):
+    """The model `config_path` describes, with its task heads where the
+    checkpoint has their tensors; built under a `StatelessScope`, so that
+    its variables have shapes and no values."""
+    blocks = family.config(config_path=config_path)["num_hidden_layers"]
+    prefix = checkpoints.read_prefix(family, tensors, blocks)
+    names = family.checkpoint_names(blocks, "hf", prefix)
+
+    def holds(layer):
+        return any(name == layer and checkpoints.find_tensor(t, tensors) for (name, _), (t, _) in names.items())
+
+    flags = {"with_mlm": holds(naming.MLM_DENSE), "with_pool": holds(naming.POOLER_DENSE)}
+    flags = {flag: value for flag, value in flags.items() if flag in family.flags}
+    try:
+        return build_transformer_model(config_path=config_path, model=family, **flags)
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{config_path}: {error}") from None
+
+
+def _outputs(placed, family, source_names, grown_names, tensors, path):
+    """`[_Tensor]` of the grown checkpoint in the order they are written,
+    every source tensor found and its shape checked against the config's."""
+    outputs, seen = {}, set()
+    for entry in placed:
+        if not entry.plan.weights or id(entry.layer) in seen:  # weightless ops; a shared layer's weights once
+            continue
+        seen.add(id(entry.layer))
+        for index, (source, grown) in enumerate(zip(entry.plan.weights, entry.layer.weights)):
+            if (entry.source_name, source.name) not in source_names:
+                raise ValueError(
+                    f"'{source.path}' has no place in a {family.title} checkpoint; grow_checkpoint grows the "
+                    "models the family's checkpoints hold."
+                )
+            name, kind = source_names[entry.source_name, source.name]
+            found = checkpoints.find_tensor(name, tensors)
+            if found is None:
+                raise ValueError(f"The checkpoint {path} has no tensor '{name}' for '{source.path}'.")
+            layout = Layout.of(kind, "hf")
+            expected = checkpoint_shape(source.shape, layout)
+            if tensors.shape(found) != expected:
+                raise ValueError(
+                    f"{tensors.files[found]}: '{found}' has shape {tensors.shape(found)}, and the config makes "
+                    f"'{source.path}' (shape {tuple(source.shape)}) need {expected}: the config does not match "
+                    "the checkpoint."
+                )
+            grown_name, grown_kind = grown_names[entry.layer.name, grown.name]
+            grown_layout = Layout.of(grown_kind, "hf")
+            output = outputs.setdefault(
+                grown_name, _Tensor(grown_name, grown_layout, checkpoint_shape(grown.shape, grown_layout))
+            )
+            output.parts.append((entry, index, found, layout, grown_layout))
+    return list(outputs.values())
+
+
+def _one_dtype(outputs, tensors, path):
+    """The source tensors' one dtype (numpy's); refused, naming two tensors, where they mix."""
+    found = (found for output in outputs for *_, found, _, _ in output.parts)
+    code, _ = checkpoints.one_dtype(((name, tensors.dtype(name)) for name in found), path, tensors.files)
+    names = {safetensors: numpy for numpy, safetensors in checkpoints.SAFETENSORS_DTYPES.items()}
+    return _numpy_dtype(names[code])  # a float: one_dtype refuses the others
+
+
+def _weight_keys(model):
+    """`(layer name, weight name)` of each of `model`'s weights, as name maps key them."""
+    return {(layer.name, variable.name) for layer in model.layers for variable in layer.weights}
+
+
+def _warn_unused(tensors, outputs, src):
+    used = {found for output in outputs for *_, found, _, _ in output.parts}
+    unused = [name for name in tensors if name not in used]
+    if unused:
+        warnings.warn(
+            f"grow_checkpoint: {len(unused)} tensors of {src} hold no weight of the model and are not carried to "
+            f"the grown checkpoint: {', '.join(unused[:5])}{', …' * (len(unused) > 5)}.",
+            stacklevel=3,
+        )
+
+
+def _check_memory(outputs):
+    """Refuse, before writing, a tensor whose growth would not fit: its
+    float64 value, its random splits and their means (about 3 × 8 bytes an
+    element, measured: benchmarks/grow_checkpoint.py)."""
+    largest = max(outputs, key=lambda output: int(np.prod(output.shape, dtype=np.int64)))
+    need = 3 * 8 * int(np.prod(largest.shape, dtype=np.int64))
+    available = available_memory()
+    if available is not None and need > available:
+        raise GrowthError(
+            f"Growing '{largest.name}' to shape {largest.shape} needs about {need / 2**30:.1f} GiB of memory at its "
+            f"peak; {available / 2**30:.1f} GiB is available. Grow by a smaller factor, or on a machine with more memory."
+        )
+
+
+def _shards(outputs, dtype, limit):
+    """`[(file name, [_Tensor])]`: consecutive tensors, at most `limit` bytes a file."""
+    groups, size = [], 0
+    for output in outputs:
+        nbytes = int(np.prod(output.shape, dtype=np.int64)) * dtype.itemsize
+        if not groups or (size + nbytes > limit and groups[-1]):
+            groups.append([])
+            size = 0
+        groups[-1].append(output)
+        size += nbytes
+    if len(groups) == 1:
+        return [(checkpoints.SAFETENSORS, groups[0])]
+    return [(f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors", group) for i, group in enumerate(groups)]
+
+
+def _write(folder, shards, tensors, dtype, options, allow_nonfinite, progress):
+    """Each shard, tensor by tensor, and the index where there are several."""
+    from tqdm.auto import tqdm
+
+    total = sum(int(np.prod(o.shape, dtype=np.int64)) * dtype.itemsize for _, group in shards for o in group)
+    reader = _Reader(tensors, allow_nonfinite)
+    with tqdm(total=total, unit="B", unit_scale=True, desc="kwiden grow", disable=not progress) as bar:
+        for file, group in shards:
+            specs = [(output.name, dtype, output.shape) for output in group]
+            with checkpoints.SafetensorsWriter(folder / file, specs) as writer:
+                for output in group:
+                    value = _grown_tensor(output, reader, dtype, options)
+                    if not allow_nonfinite:
+                        _check_fits(output, value, reader, dtype)
+                    writer.write(output.name, value)
+                    bar.update(value.nbytes)
+                    del value
+    if len(shards) > 1:
+        index = {
+            "metadata": {"total_size": total},
+            "weight_map": {output.name: file for file, group in shards for output in group},
+        }
+        (folder / checkpoints.SAFETENSORS_INDEX).write_text(
+            json_text(index, checkpoints.SAFETENSORS_INDEX), encoding="utf-8"
+        )
+
+
+def _check_fits(output, value, reader, dtype):
+    """Refuse a grown tensor whose finite source values overflowed `dtype`
+    (a float32 norm of 70000 is `inf` in float16): what is written is checked,
+    not only what was read, which the reader checked for NaN and infinities."""
+    bad = checkpoints.nonfinite(value)
+    if bad:
+        sources = np.concatenate([np.ravel(reader[found]).astype(np.float64) for *_, found, _, _ in output.parts])
+        raise ValueError(
+            checkpoints.overflow_message(f"The grown '{output.name}'", dtype, bad, sources)
+            + " Write it with dtype='float32' or 'bfloat16' (or leave dtype out: the source's). Nothing was written."
+        )
+
+
+def _grown_tensor(output, reader, dtype, options):
+    """The grown tensor `output`, from its parts (one, or GPT-2's fused three)."""
+    pieces = {}
+    for entry, index, found, layout, grown_layout in output.parts:
+        source = to_kwiden(reader[found], tuple(entry.plan.weights[index].shape), layout).astype(dtype, copy=False)
+        grown = grown_value(entry, index, source, options.spread, options.entropy)
+        pieces[grown_layout.part[0] if grown_layout.part else 0] = to_checkpoint(grown, grown_layout)
+    if output.layout.part is None:
+        return np.ascontiguousarray(pieces[0])
+    return np.ascontiguousarray(join_parts([pieces[i] for i in range(output.layout.part[1])], output.layout))
+
+
+class _Reader:
+    """Source tensors, the last one kept (GPT-2's fused `c_attn` is read once
+    for its three parts), each checked for NaN and infinite values."""
+
+    def __init__(self, tensors, allow_nonfinite):
+        self.tensors, self.allow_nonfinite = tensors, allow_nonfinite
+        self.name, self.value = None, None
+
+    def __getitem__(self, name):
+        if name != self.name:
+            self.name, self.value = None, None  # the previous one freed first
+            value = self.tensors[name]
+            self.tensors.release()  # the file's pages read so far leave the process's memory
+            bad = 0 if self.allow_nonfinite else checkpoints.nonfinite(value)
+            if bad:
+                raise ValueError(
+                    f"{self.tensors.files[name]}: '{name}' holds {bad} NaN or infinite values, which would make the "
+                    "grown model's outputs NaN; pass allow_nonfinite=True to grow it anyway. Nothing was written."
+                )
+            self.name, self.value = name, value
+        return self.value
+
+
+__all__ = ["GrownCheckpoint", "grow_checkpoint"]
