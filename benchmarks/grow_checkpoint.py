@@ -40,13 +40,14 @@ def make_checkpoint(folder, sizes):
     import keras
     import numpy as np
 
-    from kwiden import checkpoints, models
+    import kwiden
+    from kwiden import checkpoints
     from kwiden.layout import Layout, checkpoint_shape
     from kwiden.models import llama
 
     config = {"model_type": "llama", "rms_norm_eps": 1e-5, "tie_word_embeddings": False, **sizes}
     with keras.StatelessScope(initialize_variables=False):  # shapes only
-        model = models.build_transformer_model(config)
+        model = kwiden.build_transformer_model(config)
         hf_config = llama.to_hf_config(model)
         names = llama.checkpoint_names(sizes["num_hidden_layers"])
         specs = []

@@ -152,7 +152,7 @@ def save_checkpoint_killed(root, where):
     """`save_checkpoint` into a folder holding an earlier checkpoint, killed while writing
     its temporary folder, or between the renames that move its files in."""
     hook = {
-        "while writing": "kwiden.checkpoints._write_safetensors = lambda *a: kill()",
+        "while writing": "kwiden.checkpoints.SafetensorsWriter.write = lambda *a: kill()",
         "between renames": """
             real = os.replace
             def replace(a, b):

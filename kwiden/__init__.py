@@ -1,12 +1,12 @@
 """kwiden: grow a trained Keras 3 Transformer into a wider one that computes the same function."""
 
 from kwiden import admin, layers, models, optimizers, testing
+from kwiden.builder import build_transformer_model
 from kwiden.checkpoints import save_checkpoint
 from kwiden.distribution import layout_map
 from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
 from kwiden.growth import GrowthResult, grow, growth_scales
 from kwiden.growth.streaming import GrownCheckpoint, grow_checkpoint
-from kwiden.models import build_transformer_model
 from kwiden.tokenizer import Tokenizer
 from kwiden.training import GrowthSchedule, fit_growing
 from kwiden.verify import VerifyReport, verify

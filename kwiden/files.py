@@ -209,6 +209,15 @@ def read_text(path, what, wanted, in_folder=None, not_utf8="", newline=None):
         raise ValueError(f"{what} {path} is not UTF-8 text (at byte offset {error.start}){not_utf8}.") from None
 
 
+def read_json(path, problem, remedy):
+    """The JSON value in the file `path`; a ValueError saying `problem`, the
+    parser's error and the `remedy` where it is not UTF-8 JSON."""
+    try:
+        return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{problem} ({error}); {remedy}.") from None
+
+
 def find_key(value, test, path=""):
     """`(dotted key, item)` of the first item inside a JSON-like `value`
     (`rope_parameters.rope_theta`, `a[2]`) for which `test` holds, or None."""

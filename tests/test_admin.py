@@ -241,7 +241,7 @@ def test_fold_does_not_divide_kernels_of_layers_called_twice():
 
 def test_builders_called_directly_keep_their_defaults():
     from kwiden.models import load_config
-    from kwiden.models.transformer import build_gpt
+    from kwiden.models.gpt import build_gpt
 
     model = randomize_weights(build_gpt(load_config(tiny_config())))
     ids = padded_batch(segments=False)

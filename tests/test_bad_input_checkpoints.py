@@ -14,7 +14,7 @@ import tensorflow as tf
 from test_grow_checkpoint import MODELS, SAFETENSORS, tensors_of
 
 import kwiden
-from kwiden.checkpoints import MANIFEST
+from kwiden.checkpoints import MANIFEST, SafetensorsWriter
 from kwiden.files import TEMPORARY
 from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
 
@@ -39,9 +39,8 @@ def outputs(folder, **flags):
 def disk_full_midway(monkeypatch, format):
     """Make the format's writer write part of its file, then fail as a full disk does."""
 
-    def safetensors_writer(tensors, filename, metadata=None):
-        with open(filename, "wb") as file:
-            file.write(b"\x00" * 64)
+    def safetensors_writer(writer, name, value):
+        writer.file.write(b"\x00" * 64)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     def google_writer(prefix, tensor_names, shape_and_slices, tensors):
@@ -50,7 +49,7 @@ def disk_full_midway(monkeypatch, format):
         raise tf.errors.ResourceExhaustedError(None, None, f"{prefix}.data-00000-of-00001; No space left on device")
 
     if format == "hf":
-        monkeypatch.setattr(safetensors.numpy, "save_file", safetensors_writer)
+        monkeypatch.setattr(SafetensorsWriter, "write", safetensors_writer)
     else:
         monkeypatch.setattr(tf.raw_ops, "SaveV2", google_writer)
 

@@ -100,6 +100,44 @@ def test_save_then_load_gives_identical_outputs(bert, tmp_path, format):
     assert json.loads((again / kwiden.checkpoints.CONFIG_FILES[format]).read_text())["layer_norm_eps"] == 1e-3
 
 
+def test_save_checkpoint_shards_as_grow_checkpoint_does(bert, tmp_path):
+    model = bert(with_mlm=True)
+    folder = kwiden.save_checkpoint(model, tmp_path / "sharded", max_shard_size=2000)
+    shards = sorted(p.name for p in folder.glob("model-*-of-*.safetensors"))
+    index = json.loads((folder / kwiden.checkpoints.SAFETENSORS_INDEX).read_text())
+    assert len(shards) > 1 and not (folder / kwiden.checkpoints.SAFETENSORS).exists()
+    assert sorted(set(index["weight_map"].values())) == shards
+    tensors = kwiden.checkpoints.read_tensors("hf", folder / kwiden.checkpoints.SAFETENSORS_INDEX)
+    for shard in shards:  # at most 2000 bytes of tensors a file, or one larger tensor alone
+        held = [tensors[name].nbytes for name, file in index["weight_map"].items() if file == shard]
+        assert sum(held) <= 2000 or len(held) == 1
+    whole = kwiden.save_checkpoint(model, tmp_path / "whole")
+    assert kwiden.checkpoints.read_tensors("hf", folder / kwiden.checkpoints.SAFETENSORS_INDEX).keys() == (
+        kwiden.checkpoints.read_tensors("hf", whole / kwiden.checkpoints.SAFETENSORS).keys()
+    )
+    loaded = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True)
+    for a, b in zip(numpy_outputs(model, padded_batch()), numpy_outputs(loaded, padded_batch())):
+        np.testing.assert_array_equal(a, b)
+    # saved again in one file, the shards and their index go: one checkpoint in the folder
+    kwiden.save_checkpoint(model, folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "kwiden-manifest.json", "model.safetensors"]
+    kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True)
+    with pytest.raises(ValueError, match=r"`max_shard_size` shards Hugging Face folders"):
+        kwiden.save_checkpoint(model, tmp_path / "google", format="google", max_shard_size="1GB")
+    with pytest.raises(ValueError, match=r"`max_shard_size` must be a number of bytes or a size such as '5GB'"):
+        kwiden.save_checkpoint(model, tmp_path / "bad", max_shard_size="big")
+
+
+def test_one_read_plan_names_each_weight_and_its_tensor(bert, tmp_path):
+    model = bert(with_mlm=True)
+    folder = kwiden.save_checkpoint(model, tmp_path / "ckpt")
+    plan = kwiden.checkpoints.read_plan(model, folder)
+    assert [entry.variable.path for entry in plan.entries] == [v.path for layer in model.layers for v in layer.weights]
+    entry = plan["Embedding-Token", "embeddings"]
+    assert entry.tensor == "bert.embeddings.word_embeddings.weight"
+    np.testing.assert_array_equal(plan.value(entry), model.get_layer("Embedding-Token").embeddings.numpy())
+
+
 def test_hugging_face_names_and_layouts(bert, tmp_path):
     from safetensors import safe_open
     from safetensors.numpy import load_file

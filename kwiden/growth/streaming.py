@@ -18,26 +18,25 @@ folder, `kwiden.grow` and `kwiden.save_checkpoint` would write.
 
 import dataclasses
 import pathlib
-import re
 import shutil
 import warnings
 
 import keras
 import numpy as np
 
-from kwiden import checkpoints, naming
+from kwiden import checkpoints, messages, naming
+from kwiden.builder import build_transformer_model
+from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE, shard_bytes, shards, write_shards
 from kwiden.expansion import GrowthError
 from kwiden.files import json_text
 from kwiden.growth.options import resolve
 from kwiden.growth.plan import available_memory, plan_growth
 from kwiden.growth.rebuild import rebuild
 from kwiden.growth.transfer import grown_value
-from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint, to_kwiden
-from kwiden.models import build_transformer_model, family_of_config, get_family
+from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint
+from kwiden.models import family_of_config, get_family
 from kwiden.models.config import read_config_file
 
-# Hugging Face's default shard size (transformers' `save_pretrained`).
-MAX_SHARD_SIZE = "5GB"
 # The dtypes a grown checkpoint may be written in.
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 # The files beside the weights that growth leaves true (the vocabulary does not
@@ -67,7 +66,7 @@ class _Tensor:
     name: str
     layout: Layout
     shape: tuple
-    # [(placed entry, weight index, source tensor name, its layout, the part's layout in this tensor)]
+    # [(placed entry, weight index, its read plan entry, the part's layout in this tensor)]
     parts: list = dataclasses.field(default_factory=list)
 
 
@@ -136,7 +135,7 @@ def grow_checkpoint(
     infinite values, a value beyond `dtype`'s range (float16's 65504).
     """
     src, dst = _paths(src, dst)
-    limit = _bytes(max_shard_size)
+    limit = shard_bytes(max_shard_size)
     checkpoint = checkpoints.open_checkpoint(src)
     if checkpoint.format != "hf":
         raise ValueError(
@@ -146,7 +145,7 @@ def grow_checkpoint(
     config_path = checkpoints.config_beside(checkpoint)
     source_config = read_config_file(config_path)
     family = _family(source_config, model, config_path)
-    tensors = checkpoints.read_tensors("hf", checkpoint.path)
+    tensors = checkpoints.tensors_of(checkpoint)
     checkpoints.check_config(family, family.config(config_path=config_path), checkpoint)  # before building, as loading
     with keras.StatelessScope(initialize_variables=False):  # shapes only: no weight is allocated
         small = _skeleton(family, config_path, tensors)
@@ -164,31 +163,26 @@ def grow_checkpoint(
             "nothing was measured. Load both folders and compare them with kwiden.verify.",
             stacklevel=2,
         )
-    source_blocks = naming.count_blocks(layer.name for layer in small.layers)
-    prefix = checkpoints.read_prefix(family, tensors, source_blocks)
-    checkpoints.check_blocks(family, tensors, source_blocks, "hf", prefix, checkpoint.path)
-    source_names = family.checkpoint_names(source_blocks, "hf", prefix)
+    read = checkpoints.read_plan(small, checkpoint, family, allow_nonfinite=allow_nonfinite)  # as loading reads
+    read.remedy = "pass allow_nonfinite=True to grow it anyway. Nothing was written."
     grown_names = family.checkpoint_names(
         naming.count_blocks(layer.name for layer in big.layers), "hf", checkpoints.written_prefix(grown_config, family)
     )
-    outputs = _outputs(placed, family, source_names, grown_names, tensors, checkpoint.path)
-    source_dtype = _one_dtype(outputs, tensors, checkpoint.path)
-    used = {source_names[key][0] for key in _weight_keys(small) if key in source_names}
-    checkpoints.check_nothing_dropped(family, source_names, used, tensors, checkpoint.path)  # as loading does
-    out_dtype = source_dtype if dtype is None else _dtype(dtype)
+    outputs = _outputs(placed, read, grown_names)
+    out_dtype = _numpy_dtype(read.dtype) if dtype is None else _dtype(dtype)
     grown_config["torch_dtype"] = out_dtype.name
     if "dtype" in source_config:  # transformers 5's name for it
         grown_config["dtype"] = out_dtype.name
     _warn_unused(tensors, outputs, src)
-    shards = _shards(outputs, out_dtype, limit)
+    files = shards([(output.name, out_dtype, output.shape) for output in outputs], limit)
     _check_memory(outputs)
     with checkpoints.written_atomically(dst, "hf") as temporary:
         (temporary / checkpoints.CONFIG_FILES["hf"]).write_text(
             json_text(grown_config, "The grown config.json"), encoding="utf-8"
         )
-        _write(temporary, shards, tensors, out_dtype, options, allow_nonfinite, progress)
+        _write(temporary, files, outputs, read, out_dtype, options, progress)
         copied = _copy_beside(src, temporary)
-    return GrownCheckpoint(dst, *parameters, tuple(file for file, _ in shards), copied)
+    return GrownCheckpoint(dst, *parameters, tuple(file for file, _ in files), copied)
 
 
 def _copy_beside(src, folder):
@@ -212,17 +206,6 @@ def _paths(src, dst):
             "folder (or into an empty one). Choose another name, or delete it first."
         )
     return src, dst
-
-
-def _bytes(size):
-    """A size in bytes from an int or a string such as `"5GB"` or `"500MiB"`."""
-    if isinstance(size, (int, np.integer)) and not isinstance(size, bool) and size > 0:
-        return int(size)
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]?)(i?)b?\s*", str(size), re.IGNORECASE)
-    if not match or float(match.group(1)) <= 0 or (match.group(3) and not match.group(2)):
-        raise ValueError(f"`max_shard_size` must be a number of bytes or a size such as '5GB', got {size!r}.")
-    prefix, binary = match.group(2).upper(), match.group(3)
-    return int(float(match.group(1)) * (2**10 if binary else 10**3) ** " KMG".index(prefix or " "))
 
 
 def _dtype(dtype):
@@ -263,7 +246,7 @@ def _skeleton(family, config_path, tensors):
     names = family.checkpoint_names(blocks, "hf", prefix)
 
     def holds(layer):
-        return any(name == layer and checkpoints.find_tensor(t, tensors) for (name, _), (t, _) in names.items())
+        return any(name == layer and checkpoints.find_tensor(t, tensors, family) for (name, _), (t, _) in names.items())
 
     flags = {"with_mlm": holds(naming.MLM_DENSE), "with_pool": holds(naming.POOLER_DENSE)}
     flags = {flag: value for flag, value in flags.items() if flag in family.flags}
@@ -273,56 +256,26 @@ def _skeleton(family, config_path, tensors):
         raise ValueError(f"{config_path}: {error}") from None
 
 
-def _outputs(placed, family, source_names, grown_names, tensors, path):
+def _outputs(placed, read, grown_names):
     """`[_Tensor]` of the grown checkpoint in the order they are written,
-    every source tensor found and its shape checked against the config's."""
+    each with the read plan's entries it is grown from."""
     outputs, seen = {}, set()
     for entry in placed:
         if not entry.plan.weights or id(entry.layer) in seen:  # weightless ops; a shared layer's weights once
             continue
         seen.add(id(entry.layer))
         for index, (source, grown) in enumerate(zip(entry.plan.weights, entry.layer.weights)):
-            if (entry.source_name, source.name) not in source_names:
-                raise ValueError(
-                    f"'{source.path}' has no place in a {family.title} checkpoint; grow_checkpoint grows the "
-                    "models the family's checkpoints hold."
-                )
-            name, kind = source_names[entry.source_name, source.name]
-            found = checkpoints.find_tensor(name, tensors)
-            if found is None:
-                raise ValueError(f"The checkpoint {path} has no tensor '{name}' for '{source.path}'.")
-            layout = Layout.of(kind, "hf")
-            expected = checkpoint_shape(source.shape, layout)
-            if tensors.shape(found) != expected:
-                raise ValueError(
-                    f"{tensors.files[found]}: '{found}' has shape {tensors.shape(found)}, and the config makes "
-                    f"'{source.path}' (shape {tuple(source.shape)}) need {expected}: the config does not match "
-                    "the checkpoint."
-                )
             grown_name, grown_kind = grown_names[entry.layer.name, grown.name]
             grown_layout = Layout.of(grown_kind, "hf")
             output = outputs.setdefault(
                 grown_name, _Tensor(grown_name, grown_layout, checkpoint_shape(grown.shape, grown_layout))
             )
-            output.parts.append((entry, index, found, layout, grown_layout))
+            output.parts.append((entry, index, read[entry.source_name, source.name], grown_layout))
     return list(outputs.values())
 
 
-def _one_dtype(outputs, tensors, path):
-    """The source tensors' one dtype (numpy's); refused, naming two tensors, where they mix."""
-    found = (found for output in outputs for *_, found, _, _ in output.parts)
-    code, _ = checkpoints.one_dtype(((name, tensors.dtype(name)) for name in found), path, tensors.files)
-    names = {safetensors: numpy for numpy, safetensors in checkpoints.SAFETENSORS_DTYPES.items()}
-    return _numpy_dtype(names[code])  # a float: one_dtype refuses the others
-
-
-def _weight_keys(model):
-    """`(layer name, weight name)` of each of `model`'s weights, as name maps key them."""
-    return {(layer.name, variable.name) for layer in model.layers for variable in layer.weights}
-
-
 def _warn_unused(tensors, outputs, src):
-    used = {found for output in outputs for *_, found, _, _ in output.parts}
+    used = {found.tensor for output in outputs for *_, found, _ in output.parts}
     unused = [name for name in tensors if name not in used]
     if unused:
         warnings.warn(
@@ -346,94 +299,46 @@ def _check_memory(outputs):
         )
 
 
-def _shards(outputs, dtype, limit):
-    """`[(file name, [_Tensor])]`: consecutive tensors, at most `limit` bytes a file."""
-    groups, size = [], 0
-    for output in outputs:
-        nbytes = int(np.prod(output.shape, dtype=np.int64)) * dtype.itemsize
-        if not groups or (size + nbytes > limit and groups[-1]):
-            groups.append([])
-            size = 0
-        groups[-1].append(output)
-        size += nbytes
-    if len(groups) == 1:
-        return [(checkpoints.SAFETENSORS, groups[0])]
-    return [(f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors", group) for i, group in enumerate(groups)]
-
-
-def _write(folder, shards, tensors, dtype, options, allow_nonfinite, progress):
-    """Each shard, tensor by tensor, and the index where there are several."""
+def _write(folder, files, outputs, read, dtype, options, progress):
+    """Each shard (`files`), tensor by tensor, and the index where there are several."""
     from tqdm.auto import tqdm
 
-    total = sum(int(np.prod(o.shape, dtype=np.int64)) * dtype.itemsize for _, group in shards for o in group)
-    reader = _Reader(tensors, allow_nonfinite)
+    by_name = {output.name: output for output in outputs}
+    total = sum(int(np.prod(output.shape, dtype=np.int64)) * dtype.itemsize for output in outputs)
+
+    def grown(name):
+        value = _grown_tensor(by_name[name], read, dtype, options)
+        if not read.allow_nonfinite:
+            _check_fits(by_name[name], value, read, dtype)
+        return value
+
     with tqdm(total=total, unit="B", unit_scale=True, desc="kwiden grow", disable=not progress) as bar:
-        for file, group in shards:
-            specs = [(output.name, dtype, output.shape) for output in group]
-            with checkpoints.SafetensorsWriter(folder / file, specs) as writer:
-                for output in group:
-                    value = _grown_tensor(output, reader, dtype, options)
-                    if not allow_nonfinite:
-                        _check_fits(output, value, reader, dtype)
-                    writer.write(output.name, value)
-                    bar.update(value.nbytes)
-                    del value
-    if len(shards) > 1:
-        index = {
-            "metadata": {"total_size": total},
-            "weight_map": {output.name: file for file, group in shards for output in group},
-        }
-        (folder / checkpoints.SAFETENSORS_INDEX).write_text(
-            json_text(index, checkpoints.SAFETENSORS_INDEX), encoding="utf-8"
-        )
+        write_shards(folder, files, grown, lambda value: bar.update(value.nbytes))
 
 
-def _check_fits(output, value, reader, dtype):
+def _check_fits(output, value, read, dtype):
     """Refuse a grown tensor whose finite source values overflowed `dtype`
     (a float32 norm of 70000 is `inf` in float16): what is written is checked,
     not only what was read, which the reader checked for NaN and infinities."""
     bad = checkpoints.nonfinite(value)
     if bad:
-        sources = np.concatenate([np.ravel(reader[found]).astype(np.float64) for *_, found, _, _ in output.parts])
+        sources = np.concatenate([np.ravel(read.raw(found)).astype(np.float64) for *_, found, _ in output.parts])
         raise ValueError(
-            checkpoints.overflow_message(f"The grown '{output.name}'", dtype, bad, sources)
+            messages.overflow(f"The grown '{output.name}'", dtype, bad, sources)
             + " Write it with dtype='float32' or 'bfloat16' (or leave dtype out: the source's). Nothing was written."
         )
 
 
-def _grown_tensor(output, reader, dtype, options):
+def _grown_tensor(output, read, dtype, options):
     """The grown tensor `output`, from its parts (one, or GPT-2's fused three)."""
     pieces = {}
-    for entry, index, found, layout, grown_layout in output.parts:
-        source = to_kwiden(reader[found], tuple(entry.plan.weights[index].shape), layout).astype(dtype, copy=False)
+    for entry, index, found, grown_layout in output.parts:
+        source = read.value(found).astype(dtype, copy=False)
         grown = grown_value(entry, index, source, options.spread, options.entropy)
         pieces[grown_layout.part[0] if grown_layout.part else 0] = to_checkpoint(grown, grown_layout)
     if output.layout.part is None:
         return np.ascontiguousarray(pieces[0])
     return np.ascontiguousarray(join_parts([pieces[i] for i in range(output.layout.part[1])], output.layout))
-
-
-class _Reader:
-    """Source tensors, the last one kept (GPT-2's fused `c_attn` is read once
-    for its three parts), each checked for NaN and infinite values."""
-
-    def __init__(self, tensors, allow_nonfinite):
-        self.tensors, self.allow_nonfinite = tensors, allow_nonfinite
-        self.name, self.value = None, None
-
-    def __getitem__(self, name):
-        if name != self.name:
-            self.name, self.value = None, None  # the previous one freed first
-            value = self.tensors[name]
-            self.tensors.release()  # the file's pages read so far leave the process's memory
-            bad = 0 if self.allow_nonfinite else checkpoints.nonfinite(value)
-            if bad:
-                raise ValueError(
-                    f"{self.tensors.files[name]}: '{name}' holds {bad} NaN or infinite values, which would make the "
-                    "grown model's outputs NaN; pass allow_nonfinite=True to grow it anyway. Nothing was written."
-                )
-            self.name, self.value = name, value
-        return self.value
 
 
 __all__ = ["GrownCheckpoint", "grow_checkpoint"]

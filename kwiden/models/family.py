@@ -6,15 +6,18 @@ to kwiden's keys and back, and, for the families kwiden reads and writes
 checkpoints of, which checkpoint tensor holds each weight. `kwiden.checkpoints`
 takes the last two from the family and knows only the file formats.
 
-This module imports only `kwiden.models.config` (which imports nothing of
-kwiden's), so `kwiden.checkpoints` can import it while `kwiden.models` (which
-loads weights through `kwiden.checkpoints`) is still being imported.
+This module imports only `kwiden.naming` and `kwiden.models.config`, below
+`kwiden.checkpoints`, which reads the family from here.
 """
 
 import dataclasses
 from typing import Callable, Optional
 
+from kwiden import naming
 from kwiden.models.config import complete_config, config_sources
+
+# The layers whose rows are the vocabulary (`keep_tokens` selects them).
+VOCABULARY_ROWS = (naming.EMBEDDING_TOKEN, naming.MLM_BIAS, naming.OUTPUT_LOGITS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +61,17 @@ class Family:
             and that hold no weight (LLaMA's `self_attn.rotary_emb.inv_freq`):
             loading passes over them, where it refuses any other block
             tensor the model does not read.
+        alternative_names: `{suffix: suffix}`, other names the family's
+            tensors have in older Hugging Face files (bert-base-uncased keeps
+            LayerNorm's `gamma` and `beta`): a tensor missing under its name
+            is looked for under the alternative.
+        heads: the optional heads (layer names) a checkpoint may lack: a
+            model built with one needs a checkpoint that has it.
+        vocabulary_rows: the layers whose rows are the vocabulary, which
+            `keep_tokens` selects.
+        tied_head: `(output head, token table)`: the layers a config may tie
+            (`tie_word_embeddings`), where a checkpoint may still hold the
+            head written out; None where the family has no such head.
 
     Example: BERT with RMSNorm, built without registering it:
 
@@ -83,6 +97,10 @@ class Family:
     model_types: tuple = ()
     hf_prefix: Optional[str] = None
     buffers: tuple = ()
+    alternative_names: dict = dataclasses.field(default_factory=dict)
+    heads: tuple = ()
+    vocabulary_rows: tuple = VOCABULARY_ROWS
+    tied_head: Optional[tuple] = (naming.OUTPUT_LOGITS, naming.EMBEDDING_TOKEN)
 
     def __post_init__(self):
         if self.title is None:

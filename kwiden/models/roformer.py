@@ -85,4 +85,7 @@ ROFORMER = Family(
     formats=("hf", "google"),
     model_types=("roformer",),
     buffers=bert.BUFFERS,
+    alternative_names=bert.ALTERNATIVE_NAMES,
+    heads=bert.HEADS,
+    tied_head=None,
 )

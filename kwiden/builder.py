@@ -1,15 +1,11 @@
 """`build_transformer_model`, bert4keras' one entry point, over the registered
-families (`kwiden.models.FAMILIES`)."""
+families (`kwiden.models.FAMILIES`): a model built, and its weights read from
+a checkpoint (`kwiden.checkpoints`). It sits above both."""
 
 from kwiden import checkpoints
 from kwiden.models import blocks
-
-# Importable from here as before the families had modules of their own.
-from kwiden.models.bert import build_bert  # noqa: F401
 from kwiden.models.config import config_sources
 from kwiden.models.family import FAMILIES, family_of_config, family_of_model_type, get_family
-from kwiden.models.gpt import build_gpt  # noqa: F401
-from kwiden.models.t5 import build_t5_encoder  # noqa: F401
 
 RESIDUALS = blocks.RESIDUALS
 
