@@ -3,6 +3,7 @@
 import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -189,3 +190,47 @@ def test_renamed_modules_still_answer_with_a_deprecation_warning(old, new, name)
     with pytest.warns(DeprecationWarning, match=new):
         found = getattr(importlib.import_module(old), name)
     assert found is getattr(importlib.import_module(new), name)
+
+
+def _heading_anchors(path):
+    """The anchors GitHub gives a Markdown file's headings: lower case, punctuation dropped, spaces as hyphens."""
+    anchors, seen, fenced = set(), {}, False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            count = seen.get(slug, 0)
+            seen[slug] = count + 1
+            anchors.add(slug if count == 0 else f"{slug}-{count}")
+    return anchors
+
+
+def _relative_links(path):
+    """(line number, target) of every relative link outside code in a Markdown file."""
+    fenced = False
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        for target in re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", re.sub(r"`[^`]*`", "", line)):
+            if not re.match(r"[a-z]+:", target):
+                yield number, target
+
+
+def test_markdown_links_resolve():
+    """Every relative link in README.md and docs/ names a file (or folder) that exists, and a heading there."""
+    root = PACKAGE.parent
+    broken = []
+    for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for number, target in _relative_links(page):
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path) if path else page
+            where = f"{page.relative_to(root)}:{number}: {target}"
+            if not linked.exists():
+                broken.append(f"{where} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in _heading_anchors(linked):
+                broken.append(f"{where} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
