@@ -234,3 +234,14 @@ def test_markdown_links_resolve():
             elif anchor and linked.suffix == ".md" and anchor not in _heading_anchors(linked):
                 broken.append(f"{where} (no such heading)")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+# A module a newcomer can read in one sitting: past this, split it by concern.
+MAX_MODULE_LINES = 500
+
+
+@pytest.mark.parametrize("module", [name for name, _ in modules()])
+def test_no_module_is_longer_than_a_sitting(module):
+    path = dict(modules())[module]
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{path} has {lines} lines (at most {MAX_MODULE_LINES}): split it by concern."
