@@ -9,6 +9,7 @@ import zipfile
 from fractions import Fraction
 
 from kwiden.files import replaced_atomically
+from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
 
 
 def _grow(args):
@@ -21,25 +22,12 @@ def _grow(args):
 
     src, dst = _source_path(args.src), _destination_path(args.dst, args.src)
     small = keras.saving.load_model(src)
+    options = _growth_options(args, GROW)
+    options["check"] = sample_inputs(small, seed=args.seed) if args.check else None  # --check is a switch
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="kwiden.grow")  # the report is printed below
         try:
-            big = kwiden.grow(
-                small,
-                args.factor,
-                check=sample_inputs(small, seed=args.seed) if args.check else None,
-                rtol=args.rtol,
-                ffn_factor=args.ffn_factor,
-                heads=args.heads or "size",
-                rope=args.rope,
-                spread=args.spread,
-                seed=args.seed,
-                depth=args.depth,
-                num_layers=args.num_layers,
-                allow_approximate=args.allow_approximate,
-                hidden_size=args.hidden_size,
-                intermediate_size=args.intermediate_size,
-            )
+            big = kwiden.grow(small, **options)
         except kwiden.GrowthError as error:
             raise CommandError(str(error) + ("\nnot saved" if args.check else "")) from None
     print(f"parameters: {small.count_params():,} -> {big.count_params():,}")
@@ -63,19 +51,19 @@ def _grow_folder(args):
             f"{args.src} is a folder, grown (as a Hugging Face checkpoint) into a new folder, not a .keras file: "
             "give DST as a folder name. To grow a .keras model, give its .keras file as SRC."
         )
-    if args.check or args.rtol is not None:
+    in_memory = [
+        option.flag
+        for option in OPTIONS
+        if option.flag and CHECKPOINT not in option.takers and getattr(args, option.name) != option.default_for(COMMAND)
+    ]
+    if in_memory:
         raise CommandError(
-            "--check and --rtol need both models in memory, which growing a folder avoids; load SRC and DST with "
-            "kwiden.build_transformer_model(checkpoint_path=...) and compare them with kwiden.verify."
+            f"{' and '.join(in_memory)} need{'s' * (len(in_memory) == 1)} both models in memory, which growing a "
+            "folder avoids; load SRC and DST with kwiden.build_transformer_model(checkpoint_path=...) and compare "
+            "them with kwiden.verify."
         )
     try:
-        grown = kwiden.grow_checkpoint(
-            args.src, args.dst, args.factor, ffn_factor=args.ffn_factor, heads=args.heads or "count", rope=args.rope,
-            spread=args.spread, seed=args.seed, depth=args.depth, num_layers=args.num_layers,
-            allow_approximate=args.allow_approximate, hidden_size=args.hidden_size,
-            intermediate_size=args.intermediate_size, dtype=args.dtype, max_shard_size=args.max_shard_size,
-            progress=True,
-        )  # fmt: skip
+        grown = kwiden.grow_checkpoint(args.src, args.dst, **_growth_options(args, CHECKPOINT))
     except kwiden.GrowthError as error:
         raise CommandError(str(error)) from None
     print(f"parameters: {grown.source_parameters:,} -> {grown.parameters:,}")
@@ -83,6 +71,20 @@ def _grow_folder(args):
     copied = ", ".join(grown.copied) or "none found"
     print(f"copied beside them: {copied} (the tokenizer's and generation's files; no others)")
     return 0
+
+
+def _growth_options(args, entry):
+    """The options `entry` (GROW or CHECKPOINT) takes, as the command line
+    gives them: a flag's value, else `entry`'s default; and what the command
+    passes without a flag (`progress`)."""
+    options = {}
+    for option in taken_by(entry):
+        if option.flag:
+            value = getattr(args, option.name)
+            options[option.name] = option.default_for(entry) if value is None else value
+        elif COMMAND in option.defaults:
+            options[option.name] = option.defaults[COMMAND]
+    return options
 
 
 class CommandError(Exception):
@@ -135,41 +137,37 @@ def _positive(text):
     return value
 
 
+def _parsed(option):
+    """How argparse reads `option`'s flag: a switch, or a value of its type (and choices)."""
+    default = option.default_for(COMMAND)
+    if default is False:
+        return dict(action="store_true")
+    parsed = dict(type=_fraction if option.type is Fraction else option.type, default=default)
+    return parsed if option.choices is None else dict(parsed, choices=list(option.choices))
+
+
+def _help(option):
+    """`option`'s help, with where it applies and its default."""
+    where = {(GROW,): ".keras models: ", (CHECKPOINT,): "folders: "}.get(option.takers, "")
+    default = option.default_for(COMMAND)
+    if option.differs and COMMAND not in option.defaults:
+        default = (
+            f"{option.default_for(GROW)} for .keras models, {option.default_for(CHECKPOINT)} for folders: {option.why}"
+        )
+    elif COMMAND in option.defaults and default is not False:
+        default = f"{default}: {option.why}"
+    return where + option.help + ("" if default is None or default is False else f" (default: {default})")
+
+
 def parser():
     root = argparse.ArgumentParser(prog="kwiden", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
     grow = commands.add_parser("grow", help="grow a saved .keras model or a Hugging Face folder to a wider one")
     grow.add_argument("src", help="the .keras model to grow, or a Hugging Face checkpoint folder")
     grow.add_argument("dst", help="where to save the grown .keras model (a new folder for a folder)")
-    grow.add_argument("--factor", type=_fraction, default=None, help="width factor k (2 doubles; 4/3 is 384 -> 512)")
-    grow.add_argument("--hidden-size", type=int, default=None, help="target hidden size instead of --factor")
-    grow.add_argument(
-        "--ffn-factor", type=_fraction, default=None, help="the FFN width's own factor (default: --factor)"
-    )
-    grow.add_argument("--intermediate-size", type=int, default=None, help="target FFN width instead of --ffn-factor")
-    grow.add_argument(
-        "--heads",
-        choices=["size", "count"],
-        default=None,
-        help="grow head size or head count (default: size for .keras models; count for folders, which keeps a "
-        "rotary model's config.json able to say what it computes)",
-    )
-    grow.add_argument(
-        "--rope", choices=["exact", "standard"], default="exact", help="rotary frequencies when heads grow"
-    )
-    grow.add_argument("--spread", type=float, default=3.0, help="exact symmetry breaking (default 3; 0: plain copies)")
-    grow.add_argument("--depth", type=int, default=None, help="multiply the number of Transformer blocks")
-    grow.add_argument("--num-layers", type=int, default=None, help="make the number of Transformer blocks this")
-    grow.add_argument("--allow-approximate", action="store_true", help="accept growth that is not exact (reported)")
-    grow.add_argument("--check", action="store_true", help="verify on random inputs; do not save if not exact")
-    grow.add_argument(
-        "--rtol", type=float, default=None, help="relative error --check accepts (default: 1e-5 in float32)"
-    )
-    grow.add_argument("--seed", type=int, default=0)
-    grow.add_argument(
-        "--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="folders: the grown tensors' dtype"
-    )
-    grow.add_argument("--max-shard-size", default="5GB", help="folders: the largest weight file (default 5GB)")
+    for option in OPTIONS:
+        if option.flag:
+            grow.add_argument(option.flag, dest=option.name, help=_help(option), **_parsed(option))
     grow.set_defaults(run=_grow)
     demo = commands.add_parser("demo", help="train a small GPT on shipped text, grow it ×2, train on")
     demo.add_argument("--steps", type=_positive, default=300, help="training steps of the small model")

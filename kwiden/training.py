@@ -1,7 +1,6 @@
 """Growth during training: `GrowthSchedule` says when and how to grow,
 `fit_growing` trains, grows at those updates and trains on."""
 
-import inspect
 import json
 import numbers
 import pathlib
@@ -10,11 +9,13 @@ import keras
 
 from kwiden.files import TEMPORARY, replaced_atomically, sweep
 from kwiden.growth import grow
+from kwiden.growth.options import GROW, names
 from kwiden.keras_internals import compile_arguments, saved_optimizer_config
 from kwiden.optimizers import AccumulatingOptimizer
 
-# `grow`'s arguments a schedule may set; the trainer passes the model and its optimizer.
-GROW_ARGUMENTS = tuple(name for name in inspect.signature(grow).parameters if name not in ("model", "optimizer"))
+# The growth options a schedule may set: `kwiden.grow`'s (`growth.options.OPTIONS`) but its optimizer, which
+# the trainer passes with the model.
+GROW_ARGUMENTS = tuple(name for name in names(GROW) if name != "optimizer")
 STATE_FILE = "kwiden-growing.json"
 # The name of every model a backup writes: `fit_growing` deletes only files it wrote.
 BACKUP_PREFIX = "kwiden-backup-"

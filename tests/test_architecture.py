@@ -245,3 +245,72 @@ def test_no_module_is_longer_than_a_sitting(module):
     path = dict(modules())[module]
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_MODULE_LINES, f"{path} has {lines} lines (at most {MAX_MODULE_LINES}): split it by concern."
+
+
+def test_growth_options_are_declared_once():
+    """`kwiden.grow`, `kwiden.grow_checkpoint`, `kwiden grow` and `fit_growing`
+    take the growth options `kwiden/growth/options.py` declares (`OPTIONS`),
+    with its defaults, and no others."""
+    import contextlib
+    import inspect
+    import io
+    import re
+
+    import kwiden
+    from kwiden import cli, training
+    from kwiden.growth import options
+
+    def declared(entry):
+        return [(option.name, option.default_for(entry)) for option in options.taken_by(entry)]
+
+    def taken(function, leading):
+        parameters = list(inspect.signature(function).parameters.values())
+        assert [p.name for p in parameters[: len(leading)]] == leading
+        assert all(p.kind == p.POSITIONAL_OR_KEYWORD for p in parameters), function.__name__
+        return [(p.name, p.default) for p in parameters[len(leading) :]]
+
+    # The signatures: the names, their order and their defaults.
+    assert taken(kwiden.grow, ["model"]) == declared(options.GROW)
+    assert taken(kwiden.grow_checkpoint, ["src", "dst"]) == declared(options.CHECKPOINT)
+    for function, entry in ((kwiden.grow, options.GROW), (kwiden.grow_checkpoint, options.CHECKPOINT)):
+        missing = [
+            name
+            for name in options.names(entry)
+            if not re.search(rf"`{name}[`=]|^ +(\w+, )*{name}(, \w+)*:", function.__doc__, re.M)
+        ]
+        assert not missing, f"{function.__name__}'s docstring does not say what {missing} do"
+    # `resolve` takes options by name and its defaults are the declaration's.
+    assert [p.kind for p in inspect.signature(options.resolve).parameters.values()][1:] == [
+        inspect.Parameter.VAR_KEYWORD
+    ]
+    # A default that differs says why.
+    assert all(option.why for option in options.OPTIONS if option.defaults), "a default of its own needs a `why`"
+
+    # The command: every flag is a declared option's, with the command's default.
+    args = vars(cli.parser().parse_args(["grow", "src", "dst"]))
+    flagged = [option for option in options.OPTIONS if option.flag]
+    assert set(args) == {"command", "run", "src", "dst"} | {option.name for option in flagged}
+    assert {option.name: args[option.name] for option in flagged} == {
+        option.name: option.default_for(options.COMMAND) for option in flagged
+    }
+    help_text = io.StringIO()
+    with contextlib.redirect_stdout(help_text), pytest.raises(SystemExit):
+        cli.parser().parse_args(["grow", "--help"])
+    assert set(re.findall(r"--[a-z][a-z-]*", help_text.getvalue())) == {"--help"} | {o.flag for o in flagged}
+
+    # Every call of grow / grow_checkpoint / resolve in the package names declared options only.
+    entries = {"grow": options.GROW, "resolve": options.GROW, "grow_checkpoint": options.CHECKPOINT}
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                called = getattr(node.func, "attr", getattr(node.func, "id", None))
+                if called in entries:
+                    given = {keyword.arg for keyword in node.keywords if keyword.arg is not None}
+                    unknown = given - set(options.names(entries[called]))
+                    assert not unknown, f"{name}:{node.lineno} passes {called} {sorted(unknown)}, which OPTIONS lacks"
+
+    # A schedule sets grow's options but the optimizer, which the trainer passes.
+    assert training.GROW_ARGUMENTS == tuple(name for name in options.names(options.GROW) if name != "optimizer")
+    kwiden.GrowthSchedule({1: {name: options.BY_NAME[name].default for name in training.GROW_ARGUMENTS}})
+    with pytest.raises(ValueError, match=r"has 'dtype', which kwiden.grow does not take .* it takes k, check, rtol"):
+        kwiden.GrowthSchedule({1: dict(dtype="float32")})

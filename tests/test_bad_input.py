@@ -18,7 +18,7 @@ from kwiden.testing import padded_batch, randomize_weights, tiny_config
 
 
 def resolve_options(model, k):
-    return resolve(model, k, None, "size", "exact", False, None, None)
+    return resolve(model, k=k)
 
 
 @pytest.mark.parametrize("k", [math.nan, math.inf, 1e-9, np.float64("nan")])

@@ -158,10 +158,10 @@ def grow(
     16
     """
     options = resolve(
-        model, k, ffn_factor, heads, rope, allow_approximate, hidden_size, intermediate_size,
-        spread=spread, seed=seed, depth=depth, num_layers=num_layers, check=check, rtol=rtol,
-        optimizer=optimizer, scale_learning_rates=scale_learning_rates,
-        optimizer_state=optimizer_state, rewarm=rewarm,
+        model, k=k, check=check, rtol=rtol, ffn_factor=ffn_factor, heads=heads, rope=rope, spread=spread, seed=seed,
+        optimizer=optimizer, scale_learning_rates=scale_learning_rates, optimizer_state=optimizer_state,
+        rewarm=rewarm, depth=depth, num_layers=num_layers, allow_approximate=allow_approximate,
+        hidden_size=hidden_size, intermediate_size=intermediate_size,
     )  # fmt: skip
     if is_keras_hub(model):
         return _grow_keras_hub(model, options)

@@ -1,31 +1,190 @@
-"""Stage 1 of `grow`: resolve its arguments into one `GrowthOptions`."""
+"""Stage 1 of `grow`: the growth options, declared once (`OPTIONS`), and
+`resolve`, which checks them into one `GrowthOptions`.
+
+`OPTIONS` is the one list of what a growth can be asked: every option's name,
+default, type, allowed values and one line of help, and which entry points take
+it: `kwiden.grow` (a model in memory), `kwiden.grow_checkpoint` (a Hugging Face
+folder grown tensor by tensor) or both. From it come `resolve`'s defaults, the
+`kwiden grow` command's flags (`kwiden.cli`) and the arguments a
+`GrowthSchedule` may set (`kwiden.training`); `grow`'s and `grow_checkpoint`'s
+signatures spell the same names and defaults so that readers and IDEs see
+them, and tests/test_architecture.py fails when they part from `OPTIONS`.
+"""
 
 import dataclasses
 import fractions
 
 import numpy as np
 
-from kwiden.expansion import Growth
+from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE
+from kwiden.expansion import HEAD_MODES, ROPE_MODES, Growth
 from kwiden.growth.optimizer import STATES
 from kwiden.growth.plan import hidden_size_of, intermediate_size_of
 from kwiden.verify import check_inputs
 
+# The entry points that take growth options.
+GROW = "grow"  # kwiden.grow: a model in memory
+CHECKPOINT = "grow_checkpoint"  # kwiden.grow_checkpoint: a Hugging Face folder, tensor by tensor
+COMMAND = "command"  # `kwiden grow`: kwiden.grow for a .keras file, kwiden.grow_checkpoint for a folder
+BOTH = (GROW, CHECKPOINT)
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One growth option. `default` is its default wherever it is taken,
+    unless `defaults` gives an entry point its own, for the reason `why`
+    says."""
+
+    name: str  # the keyword argument
+    default: object
+    help: str  # one line: the command's --help
+    takers: tuple = BOTH  # the entry points whose signatures take it
+    type: object = None  # what a value is; the command turns its text into one
+    choices: tuple | None = None  # the values it takes: the tuples `Growth` and `resolve` check; argparse's choices
+    flag: str | None = None  # the `kwiden grow` flag; None: the command does not offer it
+    defaults: dict = dataclasses.field(default_factory=dict)  # {entry point: its own default}
+    why: str = ""  # why an entry point's default differs
+
+    def default_for(self, entry):
+        """The default in `entry`: GROW, CHECKPOINT, or COMMAND (None where
+        GROW's and CHECKPOINT's differ: each of the command's paths takes its
+        function's)."""
+        if entry in self.defaults:
+            return self.defaults[entry]
+        return None if entry == COMMAND and self.differs else self.default
+
+    @property
+    def differs(self):
+        """Whether the entry points taking it default to different values."""
+        return len({repr(self.defaults.get(entry, self.default)) for entry in self.takers}) > 1
+
+
+OPTIONS = (
+    Option("k", None, "width factor k (2 doubles; 4/3 is 384 -> 512)", type=fractions.Fraction, flag="--factor"),
+    Option(
+        "check",
+        None,
+        "verify on random inputs; do not save if not exact",
+        takers=(GROW,),
+        flag="--check",
+        defaults={COMMAND: False},
+        why="kwiden.grow compares on the inputs given; the command, a switch, on random inputs (verify.sample_inputs)",
+    ),
+    Option(
+        "rtol",
+        None,
+        "relative error --check accepts (default: 1e-5 in float32)",
+        takers=(GROW,),
+        type=float,
+        flag="--rtol",
+    ),
+    Option(
+        "ffn_factor",
+        None,
+        "the FFN width's own factor (default: --factor)",
+        type=fractions.Fraction,
+        flag="--ffn-factor",
+    ),
+    # kwiden.grow widens each head, exact for every family (rotary ones with rope="exact", their frequencies copied
+    # pair-wise); a folder's config.json can say only head_dim and rope_theta, so a LLaMA, Mistral or Qwen2 grown
+    # there must keep both, as growing the number of heads does (models.hf.refuse_copied_rotary).
+    Option(
+        "heads",
+        "size",
+        "grow head size or head count",
+        type=str,
+        choices=HEAD_MODES,
+        flag="--heads",
+        defaults={CHECKPOINT: "count"},
+        why="count keeps head_dim and the RoPE schedule, which LLaMA's, Mistral's and Qwen2's config.json need",
+    ),
+    Option("rope", "exact", "rotary frequencies when heads grow", type=str, choices=ROPE_MODES, flag="--rope"),
+    Option("spread", 3.0, "exact symmetry breaking, at most 100; 0: plain copies", type=float, flag="--spread"),
+    Option(
+        "seed",
+        None,
+        "seed of the random splits (and of --check's inputs)",
+        type=int,
+        flag="--seed",
+        defaults={COMMAND: 0},
+        why="the same command writes the same model; kwiden.grow's None draws the splits afresh",
+    ),
+    Option("optimizer", None, "the small model's optimizer, grown with the model", takers=(GROW,)),
+    Option("scale_learning_rates", False, "growth scales as learning-rate multipliers", takers=(GROW,), type=bool),
+    Option(
+        "optimizer_state", "source", "what the grown optimizer slots hold", takers=(GROW,), type=str, choices=STATES
+    ),
+    Option("rewarm", 0, "updates over which the new copies' learning rate climbs", takers=(GROW,), type=int),
+    Option("depth", None, "multiply the number of Transformer blocks", type=int, flag="--depth"),
+    Option("num_layers", None, "make the number of Transformer blocks this", type=int, flag="--num-layers"),
+    Option(
+        "allow_approximate", False, "accept growth that is not exact (reported)", type=bool, flag="--allow-approximate"
+    ),
+    Option("hidden_size", None, "target hidden size instead of --factor", type=int, flag="--hidden-size"),
+    Option("intermediate_size", None, "target FFN width instead of --ffn-factor", type=int, flag="--intermediate-size"),
+    # Python takes "float64" too (streaming.DTYPES); the command offers the dtypes checkpoints are shared in.
+    Option(
+        "dtype",
+        None,
+        "the grown tensors' dtype (default: the source's)",
+        takers=(CHECKPOINT,),
+        type=str,
+        choices=("float32", "bfloat16", "float16"),
+        flag="--dtype",
+    ),
+    Option(
+        "max_shard_size",
+        MAX_SHARD_SIZE,
+        "the largest weight file",
+        takers=(CHECKPOINT,),
+        type=str,
+        flag="--max-shard-size",
+    ),
+    Option(
+        "model",
+        None,
+        "the model family, where config.json's model_type does not name it",
+        takers=(CHECKPOINT,),
+        type=str,
+    ),
+    Option("allow_nonfinite", False, "grow tensors with NaN or infinite values", takers=(CHECKPOINT,), type=bool),
+    Option(
+        "progress",
+        False,
+        "show a progress bar (bytes written)",
+        takers=(CHECKPOINT,),
+        type=bool,
+        defaults={COMMAND: True},
+        why="a command growing a folder shows how far it is",
+    ),
+)
+BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def taken_by(entry):
+    """The options `entry` (GROW or CHECKPOINT) takes, in its signature's order."""
+    return tuple(option for option in OPTIONS if entry in option.takers)
+
+
+def names(entry):
+    return tuple(option.name for option in taken_by(entry))
+
 
 @dataclasses.dataclass
 class GrowthOptions:
-    """Everything `grow` was asked to do, checked."""
+    """Everything `grow` was asked to do, checked (`resolve`)."""
 
-    growth: Growth  # the defaults below are grow's
-    spread: float = 3.0
-    seed: int | None = None
-    depth: int | None = None
-    num_layers: int | None = None
-    check: object = None
-    rtol: float | None = None
-    optimizer: object = None
-    scale_learning_rates: bool = False
-    optimizer_state: str = "source"
-    rewarm: int = 0
+    growth: Growth  # k, ffn_factor, heads, rope, allow_approximate
+    spread: float
+    seed: int | None
+    depth: int | None
+    num_layers: int | None
+    check: object
+    rtol: float | None
+    optimizer: object
+    scale_learning_rates: bool
+    optimizer_state: str
+    rewarm: int
 
     @property
     def deepening(self):
@@ -39,12 +198,20 @@ class GrowthOptions:
         return np.random.default_rng(self.entropy)
 
 
-def resolve(model, k, ffn_factor, heads, rope, allow_approximate, hidden_size, intermediate_size, **rest):
-    """`GrowthOptions` from `grow`'s arguments."""
-    if k is None and hidden_size is None and (rest.get("depth") is not None or rest.get("num_layers") is not None):
+def resolve(model, **given):
+    """`GrowthOptions` from `kwiden.grow`'s options, by name; those not
+    given take `grow`'s defaults (`OPTIONS`)."""
+    unknown = sorted(set(given) - set(names(GROW)))
+    if unknown:
+        raise TypeError(f"resolve() got {unknown[0]!r}, no option of kwiden.grow's: {', '.join(names(GROW))}.")
+    rest = {option.name: given.get(option.name, option.default_for(GROW)) for option in taken_by(GROW)}
+    k, ffn_factor = rest.pop("k"), rest.pop("ffn_factor")
+    hidden_size, intermediate_size = rest.pop("hidden_size"), rest.pop("intermediate_size")
+    if k is None and hidden_size is None and (rest["depth"] is not None or rest["num_layers"] is not None):
         k = 1  # depth alone
     k, ffn_factor = _factors(model, k, ffn_factor, hidden_size, intermediate_size)
-    options = GrowthOptions(Growth(k, ffn_factor, heads, rope, allow_approximate), **rest)
+    growth = Growth(k, ffn_factor, rest.pop("heads"), rest.pop("rope"), rest.pop("allow_approximate"))
+    options = GrowthOptions(growth, **rest)
     _check_spread(options.spread)
     _check_optimizer_options(options)
     if options.check is not None:

@@ -97,7 +97,8 @@ def grow_checkpoint(
     (here `"count"` by default: it keeps head_dim and the RoPE schedule, which
     LLaMA's, Mistral's and Qwen2's configs need),
     `rope`, `spread`, `seed`, `depth`, `num_layers`, `allow_approximate`,
-    `hidden_size`, `intermediate_size`); with the same options and `seed`, the
+    `hidden_size`, `intermediate_size`; `kwiden.growth.options.OPTIONS`
+    declares them and the ones below); with the same options and `seed`, the
     grown tensors are bit for bit those `kwiden.save_checkpoint` writes after
     loading `src` and `kwiden.grow` (float32 checkpoints; see `dtype`). Peak
     memory is about one grown tensor and the float64 work of expanding it;
@@ -150,8 +151,9 @@ def grow_checkpoint(
     with keras.StatelessScope(initialize_variables=False):  # shapes only: no weight is allocated
         small = _skeleton(family, config_path, tensors)
         options = resolve(
-            small, k, ffn_factor, heads, rope, allow_approximate, hidden_size, intermediate_size,
-            spread=spread, seed=seed, depth=depth, num_layers=num_layers,
+            small, k=k, ffn_factor=ffn_factor, heads=heads, rope=rope, spread=spread, seed=seed, depth=depth,
+            num_layers=num_layers, allow_approximate=allow_approximate, hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
         )  # fmt: skip
         plan = plan_growth(small, options, check_memory=False)
         big, placed = rebuild(plan)
