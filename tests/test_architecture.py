@@ -23,6 +23,7 @@ LAYERS = [
         "kwiden.compute",
         "kwiden.distribution",
         "kwiden.layout",
+        "kwiden.family_model",
     ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),
