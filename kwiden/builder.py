@@ -3,6 +3,7 @@ families (`kwiden.models.FAMILIES`): a model built, and its weights read from
 a checkpoint (`kwiden.checkpoints`). It sits above both."""
 
 from kwiden import checkpoints
+from kwiden.family_model import recording
 from kwiden.models import blocks
 from kwiden.models.config import config_sources
 from kwiden.models.family import FAMILIES, family_of_config, family_of_model_type, get_family
@@ -85,7 +86,10 @@ def build_transformer_model(
         **overrides: config keys, e.g. `hidden_dropout_prob=0.0`.
 
     Returns:
-        A functional `keras.Model`, named after its family. Token id 0 is padding.
+        A functional `keras.Model` (a `kwiden.models.FamilyModel`), named
+        after its family and recording it (`model.family`, which
+        `kwiden.models.family_of` reads under any name). Token id 0 is
+        padding.
 
     Example:
 
@@ -113,7 +117,7 @@ def build_transformer_model(
         config["residual"] = blocks.check_residual(residual)
     if checkpoint_path is not None:  # before building: the config's sizes may be far from the checkpoint's
         checkpoints.check_config(family, config, checkpoint_path, keep_tokens)
-    built = family.build(config, name=family.name, **flags)
+    built = recording(family.build(config, name=family.name, **flags), family.name)
     if checkpoint_path is None:
         return built
     return checkpoints.load_weights(built, checkpoint_path, keep_tokens, family=family, allow_nonfinite=allow_nonfinite)

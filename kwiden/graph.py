@@ -12,6 +12,7 @@ import numpy as np
 from keras import tree
 
 from kwiden import keras_internals
+from kwiden.family_model import functional_like
 
 
 def is_keras_hub(model):
@@ -45,11 +46,13 @@ def call_like(layer, node, tensors):
 
 
 def model_like(model, tensors):
-    """The functional model from the tensors `tensors` maps `model`'s inputs and outputs to."""
-    return keras.Model(
+    """The functional model from the tensors `tensors` maps `model`'s inputs
+    and outputs to, named as `model` and, for a `FamilyModel`, of its class
+    and family."""
+    return functional_like(
+        model,
         tree.map_structure(lambda x: tensors[id(x)], model.input),
         tree.map_structure(lambda x: tensors[id(x)], model.output),
-        name=model.name,
     )
 
 

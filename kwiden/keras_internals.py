@@ -21,6 +21,12 @@ def is_functional(model):
     return isinstance(model, Functional)
 
 
+def is_plain_functional(model):
+    """Whether `model` is Keras' own functional model (`keras.Model(inputs,
+    outputs)`), not one of a subclass."""
+    return type(model) is Functional
+
+
 def nodes_by_depth(model):
     """`{depth: [node]}` of a functional model; inputs at the deepest level."""
     return model._nodes_by_depth

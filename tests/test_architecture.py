@@ -25,6 +25,7 @@ LAYERS = [
         "kwiden.distribution",
         "kwiden.layout",
         "kwiden.messages",
+        "kwiden.family_model",
     ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),

@@ -4,12 +4,15 @@ RoFormer, GPT, LLaMA, Mistral, Qwen2, T5) over the shared parts in `kwiden.model
 A family (`Family`) is one object: its builder, defaults, config translation
 and checkpoint names. `kwiden.build_transformer_model(model=…)` (in
 `kwiden.builder`, above `kwiden.checkpoints`, which reads families from here)
-takes a registered family's name or a family; `register_family` adds one.
+takes a registered family's name or a family; `register_family` adds one. The
+built model is a `FamilyModel`, which records its family; `family_of(model)`
+reads it.
 """
 
 import importlib
 import warnings
 
+from kwiden.family_model import FamilyModel
 from kwiden.models import bert, gpt, llama, mistral, qwen2, roformer, t5
 from kwiden.models.bert import build_bert
 from kwiden.models.config import load_config
@@ -23,6 +26,7 @@ for _family in (bert.BERT, gpt.GPT, llama.LLAMA, mistral.MISTRAL, qwen2.QWEN2, r
 __all__ = [
     "FAMILIES",
     "Family",
+    "FamilyModel",
     "build_bert",
     "build_gpt",
     "build_t5_encoder",

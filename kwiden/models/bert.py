@@ -11,6 +11,7 @@ import warnings
 import keras
 
 from kwiden import layers, naming
+from kwiden.family_model import FamilyModel
 from kwiden.models import blocks, hf
 from kwiden.models.family import Family
 
@@ -28,6 +29,7 @@ HEADS = (naming.POOLER_DENSE, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS
 
 def build_bert(config, with_mlm=False, with_pool=False, name="bert"):
     """BERT from a complete config; a `rotary_base` in it makes a RoFormer.
+    The model is named `name` and records it as its family (`model.family`).
 
     >>> from kwiden.models import load_config
     >>> bert = build_bert(load_config(dict(vocab_size=50, hidden_size=8, num_hidden_layers=1,
@@ -46,7 +48,8 @@ def build_bert(config, with_mlm=False, with_pool=False, name="bert"):
         outputs.append(_pooler(config, x))
     if with_mlm:
         outputs.append(_mlm_logits(config, x, token_embedding))
-    return keras.Model([token_ids, segment_ids], outputs[0] if len(outputs) == 1 else outputs, name=name)
+    outputs = outputs[0] if len(outputs) == 1 else outputs
+    return FamilyModel([token_ids, segment_ids], outputs, name=name, family=name)
 
 
 def _embeddings(config, token_embedding, token_ids, segment_ids):

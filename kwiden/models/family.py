@@ -25,8 +25,8 @@ class Family:
     """One kind of model.
 
     Attributes:
-        name: the registry key, `model=`'s value and the built model's name
-            (`save_checkpoint` finds a model's family by it).
+        name: the registry key, `model=`'s value, and the family the built
+            model records (`FamilyModel.family`, which `family_of` reads).
         build: `build(config, name=…, **flags) -> keras.Model`, given a
             complete config (`Family.config`'s); `build_transformer_model`
             passes the family's `name`.
@@ -186,7 +186,21 @@ def family_of_model_type(model_type):
 
 
 def family_of(model):
-    """The family of a built keras `model`, found by the name kwiden's builders
-    give it (growth keeps it); models of other names are read as BERT, as
-    kwiden read every model before it had families."""
-    return FAMILIES.get(model.name, FAMILIES["bert"])
+    """The family of a built keras `model`: the one it records
+    (`model.family` of a `kwiden.models.FamilyModel`, which kwiden's builders
+    return and growth, `kwiden.admin.fold`, `.keras` files and renames keep).
+
+    A model without a record (a plain `keras.Model` built by hand, or one
+    saved to a `.keras` file before kwiden recorded families) is found, as
+    before, by its name (the name kwiden's builders give: `"llama"`); models
+    of other names, and records of families not registered, are read as
+    BERT, as kwiden read every model before it had families.
+    """
+    recorded = recorded_family(model)
+    return FAMILIES.get(model.name if recorded is None else recorded, FAMILIES["bert"])
+
+
+def recorded_family(model):
+    """The family's name `model` records (`FamilyModel.family`), or None."""
+    recorded = getattr(model, "family", None)
+    return recorded if isinstance(recorded, str) else None

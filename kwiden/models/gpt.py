@@ -11,6 +11,7 @@ padding; one read from a GPT-2 config does neither.
 import keras
 
 from kwiden import naming
+from kwiden.family_model import FamilyModel
 from kwiden.layout import Layout
 from kwiden.models import blocks, hf
 from kwiden.models.config import renamed
@@ -46,7 +47,8 @@ UNSUPPORTED = {
 def build_gpt(config, name="gpt"):
     """Pre-LN causal decoder: GPT-2 style, or LLaMA style with `norm="rms"`,
     `rotary_base`, `glu`, `num_key_value_heads`, `use_bias=False` and
-    `tie_word_embeddings=False` in the config.
+    `tie_word_embeddings=False` in the config. The model is named `name`
+    and records it as its family (`model.family`).
 
     >>> from kwiden.models import load_config
     >>> gpt = build_gpt(load_config(dict(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2)))
@@ -66,7 +68,7 @@ def build_gpt(config, name="gpt"):
         logits = token_embedding(x, reverse=True)
     else:
         logits = blocks.output_logits(config, x)
-    return keras.Model(token_ids, logits, name=name)
+    return FamilyModel(token_ids, logits, name=name, family=name)
 
 
 def from_hf_config(config):

@@ -7,9 +7,8 @@ sizes. Its GeLU is kwiden's exact one; Hugging Face's `gated-gelu` uses the
 tanh approximation.
 """
 
-import keras
-
 from kwiden import layers, naming
+from kwiden.family_model import FamilyModel
 from kwiden.models import blocks
 from kwiden.models.config import renamed
 from kwiden.models.family import Family
@@ -33,7 +32,8 @@ HF_KEYS = {
 
 
 def build_t5_encoder(config, name="t5"):
-    """T5's encoder from a complete config (T5's defaults applied).
+    """T5's encoder from a complete config (T5's defaults applied), named
+    `name` and recording it as its family (`model.family`).
 
     >>> import kwiden
     >>> t5 = kwiden.build_transformer_model(
@@ -47,7 +47,7 @@ def build_t5_encoder(config, name="t5"):
     x = blocks.embedding_norm(config, x)
     x = blocks.dropout(config, naming.EMBEDDING_DROPOUT)(x)
     x = blocks.stack(x, blocks.padding_mask(token_ids, config), config, _relative_position_bias(config)(token_ids))
-    return keras.Model(token_ids, blocks.output_logits(config, x), name=name)
+    return FamilyModel(token_ids, blocks.output_logits(config, x), name=name, family=name)
 
 
 def _relative_position_bias(config):
