@@ -14,6 +14,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "kwiden"
 # no graph, the graph no growth, growth no KerasHub-free public API, … .
 LAYERS = [
     (
+        "kwiden.messages",
         "kwiden.expansion",
         "kwiden.naming",
         "kwiden.keras_internals",
