@@ -3,6 +3,7 @@
 import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -187,3 +188,17 @@ def test_renamed_modules_still_answer_with_a_deprecation_warning(old, new, name)
     with pytest.warns(DeprecationWarning, match=new):
         found = getattr(importlib.import_module(old), name)
     assert found is getattr(importlib.import_module(new), name)
+
+
+def test_the_paths_the_docs_name_are_there():
+    """Every file or folder docs/*.md names (`tests/growth/test_grow.py`), and every test it names with `::`."""
+    root = PACKAGE.parent
+    pattern = re.compile(r"\b((?:tests|kwiden|benchmarks|examples|notebooks)/[\w./-]*\w)(?:::(\w+))?")
+    missing = []
+    for doc in sorted((root / "docs").glob("*.md")):
+        for path, test in pattern.findall(doc.read_text()):
+            if not (root / path).exists():
+                missing.append(f"{doc.name}: {path}")
+            elif test and not re.search(rf"^def {test}\b", (root / path).read_text(), re.MULTILINE):
+                missing.append(f"{doc.name}: {path}::{test}")
+    assert not missing, missing
