@@ -65,7 +65,7 @@ class VerifyReport:
 
 
 def verify(small, big, inputs, rtol=1e-5, k=None, plan=None):
-    """Check that `big` (grown from `small`) computes the same function.
+    """Measure whether `big` (grown from `small`) computes the same function, and where it departs.
 
     Each output of `small` is carried into the big model's space (logits as
     they are; hidden states copied and scaled, docs/widening.md) and compared with
