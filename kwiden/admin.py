@@ -9,7 +9,6 @@ large enough that each layer leans on its stream as much as on its branch.
 """
 
 import math
-import warnings
 
 import keras
 import numpy as np
@@ -24,6 +23,7 @@ from kwiden.layers import (
     ExpandableMultiHeadAttention,
     FeedForward,
 )
+from kwiden.messages import warn
 from kwiden.verify import sample_inputs, verify
 
 METHODS = ("profile", "closed_form")
@@ -171,7 +171,7 @@ def fold(model, allow_approximate=False, check=None):
     if approximate:
         report = verify(model, folded, sample_inputs(model) if check is None else check, k=1)
         folded.fold_report = report
-        warnings.warn(f"kwiden.admin.fold: {approximate} folded approximately.\n{report}", stacklevel=2)
+        warn(f"kwiden.admin.fold: {approximate} folded approximately.\n{report}")
     return folded
 
 

@@ -17,12 +17,13 @@ import pathlib
 import shutil
 import stat
 import uuid
-import warnings
 
 try:
     import fcntl
 except ImportError:  # Windows: no flock, so stale temporaries are left to the user
     fcntl = None
+
+from kwiden.messages import warn
 
 # Part of the name of every temporary file or folder kwiden writes.
 TEMPORARY = ".kwiden-tmp-"
@@ -131,10 +132,9 @@ def sweep(folder, pattern, where=None):
         return []
     removed = [path.name for path in folder.glob(pattern) if _stale(path)]
     if removed:
-        warnings.warn(
+        warn(
             f"Removed {len(removed)} temporary file(s) {where or f'in {folder}'} left by a kwiden process that was "
-            f"killed: {', '.join(removed)}.",
-            stacklevel=4,
+            f"killed: {', '.join(removed)}."
         )
     return removed
 

@@ -65,7 +65,7 @@ class VerifyReport:
 
 
 def verify(small, big, inputs, rtol=1e-5, k=None, plan=None):
-    """Check that `big` (grown from `small`) computes the same function.
+    """Measure whether `big` (grown from `small`) computes the same function, and where it departs.
 
     Each output of `small` is carried into the big model's space (logits as
     they are; hidden states copied and scaled, docs/widening.md) and compared with
@@ -78,11 +78,11 @@ def verify(small, big, inputs, rtol=1e-5, k=None, plan=None):
         inputs: model inputs, as `small(inputs)` takes them.
         rtol: the relative error accepted.
         k: the width factor; by default the one `big` was grown by.
-        plan: how `big` was grown (`big.growth_plan`, which is the default
-            when `big` was grown from `small` in this process). Without one (a
-            model loaded from disk, or a `k` other than the plan's), the
-            factor, head mode and block renaming are inferred from the weight
-            shapes and layer names.
+        plan: how `big` was grown: a `GrowthRecord` (`big.growth_record`,
+            the default when `big` was grown from `small` in this process).
+            Without one (a model loaded from disk, or a `k` other than the
+            record's), the factor, head mode and block renaming are inferred
+            from the weight shapes and layer names.
 
     Returns:
         A `VerifyReport`; `report.ok` is a bool and `str(report)` a table.
@@ -94,7 +94,7 @@ def verify(small, big, inputs, rtol=1e-5, k=None, plan=None):
             "big.growth_report."
         )
     if plan is None:
-        plan = getattr(big, "growth_plan", None)
+        plan = getattr(big, "growth_record", None)
         plan = plan if plan is not None and plan.source is small else None
     elif plan.source is not small:
         raise ValueError("`plan` describes a growth of another model than `small`; pass the model it was grown from.")

@@ -184,8 +184,9 @@ def test_fold_refuses_per_channel_omega_it_cannot_fold_and_reports_the_approxima
     ):
         kwiden.admin.fold(model)
     x = np.random.default_rng(2).normal(size=(2, 5, 8)).astype("float32")
-    with pytest.warns(UserWarning, match=r"folded approximately"):
+    with pytest.warns(UserWarning, match=r"folded approximately") as caught:
         plain = kwiden.admin.fold(model, allow_approximate=True, check=x)
+    assert {w.filename for w in caught if "folded" in str(w.message)} == {__file__}
     report = plain.fold_report
     assert not report.ok and 1e-3 < report.outputs[0].max_relative_error < 2.0, str(report)
 

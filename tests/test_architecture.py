@@ -15,6 +15,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "kwiden"
 # no graph, the graph no growth, growth no KerasHub-free public API, … .
 LAYERS = [
     (
+        "kwiden.messages",
         "kwiden.expansion",
         "kwiden.naming",
         "kwiden.keras_internals",
@@ -315,3 +316,17 @@ def test_growth_options_are_declared_once():
     kwiden.GrowthSchedule({1: {name: options.BY_NAME[name].default for name in training.GROW_ARGUMENTS}})
     with pytest.raises(ValueError, match=r"has 'dtype', which kwiden.grow does not take .* it takes k, check, rtol"):
         kwiden.GrowthSchedule({1: dict(dtype="float32")})
+
+
+def test_the_paths_the_docs_name_are_there():
+    """Every file or folder docs/*.md names (`tests/growth/test_grow.py`), and every test it names with `::`."""
+    root = PACKAGE.parent
+    pattern = re.compile(r"\b((?:tests|kwiden|benchmarks|examples|notebooks)/[\w./-]*\w)(?:::(\w+))?")
+    missing = []
+    for doc in sorted((root / "docs").glob("*.md")):
+        for path, test in pattern.findall(doc.read_text()):
+            if not (root / path).exists():
+                missing.append(f"{doc.name}: {path}")
+            elif test and not re.search(rf"^def {test}\b", (root / path).read_text(), re.MULTILINE):
+                missing.append(f"{doc.name}: {path}::{test}")
+    assert not missing, missing

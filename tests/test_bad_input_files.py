@@ -136,9 +136,10 @@ def test_a_killed_backups_temporary_is_removed_by_the_next_save(tmp_path):
     assert len(temporaries(tmp_path)) == 1
     with pytest.warns(
         UserWarning, match=r"Removed 1 temporary file\(s\) beside .*model.keras left by a kwiden process"
-    ):
+    ) as caught:
         with files.replaced_atomically(target) as temporary:
             temporary.write_text("whole")
+    assert caught[0].filename == __file__  # files.sweep, three calls down, names this line
     assert temporaries(tmp_path) == [] and target.read_text() == "whole"
 
 
@@ -146,8 +147,10 @@ def test_a_killed_saves_temporary_folder_is_removed_by_the_next_save(bert, tmp_p
     target = tmp_path / "out"
     killed_while_writing(target, folder=True)
     assert len(temporaries(tmp_path)) == 1
-    with pytest.warns(UserWarning, match=r"Removed 1 temporary"):
-        kwiden.save_checkpoint(bert(), target)
+    model = bert()
+    with pytest.warns(UserWarning, match=r"Removed 1 temporary") as caught:
+        kwiden.save_checkpoint(model, target)
+    assert {w.filename for w in caught if "Removed" in str(w.message)} == {__file__}
     assert temporaries(tmp_path) == [] and (target / "model.safetensors").is_file()
 
 

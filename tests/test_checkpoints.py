@@ -89,8 +89,9 @@ def test_roformer_google_checkpoint_has_no_position_table(tmp_path):
 def test_save_then_load_gives_identical_outputs(bert, tmp_path, format):
     model = bert(with_mlm=True, with_pool=True)
     if format == "google":  # ε = 1e-3 here
-        with pytest.warns(UserWarning, match=r"Google's BERT code fixes LayerNorm's ε at 1e-12"):
+        with pytest.warns(UserWarning, match=r"Google's BERT code fixes LayerNorm's ε at 1e-12") as caught:
             folder = kwiden.save_checkpoint(model, tmp_path / format, format=format)
+        assert {w.filename for w in caught if "Google's BERT" in str(w.message)} == {__file__}
     else:
         folder = kwiden.save_checkpoint(model, tmp_path / format, format=format)
     loaded = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True, with_pool=True)
@@ -184,8 +185,10 @@ def test_a_grown_model_is_written_and_read_back(bert, tmp_path):
     folder = kwiden.save_checkpoint(big, tmp_path / "big")
     loaded = kwiden.build_transformer_model(checkpoint_path=folder)
     np.testing.assert_array_equal(numpy_outputs(big, padded_batch())[0], numpy_outputs(loaded, padded_batch())[0])
-    with pytest.warns(UserWarning, match=r"one layer_norm_eps; 0.0005 is written.*'MLM-Norm': 0.001"):
-        kwiden.save_checkpoint(kwiden.grow(bert(with_mlm=True), 2), tmp_path / "mlm")
+    grown = kwiden.grow(bert(with_mlm=True), 2)
+    with pytest.warns(UserWarning, match=r"one layer_norm_eps; 0.0005 is written.*'MLM-Norm': 0.001") as caught:
+        kwiden.save_checkpoint(grown, tmp_path / "mlm")
+    assert {w.filename for w in caught if "layer_norm_eps" in str(w.message)} == {__file__}
 
 
 def test_keep_tokens_keeps_rows_in_order(bert, tmp_path):

@@ -20,10 +20,11 @@ from kwiden.growth.check import check as check_growth
 from kwiden.growth.check import needs_check
 from kwiden.growth.optimizer import grow_optimizer, variable_sources
 from kwiden.growth.options import GrowthOptions, resolve
-from kwiden.growth.plan import GrowthPlan, GrowthRecord, plan_growth
+from kwiden.growth.plan import GrowthPlan, GrowthRecord, keep_record, plan_growth
 from kwiden.growth.rebuild import rebuild
 from kwiden.growth.transfer import transfer
 from kwiden.keras_internals import is_functional
+from kwiden.messages import warn
 from kwiden.walk import walk
 
 
@@ -39,9 +40,15 @@ class GrowthResult(typing.NamedTuple):
         return getattr(self.model, "growth_report", None)
 
     @property
-    def plan(self):
+    def record(self):
         """The `GrowthRecord`: how the model was grown."""
-        return getattr(self.model, "growth_plan", None)
+        return getattr(self.model, "growth_record", None)
+
+    @property
+    def plan(self):
+        """Deprecated: `record`, under its old name (it goes in the next release)."""
+        warn("GrowthResult.plan is now GrowthResult.record; the old name goes in the next release.", DeprecationWarning)
+        return self.record
 
 
 def grow(
@@ -142,10 +149,11 @@ def grow(
     Returns:
         The grown `keras.Model` (same layer names, dtype policies and trainable
         flags), or, when `optimizer` is given, a `GrowthResult`: a
-        `(model, optimizer)` pair that also has `.report` and `.plan`. The
-        grown model keeps its `GrowthPlan` as `big.growth_plan` (what `verify`
-        reads) and, when it was compared with `model`, the `VerifyReport` as
-        `big.growth_report`.
+        `(model, optimizer)` pair that also has `.report` and `.record`. The
+        grown model keeps its `GrowthRecord` as `big.growth_record` (what
+        `verify` reads; `big.growth_plan`, its old name, answers for one
+        release with a `DeprecationWarning`) and, when it was compared with
+        `model`, the `VerifyReport` as `big.growth_report`.
 
     Example:
 
@@ -169,7 +177,7 @@ def grow(
     plan = plan_growth(model, options)
     big, placed = rebuild(plan)
     transfer(placed, options.spread, options.entropy)
-    big.growth_plan = plan.record()
+    keep_record(big, plan.record())
     if needs_check(options, plan.approximations):
         check_growth(model, big, options, plan, plan.approximations)
     if options.optimizer is None:

@@ -1,10 +1,9 @@
 """Stage 6 of `grow`: measure the grown model against the small one."""
 
-import warnings
-
 from kwiden import hub
 from kwiden.expansion import GrowthError
 from kwiden.graph import is_keras_hub
+from kwiden.messages import warn
 from kwiden.verify import sample_inputs, verify
 
 ROUNDING = {"float16": 1e-2, "bfloat16": 5e-2}
@@ -42,5 +41,5 @@ def check(small, big, options, plan=None, approximations=()):
         return report
     if not options.growth.allow_approximate:
         raise GrowthError(f"The grown model is not exact:\n{report}")
-    warnings.warn(f"kwiden.grow (allow_approximate=True): the grown model is approximate.\n{report}", stacklevel=3)
+    warn(f"kwiden.grow (allow_approximate=True): the grown model is approximate.\n{report}")
     return report

@@ -1,14 +1,9 @@
 """Deprecated: streaming growth is `kwiden.growth.streaming` now; this name goes in the next release."""
 
-import warnings
-
 from kwiden.growth import streaming as _streaming
+from kwiden.messages import warn
 
 
 def __getattr__(name):
-    warnings.warn(
-        f"kwiden.growth.checkpoint is now kwiden.growth.streaming; import {name} from there.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
+    warn(f"kwiden.growth.checkpoint is now kwiden.growth.streaming; import {name} from there.", DeprecationWarning)
     return getattr(_streaming, name)

@@ -19,7 +19,6 @@ folder, `kwiden.grow` and `kwiden.save_checkpoint` would write.
 import dataclasses
 import pathlib
 import shutil
-import warnings
 
 import keras
 import numpy as np
@@ -34,6 +33,7 @@ from kwiden.growth.plan import available_memory, plan_growth
 from kwiden.growth.rebuild import rebuild
 from kwiden.growth.transfer import grown_value
 from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint
+from kwiden.messages import warn
 from kwiden.models import family_of_config, get_family
 from kwiden.models.config import read_config_file
 
@@ -160,10 +160,9 @@ def grow_checkpoint(
         grown_config = {**source_config, **family.to_hf_config(big, "hf")}
         parameters = (small.count_params(), big.count_params())
     if plan.approximations:
-        warnings.warn(
+        warn(
             f"grow_checkpoint: {', '.join(plan.approximations)} accepted as approximate (allow_approximate=True); "
-            "nothing was measured. Load both folders and compare them with kwiden.verify.",
-            stacklevel=2,
+            "nothing was measured. Load both folders and compare them with kwiden.verify."
         )
     read = checkpoints.read_plan(small, checkpoint, family, allow_nonfinite=allow_nonfinite)  # as loading reads
     read.remedy = "pass allow_nonfinite=True to grow it anyway. Nothing was written."
@@ -280,10 +279,9 @@ def _warn_unused(tensors, outputs, src):
     used = {found.tensor for output in outputs for *_, found, _ in output.parts}
     unused = [name for name in tensors if name not in used]
     if unused:
-        warnings.warn(
+        warn(
             f"grow_checkpoint: {len(unused)} tensors of {src} hold no weight of the model and are not carried to "
-            f"the grown checkpoint: {', '.join(unused[:5])}{', …' * (len(unused) > 5)}.",
-            stacklevel=3,
+            f"the grown checkpoint: {', '.join(unused[:5])}{', …' * (len(unused) > 5)}."
         )
 
 

@@ -10,9 +10,9 @@ reads it.
 """
 
 import importlib
-import warnings
 
 from kwiden.family_model import FamilyModel
+from kwiden.messages import warn
 from kwiden.models import bert, gpt, llama, mistral, qwen2, roformer, t5
 from kwiden.models.bert import build_bert
 from kwiden.models.config import load_config
@@ -40,10 +40,9 @@ __all__ = [
 
 def __getattr__(name):
     if name == "build_transformer_model":  # moved above kwiden.checkpoints; answered for one release
-        warnings.warn(
+        warn(
             "kwiden.models.build_transformer_model is now kwiden.build_transformer_model (kwiden.builder).",
             DeprecationWarning,
-            stacklevel=2,
         )
         return importlib.import_module("kwiden.builder").build_transformer_model
     raise AttributeError(f"module 'kwiden.models' has no attribute {name!r}")

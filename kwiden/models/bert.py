@@ -6,12 +6,11 @@ from and save to Hugging Face folders and Google TensorFlow checkpoints
 (`kwiden.checkpoints`), with the tensor names `checkpoint_names` gives.
 """
 
-import warnings
-
 import keras
 
 from kwiden import layers, naming
 from kwiden.family_model import FamilyModel
+from kwiden.messages import warn
 from kwiden.models import blocks, hf
 from kwiden.models.family import Family
 
@@ -160,16 +159,14 @@ def _layer_norm_eps(model, format):
     Another warns that Google's own code ignores it."""
     epsilon, different = hf.norm_epsilons(model)
     if different:
-        warnings.warn(
+        warn(
             f"BERT's config has one layer_norm_eps; {epsilon:g} is written, and these norms differ: "
-            f"{different} (after growth the MLM norm keeps the small model's ε).",
-            stacklevel=hf.caller_outside_kwiden(),
+            f"{different} (after growth the MLM norm keeps the small model's ε)."
         )
     if format == "google" and epsilon != 1e-12:
-        warnings.warn(
+        warn(
             f"Google's BERT code fixes LayerNorm's ε at 1e-12 whatever bert_config.json says; this "
-            f"model's is {epsilon:g} (kwiden and other readers honour the config).",
-            stacklevel=hf.caller_outside_kwiden(),
+            f"model's is {epsilon:g} (kwiden and other readers honour the config)."
         )
     return epsilon
 

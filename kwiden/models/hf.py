@@ -9,11 +9,9 @@ like any other), so a model read from their config is built with
 """
 
 import collections
-import os
-import sys
-import warnings
 
 from kwiden import layers, naming
+from kwiden.messages import warn
 
 # Hugging Face's activation names → kwiden's (`FeedForward` takes these).
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "swish": "silu"}
@@ -96,16 +94,6 @@ def refuse_copied_rotary(attention, title):
         )
 
 
-def caller_outside_kwiden():
-    """The `stacklevel` of the first caller outside the kwiden package (a
-    warning raised deep in `save_checkpoint` points at the user's line)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(2), 2  # the caller of the function that warns: its stacklevel 2
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
 def masks_padding(model):
     """Whether `model` treats token id 0 as padding: its graph holds the
     `not_equal(token_ids, 0)` of `kwiden.models.blocks.padding_mask`."""
@@ -118,11 +106,10 @@ def padding_keys(model, title):
     Hugging Face needs for the same function. None where it does not."""
     if not masks_padding(model):
         return {}
-    warnings.warn(
+    warn(
         f"This {title} treats token id 0 as padding (kwiden's own decoders do; build with mask_padding=False for "
         "one that does not). config.json says so with mask_padding, which kwiden reads back, but Hugging Face "
-        "masks only what attention_mask says: pass attention_mask=(input_ids != 0) there for the same function.",
-        stacklevel=caller_outside_kwiden(),
+        "masks only what attention_mask says: pass attention_mask=(input_ids != 0) there for the same function."
     )
     return {"mask_padding": True, "pad_token_id": 0}
 
