@@ -4,6 +4,7 @@
 import json
 import numbers
 import pathlib
+import weakref
 
 import keras
 
@@ -219,7 +220,8 @@ def _remember_batches(model, consumed):
     """Keep on `model` the batches trained on, its optimizer and that
     optimizer's iterations then, so that a later call goes on from there (the
     two part where loss scaling skipped steps)."""
-    setattr(model, BATCHES_ATTRIBUTE, (consumed, _iterations(model), id(model.optimizer)))
+    # A weak reference, not `id`: a new optimizer may be given the freed one's address.
+    setattr(model, BATCHES_ATTRIBUTE, (consumed, _iterations(model), weakref.ref(model.optimizer)))
 
 
 def _batches_trained(model):
@@ -227,7 +229,7 @@ def _batches_trained(model):
     the steps loss scaling skipped in an earlier `fit_growing` call with the
     same optimizer (a model compiled afresh starts from its new optimizer's count)."""
     consumed, iterations, optimizer = getattr(model, BATCHES_ATTRIBUTE, (0, 0, None))
-    skipped = consumed - iterations if optimizer == id(model.optimizer) else 0
+    skipped = consumed - iterations if optimizer is not None and optimizer() is model.optimizer else 0
     return _iterations(model) + skipped
 
 
