@@ -47,6 +47,14 @@ def nonfinite_tensor(file, tensor, variable, bad, remedy):
     )
 
 
+def nonfinite_weight(variable, bad):
+    """A model's weight, about to be written, holds NaN or infinite values."""
+    return (
+        f"'{variable.path}' holds {bad} NaN or infinite values, and loading would refuse the checkpoint; "
+        "pass allow_nonfinite=True to write it anyway."
+    )
+
+
 def shape_mismatch(file, tensor, shape, variable, name, expected):
     """A checkpoint's tensor has another shape than the config makes the weight."""
     return (

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from kwiden import naming
+from kwiden import messages, naming
 from kwiden.checkpoints.formats import (
     CONFIG_FILES,
     FORMAT_TITLES,
@@ -114,10 +114,7 @@ def save_checkpoint(
         value = np.asarray(variable.numpy())
         bad = 0 if allow_nonfinite else nonfinite(value)
         if bad:
-            raise ValueError(
-                f"'{variable.path}' holds {bad} NaN or infinite values, and loading would refuse the checkpoint; "
-                "pass allow_nonfinite=True to write it anyway."
-            )
+            raise ValueError(messages.nonfinite_weight(variable, bad))
         layout = Layout.of(kind, format)
         if layout.part is None:
             tensors[name] = np.ascontiguousarray(to_checkpoint(value, layout))
