@@ -139,6 +139,23 @@ def test_one_read_plan_names_each_weight_and_its_tensor(bert, tmp_path):
     np.testing.assert_array_equal(plan.value(entry), model.get_layer("Embedding-Token").embeddings.numpy())
 
 
+def test_keep_tokens_reads_past_nan_in_the_rows_it_drops(bert, tmp_path):
+    import safetensors.numpy
+
+    model = bert(with_mlm=True)
+    folder = kwiden.save_checkpoint(model, tmp_path / "ckpt")
+    (folder / kwiden.checkpoints.MANIFEST).unlink()  # changed below on purpose
+    tensors = safetensors.numpy.load_file(folder / "model.safetensors")
+    rows = tensors["bert.embeddings.word_embeddings.weight"].shape[0]
+    tensors["bert.embeddings.word_embeddings.weight"][rows - 1] = np.nan
+    safetensors.numpy.save_file(tensors, str(folder / "model.safetensors"))
+    keep = list(range(rows - 1))
+    loaded = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True, keep_tokens=keep)
+    assert loaded.get_layer("Embedding-Token").input_dim == rows - 1
+    with pytest.raises(ValueError, match=r"'bert.embeddings.word_embeddings.weight' \(for 'Embedding-Token/embeddings'\) holds 16 NaN"):  # fmt: skip
+        kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True, keep_tokens=[0, rows - 1])
+
+
 def test_hugging_face_names_and_layouts(bert, tmp_path):
     from safetensors import safe_open
     from safetensors.numpy import load_file

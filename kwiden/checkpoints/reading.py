@@ -80,29 +80,29 @@ class ReadPlan:
         return key in self._by_key
 
     def raw(self, entry):
-        """The checkpoint's tensor for `entry`, as the file holds it, checked
-        for NaN and infinite values; the last one read is kept (GPT-2's fused
+        """The checkpoint's tensor for `entry`, as the file holds it (the
+        rows `keep_tokens` keeps, for the vocabulary's layers), checked for
+        NaN and infinite values; the last one read is kept (GPT-2's fused
         `c_attn` holds three weights) and the file's pages read so far leave
         the process's memory."""
+        rows = self.keep_tokens is not None and entry.layer.name in self.family.vocabulary_rows
         if self._last[0] != entry.tensor:
             self._last = (None, None)  # the previous one freed first
             value = self.tensors[entry.tensor]
             if hasattr(self.tensors, "release"):
                 self.tensors.release()
-            bad = 0 if self.allow_nonfinite else nonfinite(value)
-            if bad:
-                where = file_of(self.tensors, entry.tensor, self.checkpoint.path)
-                raise ValueError(messages.nonfinite_tensor(where, entry.tensor, entry.variable, bad, self.remedy))
             self._last = (entry.tensor, value)
-        return self._last[1]
+        value = self._last[1][self.keep_tokens] if rows else self._last[1]  # the rows dropped are not checked
+        bad = 0 if self.allow_nonfinite else nonfinite(value)
+        if bad:
+            where = file_of(self.tensors, entry.tensor, self.checkpoint.path)
+            raise ValueError(messages.nonfinite_tensor(where, entry.tensor, entry.variable, bad, self.remedy))
+        return value
 
     def value(self, entry):
         """`entry`'s weight in kwiden's layout (`keep_tokens`' rows for the
         vocabulary's layers)."""
-        value = self.raw(entry)
-        if self.keep_tokens is not None and entry.layer.name in self.family.vocabulary_rows:
-            value = value[self.keep_tokens]
-        return to_kwiden(value, tuple(entry.variable.shape), entry.layout)
+        return to_kwiden(self.raw(entry), tuple(entry.variable.shape), entry.layout)
 
 
 def file_of(tensors, tensor, checkpoint_path):

@@ -5,5 +5,7 @@ from kwiden.messages import warn
 
 
 def __getattr__(name):
+    if name.startswith("__"):  # the import machinery's questions (`__path__`): no warning
+        raise AttributeError(name)
     warn(f"kwiden.growth.checkpoint is now kwiden.growth.streaming; import {name} from there.", DeprecationWarning)
     return getattr(_streaming, name)

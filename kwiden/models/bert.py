@@ -12,18 +12,12 @@ from kwiden import layers, naming
 from kwiden.family_model import FamilyModel
 from kwiden.messages import warn
 from kwiden.models import blocks, hf
-from kwiden.models.family import Family
+from kwiden.models.family import ALTERNATIVE_NAMES, HEADS, Family
 
 DEFAULTS = dict(residual="post_ln", causal=False)
 FLAGS = ("with_mlm", "with_pool")
 # The Adam slots some Google checkpoints keep beside each variable: optimizer state, not weights.
 BUFFERS = (r".*/adam_[mv]",)
-# Older Hugging Face files (bert-base-uncased among them) keep LayerNorm's
-# `gamma`/`beta`, and some MLM files hold the output bias only as the decoder's.
-ALTERNATIVE_NAMES = {".LayerNorm.weight": ".LayerNorm.gamma", ".LayerNorm.bias": ".LayerNorm.beta",
-                     "cls.predictions.bias": "cls.predictions.decoder.bias"}  # fmt: skip
-# The heads a checkpoint may lack (a base model's has no MLM head).
-HEADS = (naming.POOLER_DENSE, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS)
 
 
 def build_bert(config, with_mlm=False, with_pool=False, name="bert"):

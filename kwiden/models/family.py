@@ -18,6 +18,12 @@ from kwiden.models.config import complete_config, config_sources
 
 # The layers whose rows are the vocabulary (`keep_tokens` selects them).
 VOCABULARY_ROWS = (naming.EMBEDDING_TOKEN, naming.MLM_BIAS, naming.OUTPUT_LOGITS)
+# The defaults of a family that declares none, as kwiden read every family
+# before families declared them: older Hugging Face files' LayerNorm `gamma`/
+# `beta` and MLM decoder bias, and BERT's optional heads.
+ALTERNATIVE_NAMES = {".LayerNorm.weight": ".LayerNorm.gamma", ".LayerNorm.bias": ".LayerNorm.beta",
+                     "cls.predictions.bias": "cls.predictions.decoder.bias"}  # fmt: skip
+HEADS = (naming.POOLER_DENSE, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +70,11 @@ class Family:
         alternative_names: `{suffix: suffix}`, other names the family's
             tensors have in older Hugging Face files (bert-base-uncased keeps
             LayerNorm's `gamma` and `beta`): a tensor missing under its name
-            is looked for under the alternative.
+            is looked for under the alternative. By default
+            `ALTERNATIVE_NAMES`, those of older BERT files.
         heads: the optional heads (layer names) a checkpoint may lack: a
-            model built with one needs a checkpoint that has it.
+            model built with one needs a checkpoint that has it (`HEADS`,
+            BERT's pooler and MLM head, by default).
         vocabulary_rows: the layers whose rows are the vocabulary, which
             `keep_tokens` selects.
         tied_head: `(output head, token table)`: the layers a config may tie
@@ -97,8 +105,8 @@ class Family:
     model_types: tuple = ()
     hf_prefix: Optional[str] = None
     buffers: tuple = ()
-    alternative_names: dict = dataclasses.field(default_factory=dict)
-    heads: tuple = ()
+    alternative_names: dict = dataclasses.field(default_factory=lambda: dict(ALTERNATIVE_NAMES))
+    heads: tuple = HEADS
     vocabulary_rows: tuple = VOCABULARY_ROWS
     tied_head: Optional[tuple] = (naming.OUTPUT_LOGITS, naming.EMBEDDING_TOKEN)
 
