@@ -61,23 +61,19 @@ class ReadPlan:
     """Every weight of a model with its checkpoint tensor (`entries`, in the
     model's order), checked against the checkpoint's headers; `value(entry)`
     reads one, checked for NaN and infinite values, in kwiden's layout.
-    `remedy` ends the refusal of a NaN tensor (what the caller's
-    `allow_nonfinite` does)."""
+    `dtype` is the checkpoint's one dtype (numpy's name); `remedy` ends the
+    refusal of a NaN tensor (what the caller's `allow_nonfinite` does)."""
 
-    def __init__(self, checkpoint, tensors, family, names, entries, keep_tokens=None, allow_nonfinite=False):
-        self.checkpoint, self.tensors, self.family, self.names = checkpoint, tensors, family, names
-        self.entries = list(entries)
-        self.keep_tokens, self.allow_nonfinite = keep_tokens, allow_nonfinite
-        self.remedy = "pass allow_nonfinite=True to load it anyway."
+    def __init__(self, checkpoint, tensors, family, entries, dtype, keep_tokens, allow_nonfinite, remedy):
+        self.checkpoint, self.tensors, self.family = checkpoint, tensors, family
+        self.entries, self.dtype = list(entries), dtype
+        self.keep_tokens, self.allow_nonfinite, self.remedy = keep_tokens, allow_nonfinite, remedy
         self._by_key = {(entry.layer.name, entry.variable.name): entry for entry in self.entries}
         self._last = (None, None)
 
     def __getitem__(self, key):
         """The entry of `(layer name, weight name)`."""
         return self._by_key[key]
-
-    def __contains__(self, key):
-        return key in self._by_key
 
     def raw(self, entry):
         """The checkpoint's tensor for `entry`, as the file holds it (the
@@ -86,18 +82,19 @@ class ReadPlan:
         `c_attn` holds three weights) and the file's pages read so far leave
         the process's memory."""
         rows = self.keep_tokens is not None and entry.layer.name in self.family.vocabulary_rows
-        if self._last[0] != entry.tensor:
+        key = (entry.tensor, rows)
+        if self._last[0] != key:
             self._last = (None, None)  # the previous one freed first
             value = self.tensors[entry.tensor]
             if hasattr(self.tensors, "release"):
                 self.tensors.release()
-            self._last = (entry.tensor, value)
-        value = self._last[1][self.keep_tokens] if rows else self._last[1]  # the rows dropped are not checked
-        bad = 0 if self.allow_nonfinite else nonfinite(value)
-        if bad:
-            where = file_of(self.tensors, entry.tensor, self.checkpoint.path)
-            raise ValueError(messages.nonfinite_tensor(where, entry.tensor, entry.variable, bad, self.remedy))
-        return value
+            value = value[self.keep_tokens] if rows else value  # the rows dropped are not checked
+            bad = 0 if self.allow_nonfinite else nonfinite(value)
+            if bad:
+                where = file_of(self.tensors, entry.tensor, self.checkpoint.path)
+                raise ValueError(messages.nonfinite_tensor(where, entry.tensor, entry.variable, bad, self.remedy))
+            self._last = (key, value)
+        return self._last[1]
 
     def value(self, entry):
         """`entry`'s weight in kwiden's layout (`keep_tokens`' rows for the
@@ -111,12 +108,20 @@ def file_of(tensors, tensor, checkpoint_path):
     return files[tensor] if files else checkpoint_path
 
 
-def read_plan(model, checkpoint_path, family=None, keep_tokens=None, allow_nonfinite=False):
+def read_plan(
+    model,
+    checkpoint_path,
+    family=None,
+    keep_tokens=None,
+    allow_nonfinite=False,
+    remedy="pass allow_nonfinite=True to load it anyway.",
+):
     """The `ReadPlan` of `model` from a checkpoint (a path or an
     `open_checkpoint` `Checkpoint`), refused before any value is read where
     the checkpoint is of a format the family is not kept in, holds blocks the
     model lacks, lacks a tensor or holds one of another shape, holds integer
-    or mixed dtypes, or holds block tensors the model would not read."""
+    or mixed dtypes, or holds block tensors the model would not read.
+    `remedy` ends the refusal of a NaN tensor, met as values are read."""
     family = family_for(model, family)
     checkpoint = open_checkpoint(checkpoint_path)
     format, path = checkpoint.format, checkpoint.path
@@ -144,9 +149,7 @@ def read_plan(model, checkpoint_path, family=None, keep_tokens=None, allow_nonfi
         entries.append(Entry(layer, variable, name, found, layout))
     dtype, _ = one_dtype(((entry.tensor, tensors.dtype(entry.tensor)) for entry in entries), path, shard_files(tensors))
     check_nothing_dropped(family, names, {entry.name for entry in entries}, tensors, path)
-    plan = ReadPlan(checkpoint, tensors, family, names, entries, rows, allow_nonfinite)
-    plan.dtype = dtype  # numpy's name of the checkpoint's one dtype
-    return plan
+    return ReadPlan(checkpoint, tensors, family, entries, dtype, rows, allow_nonfinite, remedy)
 
 
 def shard_files(tensors):

@@ -164,8 +164,8 @@ def grow_checkpoint(
             f"grow_checkpoint: {', '.join(plan.approximations)} accepted as approximate (allow_approximate=True); "
             "nothing was measured. Load both folders and compare them with kwiden.verify."
         )
-    read = checkpoints.read_plan(small, checkpoint, family, allow_nonfinite=allow_nonfinite)  # as loading reads
-    read.remedy = "pass allow_nonfinite=True to grow it anyway. Nothing was written."
+    remedy = "pass allow_nonfinite=True to grow it anyway. Nothing was written."
+    read = checkpoints.read_plan(small, checkpoint, family, allow_nonfinite=allow_nonfinite, remedy=remedy)
     grown_names = family.checkpoint_names(
         naming.count_blocks(layer.name for layer in big.layers), "hf", checkpoints.written_prefix(grown_config, family)
     )
