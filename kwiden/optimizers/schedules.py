@@ -10,24 +10,34 @@ from kwiden.optimizers import arguments
 
 @keras.saving.register_keras_serializable(package="kwiden")
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup from 0 to `peak` over `warmup_steps`, then linear or cosine
-    decay to `end` at `total_steps`, constant after. `peak` and `end` are
-    finite and >= 0, the steps integers (`1e4` is 10000).
+    """Linear warmup from 0 to `peak` over `warmup_steps`, `peak` held for
+    `hold_steps` more, then linear or cosine decay to `end` at `total_steps`,
+    constant after. `peak` and `end` are finite and >= 0, the steps integers
+    (`1e4` is 10000).
 
     >>> schedule = WarmupDecay(1e-3, warmup_steps=10, total_steps=110)
     >>> [round(float(schedule(s)), 6) for s in (0, 5, 10, 60, 110, 200)]
     [0.0, 0.0005, 0.001, 0.0005, 0.0, 0.0]
+
+    Warmup-stable-decay (WSD): the peak held until the last fifth, which decays linearly to 0:
+
+    >>> wsd = WarmupDecay(1e-3, warmup_steps=10, total_steps=110, hold_steps=80)
+    >>> [round(float(wsd(s)), 6) for s in (5, 10, 50, 90, 100, 110)]
+    [0.0005, 0.001, 0.001, 0.001, 0.0005, 0.0]
     """
 
-    def __init__(self, peak, warmup_steps, total_steps, decay="linear", end=0.0):
+    def __init__(self, peak, warmup_steps, total_steps, decay="linear", end=0.0, hold_steps=0):
         if decay not in ("linear", "cosine"):
             raise ValueError(f"`decay` must be 'linear' or 'cosine', got decay={decay!r}.")
         self.peak = arguments.number(peak, "peak", at_least=0)
         self.warmup_steps = arguments.integer(warmup_steps, "warmup_steps", at_least=0, whole_floats=True)
         self.total_steps = arguments.integer(total_steps, "total_steps", at_least=0, whole_floats=True)
-        if self.warmup_steps > self.total_steps:
+        self.hold_steps = arguments.integer(hold_steps, "hold_steps", at_least=0, whole_floats=True)
+        if self.warmup_steps + self.hold_steps > self.total_steps:
+            held = f", hold_steps={hold_steps}" if self.hold_steps else ""
             raise ValueError(
-                f"Need 0 <= warmup_steps <= total_steps, got warmup_steps={warmup_steps}, total_steps={total_steps}."
+                f"Need 0 <= warmup_steps{' + hold_steps' * bool(self.hold_steps)} <= total_steps, got "
+                f"warmup_steps={warmup_steps}{held}, total_steps={total_steps}."
             )
         self.decay = decay
         self.end = arguments.number(end, "end", at_least=0)
@@ -35,12 +45,13 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     @property
     def breakpoints(self):
         """The updates where the schedule changes course (checked by the optimizers)."""
-        return (0, self.warmup_steps, self.total_steps)
+        return tuple(dict.fromkeys((0, self.warmup_steps, self.warmup_steps + self.hold_steps, self.total_steps)))
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
         warmup = self.peak * step / max(self.warmup_steps, 1)
-        progress = ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
+        decay_start = self.warmup_steps + self.hold_steps
+        progress = ops.clip((step - decay_start) / max(self.total_steps - decay_start, 1), 0.0, 1.0)
         if self.decay == "cosine":
             fraction = 0.5 * (1.0 + ops.cos(progress * 3.141592653589793))
         else:
@@ -55,6 +66,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             total_steps=self.total_steps,
             decay=self.decay,
             end=self.end,
+            hold_steps=self.hold_steps,
         )
 
 
