@@ -1,5 +1,14 @@
 """kwiden: grow a trained Keras 3 Transformer into a wider one that computes the same function."""
 
+import os as _os
+import pathlib as _pathlib
+import sys as _sys
+
+# The `kwiden` command starts quietly: TensorFlow's C++ notices (CUDA probed on a CPU machine, oneDNN) are
+# lowered before TensorFlow is imported, unless the user chose a level. A library import leaves them as they are.
+if _pathlib.Path(_sys.argv[0]).name == "kwiden":
+    _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
 from kwiden import admin, layers, models, optimizers, testing
 from kwiden.builder import build_transformer_model
 from kwiden.checkpoints import save_checkpoint
@@ -7,6 +16,7 @@ from kwiden.distribution import layout_map
 from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
 from kwiden.growth import GrowthResult, grow, growth_scales
 from kwiden.growth.streaming import GrownCheckpoint, grow_checkpoint
+from kwiden.pretraining import PretrainResult, pretrain
 from kwiden.tokenizer import Tokenizer
 from kwiden.training import GrowthSchedule, fit_growing
 from kwiden.verify import VerifyReport, verify
@@ -33,6 +43,8 @@ __all__ = [
     "layers",
     "models",
     "optimizers",
+    "pretrain",
+    "PretrainResult",
     "save_checkpoint",
     "testing",
     "verify",

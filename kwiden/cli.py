@@ -1,7 +1,10 @@
-"""The `kwiden` command: `kwiden grow SRC DST --factor K [--check]` (a .keras
-file, or a Hugging Face checkpoint folder grown tensor by tensor), `kwiden demo`."""
+"""The `kwiden` command: `kwiden pretrain CORPUS … --config config.json
+--output-dir DIR` (pretraining, grown on the way), `kwiden grow SRC DST
+--factor K [--check]` (a .keras file, or a Hugging Face checkpoint folder
+grown tensor by tensor), `kwiden demo`."""
 
 import argparse
+import os
 import pathlib
 import sys
 import warnings
@@ -118,8 +121,57 @@ def _destination_path(path, source):
 def _demo(args):
     from kwiden import demo
 
-    demo.run(steps=args.steps, grow_steps=args.grow_steps, factor=args.factor, seed=args.seed)
+    demo.run(budget=args.budget, seed=args.seed, output_dir=args.output_dir)
     return 0
+
+
+# `kwiden.pretrain`'s arguments the command gives, with their flags' parsing and help.
+PRETRAIN_FLAGS = (
+    ("--model", dict(help="the target's family: gpt, llama, qwen2, mistral (next token); bert, roformer (masked)")),
+    ("--config", dict(help="the target's config.json (Hugging Face keys); vocab_size defaults to the tokenizer's")),
+    ("--tokenizer", dict(help="bytes (default), a WordPiece vocab.txt or a tokenizer.json")),
+    ("--build-vocab", dict(type=int, metavar="SIZE", help="train a WordPiece vocabulary of SIZE on the corpus")),
+    ("--from", dict(dest="from_checkpoint", metavar="CHECKPOINT", help="go on pretraining (and growing) this folder")),
+    ("--budget", dict(type=int, default=1000, help="updates of the target from scratch: the run's compute")),
+    ("--seq-len", dict(type=int, default=128, help="tokens a window")),
+    ("--batch-size", dict(type=int, default=32, help="windows a micro-batch")),
+    ("--accum-steps", dict(type=int, default=1, help="micro-batches an update")),
+    ("--lr", dict(type=float, default=1e-3, help="peak learning rate")),
+    ("--warmup", dict(type=int, help="updates of linear warmup (default: 5%% of --budget)")),
+    ("--schedule", dict(choices=["wsd", "cosine", "constant"], default="wsd", help="after the warmup")),
+    ("--decay-fraction", dict(type=float, default=0.2, help="wsd: the share of updates that decay to 0")),
+    ("--grow", dict(default="auto", help='auto, none, or growths such as "0.33:k=2 0.67:depth=2"')),
+    ("--whole-word-mask", dict(action="store_true", help="mask whole words (Chinese words by jieba)")),
+    ("--valid-fraction", dict(type=float, default=0.01, help="the end of the corpus held out")),
+    ("--eval-every", dict(type=int, help="updates between evaluations (default: 20 a run)")),
+    ("--save-every", dict(type=int, help="updates between backups (default: at growths and the end)")),
+    ("--seed", dict(type=int, default=0)),
+    ("--precision", dict(choices=["auto", "float32", "mixed_bfloat16"], default="auto", help="auto: bf16 on GPU")),
+)
+
+
+def _pretrain(args):
+    import kwiden
+
+    given = {name: getattr(args, name) for name in _pretrain_names()}
+    try:
+        kwiden.pretrain(args.corpus, args.output_dir, verbose=0 if args.quiet else 1, **given)
+    except KeyboardInterrupt:
+        print("kwiden pretrain: stopped; run the same command to resume from the last backup", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _pretrain_names():
+    return [options.get("dest", flag[2:].replace("-", "_")) for flag, options in PRETRAIN_FLAGS]
+
+
+def _announce():
+    """One line: the backend and the devices the command computes on."""
+    import keras
+
+    devices = keras.distribution.list_devices()
+    print(f"kwiden: Keras {keras.__version__}, {keras.backend.backend()} backend, devices: {', '.join(devices)}")
 
 
 def _fraction(text):
@@ -169,17 +221,27 @@ def parser():
         if option.flag:
             grow.add_argument(option.flag, dest=option.name, help=_help(option), **_parsed(option))
     grow.set_defaults(run=_grow)
-    demo = commands.add_parser("demo", help="train a small GPT on shipped text, grow it ×2, train on")
-    demo.add_argument("--steps", type=_positive, default=300, help="training steps of the small model")
-    demo.add_argument("--grow-steps", type=_positive, default=150, help="training steps after growth")
-    demo.add_argument("--factor", type=int, default=2)
+    pretrain = commands.add_parser("pretrain", help="pretrain on your corpus, small first and grown on the way")
+    pretrain.add_argument("corpus", nargs="+", help="text files (.txt, .gz) or folders of them")
+    pretrain.add_argument("--output-dir", required=True, help="the run's folder (the same command resumes it)")
+    for flag, options in PRETRAIN_FLAGS:
+        pretrain.add_argument(flag, **options)
+    pretrain.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
+    pretrain.set_defaults(run=_pretrain)
+    demo = commands.add_parser("demo", help="pretrain a small GPT on shipped text, grown and from scratch")
+    demo.add_argument("--budget", type=_positive, default=300, help="updates of the 64-wide GPT from scratch")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--output-dir", help="keep the two runs here (default: a temporary folder)")
     demo.set_defaults(run=_demo)
     return root
 
 
 def main(argv=None):
+    # TensorFlow's C++ notices (CUDA probing on a CPU machine, oneDNN) before it is imported, unless the user chose.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     args = parser().parse_args(argv)
+    if args.command in ("pretrain", "demo"):
+        _announce()
     try:
         return args.run(args)
     except (CommandError, ValueError, OSError) as error:

@@ -402,15 +402,22 @@ class _Backup:
                     f"The backup {path} cannot be compiled as saved ({str(error).split('. ')[0]}): pass fit_growing "
                     "the model compiled with its loss and metrics, and it resumes with those."
                 ) from None
-        model = keras.saving.load_model(path, compile=False)
-        optimizer = keras.optimizers.deserialize(saved_optimizer_config(path))
         config.pop("optimizer")
-        model.compile(optimizer=optimizer, **config)
-        # The compiled optimizer: under mixed_float16 `compile` wraps the saved one for loss scaling,
-        # and the wrapper's scale is part of the saved state.
-        model.optimizer.build(model.trainable_variables)
-        model.load_weights(path)  # the weights again, and the optimizer's state
-        return model, state["growths_done"], state.get("batches")
+        return load_with_optimizer(path, **config), state["growths_done"], state.get("batches")
+
+
+def load_with_optimizer(path, **compile_arguments):
+    """The model saved at `path` with its optimizer and the optimizer's state,
+    compiled with `compile_arguments` (loss, metrics, …): not compiled by
+    Keras' loader, which cannot find a loss function that is not registered."""
+    model = keras.saving.load_model(path, compile=False)
+    optimizer = keras.optimizers.deserialize(saved_optimizer_config(path))
+    model.compile(optimizer=optimizer, **compile_arguments)
+    # The compiled optimizer: under mixed_float16 `compile` wraps the saved one for loss scaling,
+    # and the wrapper's scale is part of the saved state.
+    model.optimizer.build(model.trainable_variables)
+    model.load_weights(path)  # the weights again, and the optimizer's state
+    return model
 
 
 __all__ = ["GrowthSchedule", "fit_growing"]

@@ -1,0 +1,121 @@
+"""What a pretraining run leaves in its folder besides backups: `run.json`
+(its arguments, checked when the command is run again), `log.txt`,
+`metrics.jsonl`, `loss.png` and `final/`."""
+
+import json
+import os
+import pathlib
+import shutil
+import warnings
+
+from kwiden.files import TEMPORARY, replaced_atomically
+
+RUN_FILE = "run.json"
+LOG_FILE = "log.txt"
+METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "loss.png"
+FINAL = "final"
+# The fields every metrics line has.
+METRICS = ("update", "tokens", "flops", "hidden_size", "num_layers", "lr", "train_loss", "valid_loss", "seconds")
+
+
+class RunFolder:
+    def __init__(self, folder, verbose=True):
+        self.folder = pathlib.Path(folder)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise ValueError(f"--output-dir {self.folder} is a file; give a folder (it is made if missing).")
+        self.verbose = verbose
+
+    def claim(self, arguments):
+        """Record the run's `arguments`; a folder holding a run with other
+        arguments is refused, naming the first that differs."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / RUN_FILE
+        if path.is_file():
+            try:
+                before = json.loads(path.read_text("utf-8"))["arguments"]
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(f"{path} is not a run record kwiden wrote; give another --output-dir.") from None
+            for name in sorted(set(before) | set(arguments)):
+                if before.get(name) != arguments.get(name):
+                    flag = "--" + name.replace("_", "-")
+                    raise ValueError(
+                        f"--output-dir {self.folder} holds a run made with {flag} {before.get(name)!r}, not "
+                        f"{arguments.get(name)!r}: run the same command to resume it, or give another --output-dir."
+                    )
+            return True
+        if any(p.name != "tokens" for p in self.folder.iterdir()):
+            raise ValueError(
+                f"--output-dir {self.folder} already holds files that are not a kwiden pretraining run; "
+                "give an empty or new folder."
+            )
+        with replaced_atomically(path) as temporary:
+            temporary.write_text(json.dumps(dict(arguments=arguments), indent=1, ensure_ascii=False), "utf-8")
+        return False
+
+    def log(self, line):
+        if self.verbose:
+            print(line, flush=True)
+        with open(self.folder / LOG_FILE, "a", encoding="utf-8") as file:
+            file.write(line + "\n")
+
+    def metrics(self, until=None):
+        """The metrics lines written so far, those after update `until` dropped (and the file rewritten so)."""
+        path = self.folder / METRICS_FILE
+        if not path.is_file():
+            return []
+        rows = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+        if until is not None:
+            kept = [row for row in rows if row["update"] <= until]
+            if len(kept) != len(rows):
+                with replaced_atomically(path) as temporary:
+                    temporary.write_text("".join(json.dumps(row) + "\n" for row in kept), "utf-8")
+            rows = kept
+        return rows
+
+    def add_metrics(self, row):
+        with open(self.folder / METRICS_FILE, "a", encoding="utf-8") as file:
+            file.write(json.dumps(row) + "\n")
+            file.flush()
+
+    def plot(self, rows, title):
+        """Validation loss against FLOPs, each growth marked."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figure, axes = plt.subplots(figsize=(7, 4.5))
+        axes.plot([r["flops"] for r in rows], [r["valid_loss"] for r in rows], marker=".")
+        for row in rows:
+            if row.get("grew"):
+                axes.axvline(row["flops"], color="grey", linestyle=":")
+                axes.annotate(f"{row['hidden_size']}×{row['num_layers']}", (row["flops"], row["valid_loss"]),
+                              fontsize=7, xytext=(3, 6), textcoords="offset points")  # fmt: skip
+        axes.set(xlabel="training FLOPs", ylabel="validation loss", title=title)
+        axes.title.set_fontsize(8)
+        with replaced_atomically(self.folder / PLOT_FILE) as temporary:
+            figure.savefig(temporary, dpi=110)
+        plt.close(figure)
+
+    def write_final(self, model, tokenizer):
+        """`final/`: a Hugging Face folder with the tokenizer, made beside it
+        and moved into place whole, so a kill never leaves half of one."""
+        from kwiden.checkpoints import save_checkpoint
+
+        final = self.folder / FINAL
+        staging = self.folder / f"{FINAL}{TEMPORARY}"
+        shutil.rmtree(staging, ignore_errors=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            save_checkpoint(model, staging)
+        for warning in caught:  # what a Hugging Face user of final/ should know: in the log, not on the bar
+            self.log(f"final/: {warning.message}")
+        tokenizer.save(staging)
+        previous = self.folder / f"{FINAL}{TEMPORARY}old"
+        if final.exists():
+            shutil.rmtree(previous, ignore_errors=True)
+            os.replace(final, previous)
+        os.replace(staging, final)
+        shutil.rmtree(previous, ignore_errors=True)
+        return final

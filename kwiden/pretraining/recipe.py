@@ -1,0 +1,186 @@
+"""Which models a pretraining run trains and when it grows them: the `--grow`
+spec (`auto`, `none`, or "0.33:k=2 0.67:depth=2"), the small model's config
+found from the target's by undoing the growths, and the updates of each stage
+chosen so that every run spends the FLOPs the target would on `--budget`
+updates from scratch."""
+
+import dataclasses
+import fractions
+
+from kwiden.growth.options import GROW, taken_by
+
+# What `auto` does, measured in benchmarks/grow_vs_scratch.py (docs/growth-that-pays.md): the target's width
+# halved, grown ×2 halfway through the run's updates, the optimizer's slots grown with the weights (under a
+# decaying rate the source's slots make the first updates after growth too large for the new copies).
+AUTO_FRACTION = 0.5
+AUTO_GROWTH = dict(k=2, optimizer_state="grown")
+# Arguments that set a size outright: the small model cannot be found from them.
+ABSOLUTE = ("hidden_size", "intermediate_size", "num_layers")
+# Arguments the trainer gives grow itself.
+TRAINER_GIVES = ("optimizer", "check")
+
+
+@dataclasses.dataclass
+class Growth:
+    fraction: float  # of the run's updates done before it
+    arguments: dict  # kwiden.grow's
+    update: int = None  # set by `place`
+
+
+def parse(spec):
+    """`"auto"`, `"none"`, or a list of `Growth` from "FRACTION:ARG=VALUE,ARG=VALUE FRACTION:…"."""
+    spec = spec.strip() if isinstance(spec, str) else spec
+    if spec in ("auto", "none"):
+        return spec
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f'--grow takes auto, none, or growths such as "0.33:k=2 0.67:depth=2"; got {spec!r}.')
+    options = {option.name: option for option in taken_by(GROW) if option.name not in TRAINER_GIVES}
+    growths = []
+    for item in spec.split():
+        fraction_text, colon, arguments_text = item.partition(":")
+        if not colon or not arguments_text:
+            raise ValueError(f'--grow {spec!r}: {item!r} is not FRACTION:ARG=VALUE (e.g. "0.5:k=2").')
+        try:
+            fraction = float(fractions.Fraction(fraction_text))
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(f"--grow {spec!r}: {fraction_text!r} is not a fraction of the run such as 0.5.") from None
+        if not 0 < fraction < 1:
+            raise ValueError(
+                f"--grow {spec!r}: growth points are fractions of the run's updates, between 0 and 1; got {fraction_text}."
+            )
+        arguments = {}
+        for pair in arguments_text.split(","):
+            name, equals, value = pair.partition("=")
+            if name in ABSOLUTE:
+                raise ValueError(
+                    f"--grow {spec!r}: {name}= sets a size outright; give factors (k=, ffn_factor=, depth=), from "
+                    "which kwiden finds the small model's config by undoing them from the target's."
+                )
+            if not equals or name not in options:
+                raise ValueError(
+                    f"--grow {spec!r}: {pair!r} is not one of kwiden.grow's arguments NAME=VALUE ({', '.join(n for n in options if n not in ABSOLUTE)})."
+                )
+            arguments[name] = _value(options[name], value, spec)
+        growths.append(Growth(fraction, arguments))
+    fractions_given = [g.fraction for g in growths]
+    if fractions_given != sorted(set(fractions_given)):
+        raise ValueError(f"--grow {spec!r}: growth points must be strictly increasing, got {fractions_given}.")
+    return growths
+
+
+def _value(option, text, spec):
+    if option.type is bool:
+        if text not in ("True", "False", "true", "false", "1", "0"):
+            raise ValueError(f"--grow {spec!r}: {option.name}={text} is not True or False.")
+        return text in ("True", "true", "1")
+    try:
+        value = (option.type or str)(text)
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"--grow {spec!r}: {option.name}={text} is not a {option.type.__name__}.") from None
+    if option.choices is not None and value not in option.choices:
+        raise ValueError(f"--grow {spec!r}: {option.name}={text}; it takes {', '.join(map(str, option.choices))}.")
+    if isinstance(value, fractions.Fraction) and value.denominator == 1:
+        value = int(value)
+    return value
+
+
+def auto(target_config):
+    """`(growths, why)`: the growths `--grow auto` makes for this target (a
+    complete config, `Family.config`'s)."""
+    post_ln = target_config.get("residual") == "post_ln"  # whose depth growth is not exact
+    heads = target_config["num_attention_heads"]
+    hidden = target_config["hidden_size"]
+    try:
+        undone(target_config, [Growth(AUTO_FRACTION, AUTO_GROWTH)])
+        return [Growth(AUTO_FRACTION, dict(AUTO_GROWTH))], (
+            f"width ×2 at {AUTO_FRACTION:.0%} of the updates, from a {hidden // 2}-wide model "
+            "(optimizer state grown with the weights)"
+        )
+    except ValueError:
+        pass
+    layers = target_config["num_hidden_layers"]
+    if not post_ln and layers % 2 == 0:
+        growth = Growth(AUTO_FRACTION, dict(depth=2, optimizer_state="grown"))
+        return [growth], (
+            f"depth ×2 at {AUTO_FRACTION:.0%} of the updates, from {layers // 2} blocks "
+            f"(the width {hidden} with {heads} heads does not halve)"
+        )
+    return [], f"none: the target (width {hidden}, {heads} heads, {layers} blocks) halves in neither width nor depth"
+
+
+def undone(config, growths):
+    """The config (complete, `Family.config`'s) of the model the growths
+    start from: the target's with each growth undone (last first); a growth the target's sizes do not divide is
+    refused, naming it."""
+    config = dict(config)
+    for growth in reversed(growths):
+        config = _undo(config, growth)
+    return config
+
+
+def _undo(config, growth):
+    arguments = growth.arguments
+    k = fractions.Fraction(arguments.get("k") or 1)
+    ffn = fractions.Fraction(arguments.get("ffn_factor") or k)
+    depth = arguments.get("depth") or 1
+    heads_mode = arguments.get("heads", "size")
+    smaller = dict(config)
+
+    def divide(key, factor):
+        if key not in config:
+            return
+        value = fractions.Fraction(config[key]) / factor
+        if value.denominator != 1 or value < 1:
+            raise ValueError(
+                f"--grow: the growth at {growth.fraction:g} ({_text(arguments)}) would need a smaller model with "
+                f"{key} {config[key]} / {factor} = {float(value):g}; the target's {key} must divide by it. Choose "
+                "factors the target's sizes divide by, or another target."
+            )
+        smaller[key] = int(value)
+
+    divide("hidden_size", k)
+    divide("intermediate_size", ffn)
+    divide("num_hidden_layers", depth)
+    if heads_mode == "count":
+        divide("num_attention_heads", k)
+        divide("num_key_value_heads", k)
+    else:
+        divide("attention_head_size", k)
+    return smaller
+
+
+def _text(arguments):
+    return ", ".join(f"{name}={value}" for name, value in arguments.items())
+
+
+def place(growths, budget, cost_of_stage, warmup):
+    """The run's total updates, with each growth's `update` set, so that the
+    FLOPs spent (`cost_of_stage[i]`: FLOPs of one update of stage i's model)
+    are as close as whole updates allow to `budget` updates of the last
+    stage's model, never above. Refuses a budget too small for the warmup or
+    for growth points one update apart at least."""
+    target_cost = cost_of_stage[-1]
+    total_flops = budget * target_cost
+    bounds = [0.0, *(g.fraction for g in growths), 1.0]
+    per_update = sum((bounds[i + 1] - bounds[i]) * cost for i, cost in enumerate(cost_of_stage))
+    updates = total_flops / per_update
+    done, spent = 0, 0.0
+    for growth, cost in zip(growths, cost_of_stage):
+        growth.update = int(round(growth.fraction * updates))
+        if growth.update <= done:
+            raise ValueError(
+                f"--budget {budget} is too small for the growth points: the growth at {growth.fraction:g} of "
+                f"{updates:.0f} updates falls at update {growth.update}, with no update before it. Give a larger "
+                "--budget, or fewer growths."
+            )
+        spent += (growth.update - done) * cost
+        done = growth.update
+    total = done + int((total_flops - spent) // target_cost)
+    if total <= done:
+        raise ValueError(f"--budget {budget} is too small: nothing is left for the model after its last growth.")
+    if warmup >= total:
+        raise ValueError(
+            f"--budget {budget} is too small for --warmup {warmup}: the run makes {total} updates. Give a larger "
+            "--budget or a shorter --warmup."
+        )
+    return total

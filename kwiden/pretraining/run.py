@@ -1,0 +1,334 @@
+"""`kwiden.pretrain`: pretrain on your own corpus, small first and grown on
+the way, at the compute of the target trained from scratch."""
+
+import dataclasses
+import json
+import math
+import pathlib
+
+import keras
+
+from kwiden.models.config import read_config_file
+from kwiden.models.family import FAMILIES, family_of, get_family
+from kwiden.pretraining import objectives, recipe, tokens, vocabulary
+from kwiden.pretraining.outputs import RunFolder
+from kwiden.pretraining.trainer import Stage, Trainer
+
+CAUSAL_FAMILIES = ("gpt", "llama", "qwen2", "mistral")
+MASKED_FAMILIES = ("bert", "roformer")
+SCHEDULES = ("wsd", "cosine", "constant")
+# Arguments that do not change what a run computes: a run resumed with others is the same run.
+NOT_RECORDED = ("verbose",)
+
+
+@dataclasses.dataclass
+class PretrainResult:
+    """What `pretrain` made: the final `model` (compiled, trained), its
+    `final` folder, the `metrics` rows (as in metrics.jsonl), the growths
+    made, the updates and FLOPs spent."""
+
+    model: object
+    output_dir: pathlib.Path
+    final: pathlib.Path
+    metrics: list
+    growths: list
+    updates: int
+    flops: float
+    recipe: str
+
+
+def pretrain(
+    corpus,
+    output_dir,
+    model=None,
+    config=None,
+    tokenizer=None,
+    build_vocab=None,
+    from_checkpoint=None,
+    budget=1000,
+    seq_len=128,
+    batch_size=32,
+    accum_steps=1,
+    lr=1e-3,
+    warmup=None,
+    schedule="wsd",
+    decay_fraction=0.2,
+    grow="auto",
+    whole_word_mask=False,
+    valid_fraction=0.01,
+    eval_every=None,
+    save_every=None,
+    seed=0,
+    precision="auto",
+    verbose=1,
+):
+    """Pretrain a Transformer on `corpus`, growing it on the way.
+
+    The target model (`config`, Hugging Face keys, and `model`, a family
+    name; or `from_checkpoint`) gets the compute of `budget` updates from
+    scratch, whatever `grow` says: a grown run trains its smaller models
+    for more updates, charged at their own FLOPs (`kwiden.compute`), so that
+    two runs of one budget end at equal compute. Decoders (gpt, llama, qwen2,
+    mistral) learn the next token; encoders (bert, roformer) masked tokens.
+
+    Args:
+        corpus: text files (.txt, or .gz) or folders of them, tokenized once
+            into `output_dir/tokens/`.
+        output_dir: the run's folder: `run.json`, `log.txt`, `metrics.jsonl`,
+            `loss.png`, `backup/` and `final/` (a Hugging Face folder with the
+            tokenizer). Run the same call again to resume from its last backup.
+        model: the family of `config` ("gpt" by default; with
+            `from_checkpoint`, the checkpoint's).
+        config: a dict or a `config.json` path; without `vocab_size` it takes
+            the tokenizer's, and one that differs from the tokenizer's is refused.
+        tokenizer: "bytes" (the default without a checkpoint), a WordPiece
+            `vocab.txt`, or a `tokenizer.json`.
+        build_vocab: instead, train a WordPiece vocabulary of this size on the
+            corpus (CJK characters split), written as `output_dir/vocab.txt`.
+        from_checkpoint: a Hugging Face or Google folder to go on pretraining
+            (and growing): the target is what `grow` makes of it (`config`,
+            if given, must agree); its tokenizer is the folder's.
+        budget: updates of the target trained from scratch.
+        seq_len, batch_size, accum_steps: tokens a window, windows a
+            micro-batch, micro-batches an update (kwiden's accumulating Adam).
+        lr, warmup, schedule, decay_fraction: the peak rate, its linear
+            warmup (updates; default 5% of `budget`), and what follows:
+            "wsd" holds it, then decays linearly to 0 over the last
+            `decay_fraction` of the updates; "cosine" decays to a tenth of it;
+            "constant" holds it. Counted in updates across growths.
+        grow: "auto" (width ×2 halfway, or depth where the width does not
+            halve), "none" (the target from scratch), or growths as
+            "0.33:k=2 0.67:depth=2": fractions of the run's updates, each
+            with `kwiden.grow`'s arguments. The small model's config is the
+            target's with the growths undone.
+        whole_word_mask: mask whole words (Chinese words found by jieba).
+        valid_fraction: the end of the corpus held out for validation.
+        eval_every: updates between evaluations (default: 20 a run).
+        save_every: updates between backups (default: none but those at
+            growths, at Ctrl-C and at the end).
+        precision: "auto" (mixed bfloat16 where a GPU is present), "float32"
+            or "mixed_bfloat16".
+
+    Returns:
+        A `PretrainResult`.
+
+    Example (seconds on a CPU):
+
+    >>> import tempfile, kwiden
+    >>> from kwiden import corpus
+    >>> text = tempfile.mktemp(suffix=".txt")
+    >>> _ = open(text, "w").write(corpus.load_text()[:20000])
+    >>> result = kwiden.pretrain(text, tempfile.mkdtemp(), model="gpt", config=corpus.gpt_config(16, 1, 32),
+    ...     budget=20, seq_len=32, batch_size=4, verbose=0)  # doctest: +SKIP
+    """
+    arguments = {name: value for name, value in locals().items() if name not in NOT_RECORDED}
+    folder = RunFolder(output_dir, verbose=bool(verbose))
+    _check_numbers(arguments)
+    arguments = _recorded(arguments)
+    folder.claim(arguments)
+    policy = keras.config.dtype_policy()
+    try:
+        keras.config.set_dtype_policy(_precision(precision))
+        return _pretrain(folder, arguments, verbose)
+    finally:
+        keras.config.set_dtype_policy(policy)
+
+
+def _pretrain(folder, a, verbose):
+    checkpoint = a["from_checkpoint"]
+    corpus_tokenizer = _tokenizer(a, folder)
+    start_model, family = _start(a, checkpoint)
+    objective = _objective(family, a, corpus_tokenizer)
+    token_file = tokens.tokenized(a["corpus"], corpus_tokenizer, folder.folder, a["whole_word_mask"], verbose)
+    train, valid = objectives.split(token_file, objective, a["valid_fraction"])
+    folder.log(
+        f"corpus: {len(token_file):,} tokens ({corpus_tokenizer.source}, vocabulary {corpus_tokenizer.vocab_size:,}), "
+        f"{len(valid):,} held out; objective: {objective.kind} LM"
+    )
+    stages, growths, why = _stages(a, family, start_model, corpus_tokenizer, objective)
+    per_update = [a["batch_size"] * a["accum_steps"] * a["seq_len"] * s.flops_per_token for s in stages]
+    warmup = a["warmup"] if a["warmup"] is not None else max(1, round(0.05 * a["budget"]))
+    total = recipe.place(growths, a["budget"], per_update, warmup)
+    folder.log(f"growth: {why}")
+    for stage, growth in zip(stages, [None, *growths]):
+        at = "from the start" if growth is None else f"from update {growth.update}"
+        folder.log(f"  {stage.describe()}, {at}")
+    folder.log(
+        f"budget: {a['budget']} updates of the target = {a['budget'] * per_update[-1]:.3g} FLOPs; this run: {total} "
+        f"updates, {a['schedule']} schedule, peak lr {a['lr']:g}, warmup {warmup}"
+    )
+    trainer = Trainer(
+        folder, a, objective, train, valid, stages, growths, per_update, total, _learning_rate(a, warmup, total),
+        corpus_tokenizer, verbose,
+    )  # fmt: skip
+    return PretrainResult(**trainer.run(), recipe=why)
+
+
+def _check_numbers(a):
+    def at_least(name, smallest, value=None):
+        value = a[name] if value is None else value
+        if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
+            raise ValueError(
+                f"--{name.replace('_', '-')} must be a whole number of at least {smallest}, got {value!r}."
+            )
+
+    for name in ("budget", "seq_len", "batch_size", "accum_steps"):
+        at_least(name, 1 if name != "seq_len" else 4)
+    for name in ("warmup", "eval_every", "save_every", "build_vocab"):
+        if a[name] is not None:
+            at_least(name, 0 if name == "warmup" else 1)
+    if not (isinstance(a["lr"], (int, float)) and math.isfinite(a["lr"]) and a["lr"] > 0):
+        raise ValueError(f"--lr must be a positive number, got {a['lr']!r}.")
+    if a["schedule"] not in SCHEDULES:
+        raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {a['schedule']!r}.")
+    if not 0 < a["decay_fraction"] <= 1:
+        raise ValueError(f"--decay-fraction must be in (0, 1], got {a['decay_fraction']!r}.")
+    if a["tokenizer"] is not None and a["build_vocab"] is not None:
+        raise ValueError("Give --tokenizer or --build-vocab, not both.")
+    if a["config"] is None and a["from_checkpoint"] is None:
+        raise ValueError("Give the target model: --config config.json (with --model), or --from CHECKPOINT.")
+    recipe.parse(a["grow"])
+
+
+def _recorded(a):
+    """The arguments as run.json keeps them (paths as text, a config file's content)."""
+    recorded = dict(a)
+    corpus = a["corpus"]
+    recorded["corpus"] = [str(p) for p in ([corpus] if isinstance(corpus, (str, pathlib.Path)) else corpus)]
+    for name in ("output_dir", "tokenizer", "from_checkpoint"):
+        if recorded[name] is not None:
+            recorded[name] = str(recorded[name])
+    if recorded["config"] is not None and not isinstance(recorded["config"], dict):
+        recorded["config"] = read_config_file(recorded["config"])
+    return json.loads(json.dumps(recorded))
+
+
+def _precision(precision):
+    if precision == "auto":
+        gpus = [d for d in keras.distribution.list_devices() if "gpu" in d.lower() or "cuda" in d.lower()]
+        return "mixed_bfloat16" if gpus else "float32"
+    if precision not in ("float32", "mixed_bfloat16"):
+        raise ValueError(f"--precision must be auto, float32 or mixed_bfloat16, got {precision!r}.")
+    return precision
+
+
+def _tokenizer(a, folder):
+    if a["build_vocab"] is not None:
+        built = folder.folder / "vocab.txt"
+        if built.is_file():  # built by this run before it was stopped
+            return vocabulary.load_tokenizer(built)
+        folder.log(f"building a WordPiece vocabulary of {a['build_vocab']} tokens on the corpus")
+        lines = (line for path in tokens.corpus_files(a["corpus"]) for line in tokens.lines_of(path))
+        return vocabulary.build_vocabulary(lines, a["build_vocab"], folder.folder)
+    if a["tokenizer"] is not None:
+        return vocabulary.load_tokenizer(a["tokenizer"])
+    if a["from_checkpoint"] is not None:
+        return vocabulary.load_tokenizer(a["from_checkpoint"], flag="--from (its tokenizer)")
+    return vocabulary.byte_tokenizer()
+
+
+def _start(a, checkpoint):
+    """The loaded model (with `from_checkpoint`) or None, and the family."""
+    if checkpoint is None:
+        name = a["model"] or "gpt"
+        if name not in CAUSAL_FAMILIES + MASKED_FAMILIES:
+            raise ValueError(f"--model {name}: pretraining knows {', '.join(CAUSAL_FAMILIES + MASKED_FAMILIES)}.")
+        return None, get_family(name)
+    from kwiden.builder import build_transformer_model
+
+    probe = build_transformer_model(checkpoint_path=checkpoint, model=a["model"])
+    family = family_of(probe)
+    if family.name in MASKED_FAMILIES:
+        probe = build_transformer_model(checkpoint_path=checkpoint, model=a["model"], with_mlm=True)
+    return probe, family
+
+
+def _objective(family, a, corpus_tokenizer):
+    if family.name in CAUSAL_FAMILIES:
+        if a["whole_word_mask"]:
+            raise ValueError(
+                f"--whole-word-mask is for masked LMs (bert, roformer); {family.name} learns the next token."
+            )
+        return objectives.Objective(objectives.CAUSAL, a["seq_len"], corpus_tokenizer.vocab_size)
+    if corpus_tokenizer.mask is None:
+        raise ValueError(
+            f"The tokenizer {corpus_tokenizer.source} has no [MASK] token, which the masked LM of {family.name} needs."
+        )
+    return objectives.Objective(
+        objectives.MASKED_LM, a["seq_len"], corpus_tokenizer.vocab_size, corpus_tokenizer.mask,
+        corpus_tokenizer.cls, corpus_tokenizer.separator, a["whole_word_mask"],
+    )  # fmt: skip
+
+
+def _target_config(a, family, corpus_tokenizer):
+    config = dict(a["config"])
+    given = config.get("vocab_size")
+    if given is None:
+        config["vocab_size"] = corpus_tokenizer.vocab_size
+    elif given != corpus_tokenizer.vocab_size:
+        raise ValueError(
+            f"--config says vocab_size {given}, but the tokenizer ({corpus_tokenizer.source}) has "
+            f"{corpus_tokenizer.vocab_size:,} tokens: leave vocab_size out of the config to take the tokenizer's, "
+            "or give the tokenizer the model was made for."
+        )
+    complete = family.config(config)
+    if complete.get("rotary_base") is None and complete["max_position_embeddings"] < a["seq_len"]:
+        raise ValueError(
+            f"--seq-len {a['seq_len']} is longer than the config's max_position_embeddings "
+            f"{complete['max_position_embeddings']}; give a shorter --seq-len or more positions."
+        )
+    return complete
+
+
+def _stages(a, family, start_model, corpus_tokenizer, objective):
+    """The models of the run, smallest first (each to be grown into the next),
+    the growths between them, and why `auto` chose them."""
+    parsed = recipe.parse(a["grow"])
+    if start_model is not None:
+        if start_model.get_layer("Embedding-Token").input_dim < corpus_tokenizer.vocab_size:
+            raise ValueError(f"--from {a['from_checkpoint']}: its vocabulary is smaller than its tokenizer's.")
+        if parsed == "auto" and a["config"] is None:
+            parsed, why = [], "none: --grow auto with --from needs --config, the target to grow to"
+        elif parsed == "auto":
+            raise ValueError("--grow auto picks a small model for a target; with --from give the growths explicitly.")
+        else:
+            why = "none" if parsed == "none" else f"as given: {a['grow']}"
+            parsed = [] if parsed == "none" else parsed
+        stages = Stage.grown_from(start_model, parsed, family, objective)
+        if a["config"] is not None:
+            wanted = Stage.built(_target_config(a, family, corpus_tokenizer), family, objective)
+            if wanted.shapes() != stages[-1].shapes():
+                raise ValueError(
+                    f"--grow {a['grow']!r} grows {a['from_checkpoint']} to {stages[-1].describe()}, not the "
+                    f"--config target {wanted.describe()}: give growths that reach it."
+                )
+        return stages, parsed, why
+    target = _target_config(a, family, corpus_tokenizer)
+    if parsed == "auto":
+        parsed, why = recipe.auto(target)
+    elif parsed == "none":
+        parsed, why = [], "none: the target from scratch"
+    else:
+        why = f"as given: {a['grow']}"
+    keras.utils.set_random_seed(a["seed"])
+    first = Stage.built(recipe.undone(target, parsed), family, objective)
+    stages = Stage.grown_from(first.model, parsed, family, objective)
+    wanted = Stage.built(target, family, objective)
+    if wanted.shapes() != stages[-1].shapes():  # undoing, then growing, must land on the target
+        raise ValueError(f"--grow {a['grow']!r} does not reach the target {wanted.describe()}.")
+    return stages, parsed, why
+
+
+def _learning_rate(a, warmup, total):
+    from kwiden.optimizers import WarmupDecay
+
+    lr = a["lr"]
+    if a["schedule"] == "wsd":
+        decay = max(1, round(a["decay_fraction"] * total))
+        return WarmupDecay(lr, warmup, total, hold_steps=max(0, total - warmup - decay))
+    if a["schedule"] == "cosine":
+        return WarmupDecay(lr, warmup, total, decay="cosine", end=0.1 * lr)
+    return WarmupDecay(lr, warmup, total, end=lr, hold_steps=total - warmup)
+
+
+__all__ = ["FAMILIES", "PretrainResult", "pretrain"]

@@ -1,0 +1,191 @@
+"""A corpus (text files and folders, `.txt` or `.gz`) tokenized once into a
+memory-mapped token file in the run's folder, and read back on a second run:
+nanoGPT's `prepare.py`, with whole-word marks for Chinese masking."""
+
+import codecs
+import gzip
+import hashlib
+import json
+import pathlib
+
+import numpy as np
+
+from kwiden.files import replaced_atomically
+
+SUFFIXES = (".txt", ".gz")
+FOLDER = "tokens"
+CHUNK_BYTES = 1 << 24
+LINES_PER_BATCH = 4096
+
+
+def corpus_files(paths):
+    """The text files under `paths` (files, or folders searched for .txt and
+    .gz files), sorted within each folder; a missing path or a folder without
+    text is refused, naming it."""
+    if isinstance(paths, (str, pathlib.Path)):
+        paths = [paths]
+    files = []
+    for path in map(pathlib.Path, paths):
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+            if not found:
+                raise ValueError(f"The corpus folder {path} holds no .txt or .gz file.")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ValueError(f"The corpus file {path} does not exist; give text files (.txt, .gz) or folders.")
+    if not files:
+        raise ValueError("No corpus given: name text files (.txt, .gz) or folders holding them.")
+    return files
+
+
+def lines_of(path):
+    """The lines of one UTF-8 file (gzip-compressed where it ends in .gz),
+    read in chunks; bytes that are not UTF-8 are refused with the file's name
+    and their byte offset (in the decompressed text)."""
+    path = pathlib.Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset, rest = 0, ""
+    try:
+        with opener(path, "rb") as file:
+            for chunk in iter(lambda: file.read(CHUNK_BYTES), b""):
+                text = _decoded(decoder, chunk, path, offset)
+                offset += len(chunk)
+                lines = (rest + text).split("\n")
+                rest = lines.pop()
+                yield from lines
+            rest += _decoded(decoder, b"", path, offset, final=True)
+    except (gzip.BadGzipFile, EOFError) as error:
+        raise ValueError(f"The corpus file {path} is not a readable gzip file ({error}).") from None
+    if rest:
+        yield rest
+
+
+def _decoded(decoder, chunk, path, offset, final=False):
+    pending = len(decoder.getstate()[0])  # bytes of a character split across chunks
+    try:
+        return decoder.decode(chunk, final)
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"The corpus file {path} is not UTF-8 text: byte offset {offset - pending + error.start} "
+            f"({error.reason}). Convert it to UTF-8 (e.g. iconv -f GB18030 -t UTF-8)."
+        ) from None
+
+
+class TokenFile:
+    """The corpus as one stream of token ids (`ids`, a read-only memmap), and
+    where whole-word masking may start a word (`word_starts`, or None)."""
+
+    def __init__(self, folder):
+        self.folder = pathlib.Path(folder)
+        self.index = json.loads((self.folder / "index.json").read_text("utf-8"))
+        count = self.index["count"]
+        self.ids = np.memmap(self.folder / "ids.bin", self.index["dtype"], "r", shape=(count,))
+        words = self.folder / "word_starts.bin"
+        self.word_starts = np.memmap(words, np.uint8, "r", shape=(count,)) if words.exists() else None
+
+    def __len__(self):
+        return len(self.ids)
+
+
+def tokenized(paths, tokenizer, run_folder, whole_words=False, verbose=True):
+    """The corpus `paths` as a `TokenFile` under `run_folder/tokens/`, made
+    once: a second call with the same files (names, sizes, times), tokenizer
+    and word marks reads the file made before."""
+    files = corpus_files(paths)
+    folder = pathlib.Path(run_folder) / FOLDER
+    key = _key(files, tokenizer, whole_words)
+    index = folder / "index.json"
+    if index.is_file() and json.loads(index.read_text("utf-8")).get("key") == key:
+        return TokenFile(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    index.unlink(missing_ok=True)  # the index is written last: without it the token files are unfinished
+    (folder / "word_starts.bin").unlink(missing_ok=True)
+    dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
+    count = 0
+    with open(folder / "ids.bin", "wb") as ids_out:
+        words_out = open(folder / "word_starts.bin", "wb") if whole_words else None
+        try:
+            for ids, starts in _token_batches(files, tokenizer, whole_words, verbose):
+                ids_out.write(ids.astype(dtype).tobytes())
+                if words_out is not None:
+                    words_out.write(starts.astype(np.uint8).tobytes())
+                count += len(ids)
+        finally:
+            if words_out is not None:
+                words_out.close()
+    if count == 0:
+        raise ValueError(f"The corpus ({', '.join(map(str, files[:3]))}{' …' * (len(files) > 3)}) holds no text.")
+    with replaced_atomically(index) as temporary:
+        temporary.write_text(json.dumps(dict(key=key, count=count, dtype=np.dtype(dtype).name), indent=1), "utf-8")
+    return TokenFile(folder)
+
+
+def _key(files, tokenizer, whole_words):
+    """What the token file depends on: the files as they are now, the tokenizer, the word marks."""
+    stats = [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    vocabulary = tokenizer.tokenizer.to_str() if tokenizer.kind != "bytes" else "bytes"
+    digest = hashlib.sha256(vocabulary.encode("utf-8")).hexdigest()
+    return dict(files=stats, tokenizer=digest, whole_words=bool(whole_words))
+
+
+def _token_batches(files, tokenizer, whole_words, verbose):
+    from tqdm.auto import tqdm
+
+    segment = _segmenter() if whole_words else None
+    with tqdm(files, desc="tokenizing", unit="file", disable=not verbose or len(files) < 2) as progress:
+        for path in progress:
+            batch = []
+            for line in lines_of(path):
+                if line.strip():
+                    batch.append(line)
+                if len(batch) == LINES_PER_BATCH:
+                    yield _encoded(batch, tokenizer, segment)
+                    batch = []
+            if batch:
+                yield _encoded(batch, tokenizer, segment)
+
+
+def _encoded(lines, tokenizer, segment):
+    """The ids of `lines`, each followed by the tokenizer's separator (for
+    bytes: the newline byte), and where words start."""
+    if tokenizer.kind == "bytes":
+        lines = [line + "\n" for line in lines]
+    ids, offsets = tokenizer.encode_lines(lines)
+    ending = [] if tokenizer.separator is None else [tokenizer.separator]
+    all_ids = np.concatenate([np.concatenate([line_ids, ending]) for line_ids in ids]).astype(np.int64)
+    if segment is None:
+        return all_ids, None
+    starts = [np.concatenate([_word_starts(line, o, segment), [True] * len(ending)]) for line, o in zip(lines, offsets)]
+    return all_ids, np.concatenate(starts)
+
+
+def _word_starts(line, offsets, segment):
+    """Which tokens of `line` start a word (jieba's words; a piece of a word,
+    or a later byte of a character, does not)."""
+    boundary = np.zeros(len(line) + 1, bool)
+    position = 0
+    for word in segment(line):
+        boundary[position] = True
+        position += len(word)
+    if offsets is None:  # bytes: each byte's character
+        sizes = [len(c.encode("utf-8")) for c in line]
+        starts_at = np.repeat(np.arange(len(line)), sizes)
+    else:
+        starts_at = np.asarray([start for start, _ in offsets], np.int64).reshape(-1)
+    first = np.ones(len(starts_at), bool)
+    first[1:] = starts_at[1:] != starts_at[:-1]
+    return boundary[starts_at] & first
+
+
+def _segmenter():
+    try:
+        import jieba
+    except ImportError:
+        raise ValueError(
+            "--whole-word-mask finds Chinese words with jieba, which is not installed: pip install jieba"
+        ) from None
+    jieba.setLogLevel(60)  # its dictionary-loading notices
+    return lambda line: jieba.cut(line, HMM=True)

@@ -1,0 +1,253 @@
+"""The pretraining loop: updates of deterministic batches, growths at their
+updates, evaluations, backups (model, optimizer, position) to resume from,
+and a Ctrl-C that saves one first."""
+
+import contextlib
+import dataclasses
+import json
+import signal
+import time
+
+import keras
+import numpy as np
+
+from kwiden import naming
+from kwiden.compute import flops_per_token
+from kwiden.files import replaced_atomically
+from kwiden.growth import grow
+from kwiden.pretraining import objectives
+from kwiden.training import load_with_optimizer
+
+BACKUP = "backup"
+STATE_FILE = "state.json"
+EVALUATIONS = 20
+WEIGHT_DECAY = 0.01
+# `grow`'s arguments about the optimizer, left out where a growth is tried on a model without one.
+OPTIMIZER_ARGUMENTS = ("optimizer_state", "rewarm", "scale_learning_rates")
+
+
+@dataclasses.dataclass
+class Stage:
+    """One model size of a run: its FLOPs per token and weight shapes, and
+    the model itself for the first stage."""
+
+    flops_per_token: int
+    hidden_size: int
+    num_layers: int
+    parameters: int
+    weight_shapes: tuple
+    model: object = None
+
+    @classmethod
+    def of(cls, model, seq_len, keep=False):
+        return cls(
+            flops_per_token(model, seq_len),
+            model.get_layer(naming.EMBEDDING_TOKEN).output_dim,
+            naming.count_blocks(layer.name for layer in model.layers),
+            model.count_params(),
+            tuple(sorted((w.path, tuple(w.shape)) for w in model.weights)),
+            model if keep else None,
+        )
+
+    @classmethod
+    def built(cls, config, family, objective):
+        from kwiden.builder import build_transformer_model
+
+        masked = objective.kind == objectives.MASKED_LM
+        model = build_transformer_model(config, model=family.name, **({"with_mlm": True} if masked else {}))
+        return cls.of(model, objective.seq_len, keep=True)
+
+    @classmethod
+    def grown_from(cls, model, growths, family, objective):
+        """The first stage (`model`) and what each growth makes of it, grown
+        once here, untrained, to learn their sizes and to refuse a growth
+        `grow` would refuse before any training."""
+        stages = [cls.of(model, objective.seq_len, keep=True)]
+        for growth in growths:
+            shape_only = {k: v for k, v in growth.arguments.items() if k not in OPTIMIZER_ARGUMENTS}
+            model = grow(model, **shape_only)
+            stages.append(cls.of(model, objective.seq_len))
+        return stages
+
+    def shapes(self):
+        return self.weight_shapes
+
+    def describe(self):
+        return f"width {self.hidden_size} × {self.num_layers} blocks ({self.parameters:,} parameters)"
+
+
+class Trainer:
+    def __init__(self, folder, a, objective, train, valid, stages, growths, per_update, total, schedule,
+                 tokenizer, verbose):  # fmt: skip
+        self.folder, self.a, self.objective = folder, a, objective
+        self.train, self.valid_batches = train, objectives.validation_batches(objective, valid, 32, a["seed"])
+        self.stages, self.growths, self.per_update, self.total = stages, growths, per_update, total
+        self.schedule, self.tokenizer, self.verbose = schedule, tokenizer, verbose
+        self.backups = folder.folder / BACKUP
+        self.eval_every = a["eval_every"] or max(1, total // EVALUATIONS)
+        self.tokens_per_update = a["batch_size"] * a["accum_steps"] * objective.seq_len
+        self.stop_asked = False
+
+    # Compute
+    def flops_at(self, update):
+        """Training FLOPs of the first `update` updates, each stage at its own cost."""
+        bounds = [0, *(g.update for g in self.growths), self.total]
+        spent = 0.0
+        for i, cost in enumerate(self.per_update):
+            spent += max(0, min(update, bounds[i + 1]) - bounds[i]) * cost
+        return spent
+
+    def compile(self, model, optimizer):
+        loss = self.objective.loss()
+        model.compile(optimizer, loss if self.objective.kind == objectives.CAUSAL else [None, loss])
+        return model
+
+    def fresh_model(self):
+        from kwiden.optimizers import AdamW
+
+        optimizer = AdamW(self.schedule, weight_decay=WEIGHT_DECAY, accum_steps=self.a["accum_steps"])
+        return self.compile(self.stages[0].model, optimizer)
+
+    # Backups
+    def save(self, model, update, growths_done, seconds):
+        self.backups.mkdir(parents=True, exist_ok=True)
+        name = f"model-{update}-{growths_done}.keras"
+        with replaced_atomically(self.backups / name) as temporary:
+            model.save(temporary)
+        state = dict(model=name, update=update, growths_done=growths_done, seconds=seconds)
+        with replaced_atomically(self.backups / STATE_FILE) as temporary:
+            temporary.write_text(json.dumps(state, indent=1), "utf-8")
+        for old in self.backups.glob("model-*.keras"):
+            if old.name != name:
+                old.unlink(missing_ok=True)
+
+    def restore(self):
+        """`(model, update, growths done, seconds)` from the last backup, or None."""
+        path = self.backups / STATE_FILE
+        if not path.is_file():
+            return None
+        state = json.loads(path.read_text("utf-8"))
+        loss = self.objective.loss()
+        model = load_with_optimizer(
+            self.backups / state["model"], loss=loss if self.objective.kind == objectives.CAUSAL else [None, loss]
+        )
+        return model, state["update"], state["growths_done"], state["seconds"]
+
+    # Evaluation
+    def evaluate(self, model):
+        losses, weights = [], []
+        for x, y in self.valid_batches:
+            losses.append(float(np.asarray(model.test_on_batch(x, y)).reshape(-1)[0]))
+            targets = y if self.objective.kind == objectives.CAUSAL else y[1]
+            weights.append(np.sum(targets != objectives.IGNORED))
+        return float(np.average(losses, weights=weights))
+
+    def record(self, model, update, train_losses, seconds, grew=False):
+        stage = self.stages[sum(g.update <= update for g in self.growths)]
+        row = dict(
+            update=update,
+            tokens=update * self.tokens_per_update,
+            flops=self.flops_at(update),
+            hidden_size=stage.hidden_size,
+            num_layers=stage.num_layers,
+            lr=float(keras.ops.convert_to_numpy(self.schedule(update))),
+            train_loss=float(np.mean(train_losses)) if train_losses else None,
+            valid_loss=self.evaluate(model),
+            seconds=round(seconds, 3),
+        )
+        if grew:
+            row["grew"] = True
+        self.folder.add_metrics(row)
+        return row
+
+    # The loop
+    def run(self):
+        restored = self.restore()
+        if restored is None:
+            model, update, growths_done, seconds = self.fresh_model(), 0, 0, 0.0
+            self.folder.metrics(until=-1)
+        else:
+            model, update, growths_done, seconds = restored
+            self.folder.log(f"resuming from the backup at update {update}")
+            self.folder.metrics(until=update)
+        rows = self.folder.metrics()
+        if not rows:
+            rows.append(self.record(model, 0, [], seconds))
+        from tqdm.auto import tqdm
+
+        train_losses = []
+        with self._stop_on_interrupt(), tqdm(total=self.total, initial=update, disable=not self.verbose,
+                                               unit="update", dynamic_ncols=True) as progress:  # fmt: skip
+            while update < self.total:
+                if growths_done < len(self.growths) and self.growths[growths_done].update == update:
+                    model = self._grow(model, update, growths_done, seconds)
+                    growths_done += 1
+                    rows.append(self.record(model, update, [], seconds, grew=True))
+                    self.save(model, update, growths_done, seconds)
+                start = time.perf_counter()
+                for micro_step in range(self.a["accum_steps"]):
+                    x, y = objectives.training_batch(
+                        self.objective, self.train, self.a["batch_size"], self.a["seed"], update, micro_step
+                    )
+                    train_losses.append(float(np.asarray(model.train_on_batch(x, y)).reshape(-1)[0]))
+                took = time.perf_counter() - start
+                seconds += took
+                update += 1
+                stage = self.stages[growths_done]
+                progress.update(1)
+                progress.set_postfix_str(
+                    f"loss {train_losses[-1]:.3f}, {self.tokens_per_update / max(took, 1e-9):,.0f} tok/s, "
+                    f"{stage.hidden_size}×{stage.num_layers}"
+                )
+                if not np.isfinite(train_losses[-1]):
+                    raise ValueError(
+                        f"The training loss is {train_losses[-1]} at update {update}: training diverged. Resume "
+                        "from the last backup with a lower --lr (in a new --output-dir) or a longer --warmup."
+                    )
+                if update % self.eval_every == 0 or update == self.total:
+                    rows.append(self.record(model, update, train_losses, seconds))
+                    train_losses = []
+                if self.a["save_every"] and update % self.a["save_every"] == 0:
+                    self.save(model, update, growths_done, seconds)
+                if self.stop_asked:
+                    self.save(model, update, growths_done, seconds)
+                    self.folder.log(f"stopped at update {update}: backup saved; run the same command to resume")
+                    raise KeyboardInterrupt
+        self.save(model, update, growths_done, seconds)
+        title = f"{self.a['model'] or self.stages[-1].describe()}: {self.a['grow']}, budget {self.a['budget']}"
+        self.folder.plot(rows, title)
+        final = self.folder.write_final(model, self.tokenizer)
+        self.folder.log(
+            f"done: {update} updates, {self.flops_at(update):.3g} FLOPs, validation loss {rows[-1]['valid_loss']:.4f} "
+            f"in {seconds:.0f} s; the model is in {final}"
+        )
+        return dict(model=model, output_dir=self.folder.folder, final=final, metrics=rows, growths=self.growths,
+                    updates=update, flops=self.flops_at(update))  # fmt: skip
+
+    def _grow(self, model, update, growths_done, seconds):
+        growth = self.growths[growths_done]
+        self.save(model, update, growths_done, seconds)  # before: a growth that fails loses nothing
+        arguments = {"seed": (self.a["seed"] * 100_003 + update) % 2**31, **growth.arguments}
+        big, optimizer = grow(model, optimizer=model.optimizer, **arguments)
+        self.folder.log(f"update {update}: grew ({', '.join(f'{k}={v}' for k, v in growth.arguments.items())}) to "
+                        f"{self.stages[growths_done + 1].describe()}")  # fmt: skip
+        return self.compile(big, optimizer)
+
+    @contextlib.contextmanager
+    def _stop_on_interrupt(self):
+        """Ctrl-C asks the loop to stop after the update under way, saving a backup first."""
+
+        def ask(signum, frame):
+            if self.stop_asked:  # a second Ctrl-C: stop now
+                raise KeyboardInterrupt
+            self.stop_asked = True
+
+        try:
+            previous = signal.signal(signal.SIGINT, ask)
+        except ValueError:  # not the main thread: no handler
+            yield
+            return
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
