@@ -1,13 +1,13 @@
 """kwiden: grow a trained Keras 3 Transformer into a wider one that computes the same function."""
 
-import os as _os
 import pathlib as _pathlib
 import sys as _sys
 
-# The `kwiden` command starts quietly: TensorFlow's C++ notices (CUDA probed on a CPU machine, oneDNN) are
-# lowered before TensorFlow is imported, unless the user chose a level. A library import leaves them as they are.
+# The `kwiden` command starts quietly (kwiden.quiet); a library import leaves TensorFlow's notices as they are.
 if _pathlib.Path(_sys.argv[0]).name == "kwiden":
-    _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from kwiden.quiet import start_quietly
+
+    start_quietly()
 
 from kwiden import admin, layers, models, optimizers, testing
 from kwiden.builder import build_transformer_model

@@ -4,7 +4,6 @@
 grown tensor by tensor), `kwiden demo`."""
 
 import argparse
-import os
 import pathlib
 import sys
 import warnings
@@ -237,8 +236,6 @@ def parser():
 
 
 def main(argv=None):
-    # TensorFlow's C++ notices (CUDA probing on a CPU machine, oneDNN) before it is imported, unless the user chose.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     args = parser().parse_args(argv)
     if args.command in ("pretrain", "demo"):
         _announce()

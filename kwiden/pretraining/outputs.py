@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import warnings
 
+from kwiden.checkpoints import save_checkpoint
 from kwiden.files import TEMPORARY, replaced_atomically
 
 RUN_FILE = "run.json"
@@ -101,8 +102,6 @@ class RunFolder:
     def write_final(self, model, tokenizer):
         """`final/`: a Hugging Face folder with the tokenizer, made beside it
         and moved into place whole, so a kill never leaves half of one."""
-        from kwiden.checkpoints import save_checkpoint
-
         final = self.folder / FINAL
         staging = self.folder / f"{FINAL}{TEMPORARY}"
         shutil.rmtree(staging, ignore_errors=True)

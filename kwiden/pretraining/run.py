@@ -8,8 +8,10 @@ import pathlib
 
 import keras
 
+from kwiden.builder import build_transformer_model
 from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, family_of, get_family
+from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import objectives, recipe, tokens, vocabulary
 from kwiden.pretraining.outputs import RunFolder
 from kwiden.pretraining.trainer import Stage, Trainer
@@ -234,8 +236,6 @@ def _start(a, checkpoint):
         if name not in CAUSAL_FAMILIES + MASKED_FAMILIES:
             raise ValueError(f"--model {name}: pretraining knows {', '.join(CAUSAL_FAMILIES + MASKED_FAMILIES)}.")
         return None, get_family(name)
-    from kwiden.builder import build_transformer_model
-
     probe = build_transformer_model(checkpoint_path=checkpoint, model=a["model"])
     family = family_of(probe)
     if family.name in MASKED_FAMILIES:
@@ -320,8 +320,6 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
 
 
 def _learning_rate(a, warmup, total):
-    from kwiden.optimizers import WarmupDecay
-
     lr = a["lr"]
     if a["schedule"] == "wsd":
         decay = max(1, round(a["decay_fraction"] * total))

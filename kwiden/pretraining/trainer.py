@@ -12,9 +12,11 @@ import keras
 import numpy as np
 
 from kwiden import naming
+from kwiden.builder import build_transformer_model
 from kwiden.compute import flops_per_token
 from kwiden.files import replaced_atomically
 from kwiden.growth import grow
+from kwiden.optimizers import AdamW
 from kwiden.pretraining import objectives
 from kwiden.training import load_with_optimizer
 
@@ -51,8 +53,6 @@ class Stage:
 
     @classmethod
     def built(cls, config, family, objective):
-        from kwiden.builder import build_transformer_model
-
         masked = objective.kind == objectives.MASKED_LM
         model = build_transformer_model(config, model=family.name, **({"with_mlm": True} if masked else {}))
         return cls.of(model, objective.seq_len, keep=True)
@@ -103,8 +103,6 @@ class Trainer:
         return model
 
     def fresh_model(self):
-        from kwiden.optimizers import AdamW
-
         optimizer = AdamW(self.schedule, weight_decay=WEIGHT_DECAY, accum_steps=self.a["accum_steps"])
         return self.compile(self.stages[0].model, optimizer)
 

@@ -8,6 +8,7 @@ import pathlib
 
 import numpy as np
 
+from kwiden import tokenizer as wordpiece
 from kwiden.files import replaced_atomically
 
 BYTES = "bytes"
@@ -104,9 +105,7 @@ def load_tokenizer(spec, flag="--tokenizer"):
         except Exception as error:  # tokenizers raises its own Exception for a file it cannot read
             raise ValueError(f"{flag} {path} is not a tokenizer.json `tokenizers` can read: {error}") from None
         return _described(tokenizer, "json", str(path))
-    from kwiden.tokenizer import Tokenizer
-
-    return _described(Tokenizer(path)._tokenizer, "wordpiece", str(path))
+    return _described(wordpiece.Tokenizer(path)._tokenizer, "wordpiece", str(path))
 
 
 def build_vocabulary(lines, size, folder, lowercase=True):
