@@ -75,3 +75,9 @@ def saved_optimizer_config(path):
     with zipfile.ZipFile(path) as archive:
         config = json.loads(archive.read("config.json"))
     return (config.get("compile_config") or {}).get("optimizer")
+
+
+def seed_generator_states(model):
+    """The state variables of the random-number generators of `model`'s
+    layers (Dropout's), in layer order. `model.save` does not keep them."""
+    return [g.state for layer in model._flatten_layers() for g in getattr(layer, "_seed_generators", [])]

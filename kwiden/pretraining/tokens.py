@@ -135,11 +135,12 @@ def _token_batches(files, tokenizer, whole_words, verbose):
     from tqdm.auto import tqdm
 
     segment = _segmenter() if whole_words else None
+    keep_blank = tokenizer.kind == "bytes"  # bytes are the text as it is; other tokenizers drop blank lines
     with tqdm(files, desc="tokenizing", unit="file", disable=not verbose or len(files) < 2) as progress:
         for path in progress:
             batch = []
             for line in lines_of(path):
-                if line.strip():
+                if keep_blank or line.strip():
                     batch.append(line)
                 if len(batch) == LINES_PER_BATCH:
                     yield _encoded(batch, tokenizer, segment)

@@ -16,6 +16,7 @@ from kwiden.builder import build_transformer_model
 from kwiden.compute import flops_per_token
 from kwiden.files import replaced_atomically
 from kwiden.growth import grow
+from kwiden.keras_internals import seed_generator_states
 from kwiden.optimizers import AdamW
 from kwiden.pretraining import objectives
 from kwiden.training import load_with_optimizer
@@ -104,7 +105,15 @@ class Trainer:
 
     def fresh_model(self):
         optimizer = AdamW(self.schedule, weight_decay=WEIGHT_DECAY, accum_steps=self.a["accum_steps"])
-        return self.compile(self.stages[0].model, optimizer)
+        return self.seed_dropout(self.compile(self.stages[0].model, optimizer), 0)
+
+    def seed_dropout(self, model, update):
+        """Dropout's generators seeded from (seed, update) when a model starts
+        training, so that a run resumed before a growth draws what it would have."""
+        for index, state in enumerate(seed_generator_states(model)):
+            seed = np.random.default_rng([self.a["seed"], update, index]).integers(0, 2**31)
+            state.assign(np.array([seed, 0], dtype=state.dtype))
+        return model
 
     # Backups
     def save(self, model, update, growths_done, seconds):
@@ -112,7 +121,9 @@ class Trainer:
         name = f"model-{update}-{growths_done}.keras"
         with replaced_atomically(self.backups / name) as temporary:
             model.save(temporary)
-        state = dict(model=name, update=update, growths_done=growths_done, seconds=seconds)
+        # Dropout's generators: their state is not in the .keras file.
+        generators = [np.asarray(state).tolist() for state in seed_generator_states(model)]
+        state = dict(model=name, update=update, growths_done=growths_done, seconds=seconds, generators=generators)
         with replaced_atomically(self.backups / STATE_FILE) as temporary:
             temporary.write_text(json.dumps(state, indent=1), "utf-8")
         for old in self.backups.glob("model-*.keras"):
@@ -129,6 +140,8 @@ class Trainer:
         model = load_with_optimizer(
             self.backups / state["model"], loss=loss if self.objective.kind == objectives.CAUSAL else [None, loss]
         )
+        for variable, value in zip(seed_generator_states(model), state.get("generators", [])):
+            variable.assign(np.array(value, dtype=variable.dtype))
         return model, state["update"], state["growths_done"], state["seconds"]
 
     # Evaluation
@@ -229,7 +242,7 @@ class Trainer:
         big, optimizer = grow(model, optimizer=model.optimizer, **arguments)
         self.folder.log(f"update {update}: grew ({', '.join(f'{k}={v}' for k, v in growth.arguments.items())}) to "
                         f"{self.stages[growths_done + 1].describe()}")  # fmt: skip
-        return self.compile(big, optimizer)
+        return self.seed_dropout(self.compile(big, optimizer), update)
 
     @contextlib.contextmanager
     def _stop_on_interrupt(self):

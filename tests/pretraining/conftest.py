@@ -1,0 +1,48 @@
+import json
+import pathlib
+
+import pytest
+
+from kwiden import corpus
+
+FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures" / "clue"
+# A tiny target: every weight trained, LayerNorm ε large enough that a wrong one shows.
+TINY_GPT = dict(
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=32,
+    layer_norm_eps=1e-3,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+TINY_BERT = {**TINY_GPT, "hidden_dropout_prob": 0.1}
+# What every tiny run shares.
+TINY_RUN = dict(seq_len=16, batch_size=4, budget=12, lr=3e-3, verbose=0)
+
+
+@pytest.fixture(scope="session")
+def english(tmp_path_factory):
+    """40 kB of the shipped English text."""
+    path = tmp_path_factory.mktemp("english") / "tutorial.txt"
+    path.write_text(corpus.load_text()[:40_000], encoding="utf-8")
+    return path
+
+
+def chinese_lines():
+    """The Chinese sentences of the CLUE fixtures, a document a line."""
+    lines = []
+    for path in sorted(FIXTURES.rglob("*.json")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if isinstance(record, dict):
+                lines += [v for v in record.values() if isinstance(v, str) and len(v) > 4]
+    return lines
+
+
+@pytest.fixture(scope="session")
+def chinese(tmp_path_factory):
+    path = tmp_path_factory.mktemp("chinese") / "zh.txt"
+    path.write_text("\n".join(chinese_lines() * 3) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,159 @@
+"""`kwiden.pretrain` end to end on tiny models: both objectives, grown and
+from scratch, what it writes, equal compute, resuming."""
+
+import json
+import os
+import signal
+
+import keras
+import numpy as np
+import pytest
+from conftest import TINY_BERT, TINY_GPT, TINY_RUN
+
+import kwiden
+from kwiden.pretraining import outputs
+
+
+def read_metrics(folder):
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_grown_causal_run_writes_everything_and_spends_the_scratch_budget(english, tmp_path):
+    grown = kwiden.pretrain(english, tmp_path / "grown", model="gpt", config=TINY_GPT, **TINY_RUN)
+    scratch = kwiden.pretrain(english, tmp_path / "scratch", model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
+    rows = read_metrics(tmp_path / "grown")
+    assert rows == grown.metrics
+    assert all(set(outputs.METRICS) <= set(row) for row in rows)
+    assert [r["update"] for r in rows] == sorted(r["update"] for r in rows)
+    assert rows[0]["update"] == 0 and rows[-1]["update"] == grown.updates
+    # auto: the target's width halved, grown ×2 halfway through the run's own updates
+    assert rows[0]["hidden_size"] == 8 and rows[-1]["hidden_size"] == 16
+    grew = [r for r in rows if r.get("grew")]
+    assert len(grew) == 1 and grew[0]["hidden_size"] == 16 and abs(grew[0]["update"] - grown.updates / 2) <= 1
+    # exact growth: the loss right after growth is the loss right before
+    before = [r for r in rows if r["update"] == grew[0]["update"] and not r.get("grew")]
+    assert not before or abs(before[0]["valid_loss"] - grew[0]["valid_loss"]) < 1e-4
+    # equal compute: the grown run makes more, cheaper updates, and spends what scratch spends, to one update
+    assert scratch.updates == TINY_RUN["budget"] and grown.updates > scratch.updates
+    one_update = scratch.flops / scratch.updates
+    assert scratch.flops - one_update < grown.flops <= scratch.flops
+    for name in ("run.json", "log.txt", "loss.png", "metrics.jsonl", "tokens/ids.bin"):
+        assert (tmp_path / "grown" / name).is_file(), name
+    assert "growth: width ×2 at 50%" in (tmp_path / "grown" / "log.txt").read_text()
+    # final/ loads and computes what the trained model computed
+    assert sorted(p.name for p in grown.final.iterdir()) == [
+        "config.json", "kwiden-manifest.json", "model.safetensors", "tokenizer.json"]  # fmt: skip
+    loaded = kwiden.build_transformer_model(checkpoint_path=grown.final)
+    ids = np.random.default_rng(0).integers(1, 257, (2, 16))
+    np.testing.assert_allclose(
+        loaded.predict(ids, verbose=0), grown.model.predict(ids, verbose=0), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_tokens_are_cached_and_reused(english, tmp_path):
+    kwiden.pretrain(english, tmp_path, model="gpt", config=TINY_GPT, **{**TINY_RUN, "budget": 2}, grow="none")
+    index = json.loads((tmp_path / "tokens" / "index.json").read_text())
+    assert index["dtype"] == "uint16" and index["count"] == len(english.read_bytes()) + 1  # the newline ending it
+    ids = np.memmap(tmp_path / "tokens" / "ids.bin", "uint16", "r")
+    np.testing.assert_array_equal(ids[:100], np.frombuffer(english.read_bytes()[:100], np.uint8) + 1)
+    stamp = (tmp_path / "tokens" / "ids.bin").stat().st_mtime_ns
+    kwiden.pretrain(english, tmp_path, model="gpt", config=TINY_GPT, **{**TINY_RUN, "budget": 2}, grow="none")
+    assert (tmp_path / "tokens" / "ids.bin").stat().st_mtime_ns == stamp
+
+
+def test_a_masked_run_with_its_own_vocabulary_fine_tunes_on_clue(chinese, tmp_path, monkeypatch):
+    result = kwiden.pretrain(
+        chinese, tmp_path / "run", model="bert", config=TINY_BERT, build_vocab=300, whole_word_mask=True,
+        **TINY_RUN,
+    )  # fmt: skip
+    rows = result.metrics
+    assert rows[-1]["hidden_size"] == 16 and np.isfinite(rows[-1]["valid_loss"])
+    vocab = (result.final / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and "花" in vocab
+    config = json.loads((result.final / "config.json").read_text())
+    assert config["vocab_size"] == len(vocab) and config["hidden_size"] == 16
+    # the encoder's output (the MLM head aside) is what the trained model computed
+    loaded = kwiden.build_transformer_model(checkpoint_path=result.final, with_mlm=True)
+    x = np.random.default_rng(0).integers(5, len(vocab), (2, 16))
+    inputs = [x, np.zeros_like(x)]
+    np.testing.assert_allclose(loaded(inputs)[0], result.model(inputs)[0], rtol=1e-5, atol=1e-5)
+    # a CLUE script fine-tunes it
+    import pathlib
+    import runpy
+
+    clue = pathlib.Path(__file__).parents[2] / "examples" / "clue"
+    monkeypatch.syspath_prepend(str(clue))
+    tnews = runpy.run_path(str(clue / "tnews.py"))["main"]
+    fixtures = pathlib.Path(__file__).parents[1] / "fixtures" / "clue" / "tnews"
+    done = tnews(["--data-dir", str(fixtures), "--checkpoint", str(result.final), "--vocab",
+                  str(result.final / "vocab.txt"), "--output-dir", str(tmp_path / "tnews"), "--epochs", "1",
+                  "--batch-size", "4", "--maxlen", "32"])  # fmt: skip
+    assert done["predictions"].is_file() and 0 <= done["dev_accuracy"] <= 1
+
+
+def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, monkeypatch):
+    run = dict(model="gpt", config={**TINY_GPT, "hidden_dropout_prob": 0.1}, save_every=4, **TINY_RUN)
+    whole = kwiden.pretrain(english, tmp_path / "whole", **run)
+    real = keras.Model.train_on_batch
+    calls = {"n": 0}
+
+    def killed(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 11:  # after the backups at update 8 and at the growth at 9
+            raise SystemExit("killed")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "train_on_batch", killed)
+    with pytest.raises(SystemExit):
+        kwiden.pretrain(english, tmp_path / "killed", **run)
+    assert not (tmp_path / "killed" / "final").exists()
+    monkeypatch.setattr(keras.Model, "train_on_batch", real)
+    resumed = kwiden.pretrain(english, tmp_path / "killed", **run)
+    assert "resuming from the backup at update 9" in (tmp_path / "killed" / "log.txt").read_text()
+    for a, b in zip(whole.model.weights, resumed.model.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
+    assert [r["update"] for r in resumed.metrics] == [r["update"] for r in whole.metrics]
+
+
+def test_ctrl_c_saves_a_backup_first(english, tmp_path, monkeypatch):
+    run = dict(model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
+    whole = kwiden.pretrain(english, tmp_path / "whole", **run)
+    real = keras.Model.train_on_batch
+    calls = {"n": 0}
+
+    def interrupted(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "train_on_batch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        kwiden.pretrain(english, tmp_path / "stopped", **run)
+    state = json.loads((tmp_path / "stopped" / "backup" / "state.json").read_text())
+    assert state["update"] == 5
+    monkeypatch.setattr(keras.Model, "train_on_batch", real)
+    resumed = kwiden.pretrain(english, tmp_path / "stopped", **run)
+    for a, b in zip(whole.model.weights, resumed.model.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
+
+
+def test_an_explicit_schedule_grows_width_then_depth(english, tmp_path):
+    result = kwiden.pretrain(
+        english, tmp_path, model="gpt", config=TINY_GPT, grow="0.3:k=2 0.6:depth=2,optimizer_state=grown",
+        **{**TINY_RUN, "budget": 20},
+    )  # fmt: skip
+    sizes = [(r["hidden_size"], r["num_layers"]) for r in result.metrics]
+    assert sizes[0] == (8, 1) and sizes[-1] == (16, 2) and (16, 1) in sizes
+    assert [r["update"] for r in result.metrics if r.get("grew")] == [g.update for g in result.growths]
+
+
+def test_the_schedule_is_counted_across_growths(english, tmp_path):
+    result = kwiden.pretrain(english, tmp_path, model="gpt", config=TINY_GPT, warmup=2, eval_every=1,
+                             **{**TINY_RUN, "budget": 20})  # fmt: skip
+    rates = {r["update"]: r["lr"] for r in result.metrics}
+    total = result.updates
+    decay = round(0.2 * total)
+    assert rates[1] == pytest.approx(TINY_RUN["lr"] / 2)
+    assert rates[total - decay] == pytest.approx(TINY_RUN["lr"])  # held until the last fifth
+    assert rates[total] == 0.0
