@@ -171,9 +171,9 @@ def test_a_failed_save_leaves_the_old_file_and_no_partial_one(saved, tmp_path, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.keras", "small.keras"]
 
 
-def test_demo_refuses_zero_steps_before_training(capsys):
+def test_demo_refuses_a_zero_budget_before_training(capsys):
     with pytest.raises(SystemExit) as exit:
-        main(["demo", "--steps", "0"])
+        main(["demo", "--budget", "0"])
     assert exit.value.code == 2 and "must be at least 1, got 0" in capsys.readouterr().err
 
 

@@ -1,3 +1,4 @@
+import json
 import shutil
 import subprocess
 import sys
@@ -44,17 +45,31 @@ def test_grow_command_rejects_a_bad_factor(bert, tmp_path, capsys):
     assert "`k` must be a number >= 1" in capsys.readouterr().err
 
 
-def test_demo_command_prints_its_table(capsys):
-    assert main(["demo", "--steps", "8", "--grow-steps", "4"]) == 0
+def test_demo_command_pretrains_grown_and_from_scratch_at_equal_compute(capsys):
+    assert main(["demo", "--budget", "12"]) == 0
     printed = capsys.readouterr().out
-    for stage in ("small, 8 steps", "grown ×2, no training", "grown, +4 steps"):
-        assert stage in printed
-    difference = float(printed.split("Loss right after growth minus loss before: ")[1].split()[0])
-    assert abs(difference) < 1e-4
-    # The scratch run gets the grown run's compute: 4 big steps and 8 small ones, about a quarter as costly each.
-    scratch_steps = int(printed.split("from scratch, ")[1].split()[0])
-    assert 5 <= scratch_steps <= 7
-    assert "At equal compute (" in printed and "the small model's included): grown " in printed
+    assert printed.startswith("kwiden: Keras ") and "tensorflow backend, devices: " in printed.splitlines()[0]
+    rows = {
+        line.split()[0]: line.split() for line in printed.splitlines() if line.split()[:1] in (["grown"], ["scratch"])
+    }
+    grown, scratch = rows["grown"], rows["scratch"]
+    assert grown[1] == scratch[1] == "64×2"  # both end as the target
+    assert int(scratch[2]) == 12 and int(grown[2]) > 12  # the grown run's early updates are cheaper
+    assert abs(float(grown[3]) - float(scratch[3])) <= float(scratch[3]) / 12  # equal FLOPs, to one update
+    assert "reaches the scratch run's final loss" in printed or "does not reach the scratch run's final loss" in printed
+
+
+def test_pretrain_command_trains_and_refuses_in_one_line(tmp_path, capsys):
+    text = tmp_path / "corpus.txt"
+    text.write_text(corpus.load_text()[:20_000], encoding="utf-8")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(corpus.gpt_config(16, 1, 16, vocab_size=258)))
+    flags = ["--config", str(config), "--output-dir", str(tmp_path / "run"), "--seq-len", "16", "--batch-size", "2"]
+    assert main(["pretrain", str(text), *flags, "--budget", "4", "--quiet"]) == 0
+    assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+    assert main(["pretrain", str(text), *flags, "--budget", "5", "--quiet"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("kwiden pretrain: --output-dir ") and "--budget 4" in error and len(error.splitlines()) == 1
 
 
 def test_console_script_is_installed():

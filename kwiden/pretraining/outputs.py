@@ -105,12 +105,16 @@ class RunFolder:
         final = self.folder / FINAL
         staging = self.folder / f"{FINAL}{TEMPORARY}"
         shutil.rmtree(staging, ignore_errors=True)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            save_checkpoint(model, staging)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                save_checkpoint(model, staging)
+            tokenizer.save(staging)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         for warning in caught:  # what a Hugging Face user of final/ should know: in the log, not on the bar
             self.log(f"final/: {warning.message}")
-        tokenizer.save(staging)
         previous = self.folder / f"{FINAL}{TEMPORARY}old"
         if final.exists():
             shutil.rmtree(previous, ignore_errors=True)

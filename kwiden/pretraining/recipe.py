@@ -133,7 +133,7 @@ def _undo(config, growth):
         if value.denominator != 1 or value < 1:
             raise ValueError(
                 f"--grow: the growth at {growth.fraction:g} ({_text(arguments)}) would need a smaller model with "
-                f"{key} {config[key]} / {factor} = {float(value):g}; the target's {key} must divide by it. Choose "
+                f"{key} {config[key]} / {factor} = {float(value):.3g}; the target's {key} must divide by it. Choose "
                 "factors the target's sizes divide by, or another target."
             )
         smaller[key] = int(value)

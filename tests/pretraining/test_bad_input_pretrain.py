@@ -1,0 +1,139 @@
+"""What `kwiden.pretrain` refuses, with an error naming the file or flag, before it trains, and what a
+failure mid-run leaves: the last backup loadable, no half-written final/."""
+
+import gzip
+import json
+
+import keras
+import pytest
+from conftest import TINY_BERT, TINY_GPT, TINY_RUN
+
+import kwiden
+from kwiden.pretraining import outputs
+
+
+def pretrain(corpus, folder, **changes):
+    return kwiden.pretrain(corpus, folder, **{"model": "gpt", "config": TINY_GPT, **TINY_RUN, **changes})
+
+
+def test_an_empty_corpus_or_one_shorter_than_a_window(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=r"The corpus \(.*empty\.txt\) holds no text"):
+        pretrain(empty, tmp_path / "a")
+    short = tmp_path / "short.txt"
+    short.write_text("a few words\n")
+    with pytest.raises(ValueError, match=r"The corpus holds 12 tokens: too few for a training window of 17 tokens "
+                                         r"\(--seq-len 16\) and 4 held out"):  # fmt: skip
+        pretrain(short, tmp_path / "b")
+
+
+def test_a_file_that_is_not_utf8_is_named_with_the_byte_offset(tmp_path):
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("ok\n".encode() * 10 + "café".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"The corpus file .*latin\.txt is not UTF-8 text: byte offset 33 "):
+        pretrain(latin, tmp_path / "a")
+    packed = tmp_path / "packed.txt.gz"
+    packed.write_bytes(gzip.compress(b"x" * 100 + b"\xff"))
+    with pytest.raises(ValueError, match=r"packed\.txt\.gz is not UTF-8 text: byte offset 100 "):
+        pretrain(packed, tmp_path / "b")
+    fake = tmp_path / "fake.gz"
+    fake.write_bytes(b"not gzip at all")
+    with pytest.raises(ValueError, match=r"The corpus file .*fake\.gz is not a readable gzip file"):
+        pretrain(fake, tmp_path / "c")
+
+
+def test_missing_paths_and_folders_without_text(tmp_path):
+    with pytest.raises(ValueError, match=r"The corpus file .*nowhere\.txt does not exist"):
+        pretrain(tmp_path / "nowhere.txt", tmp_path / "a")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "notes.md").write_text("not a corpus file")
+    with pytest.raises(ValueError, match=r"The corpus folder .*folder holds no \.txt or \.gz file"):
+        pretrain(tmp_path / "folder", tmp_path / "b")
+
+
+def test_a_vocabulary_that_contradicts_the_config(english, tmp_path):
+    with pytest.raises(ValueError, match=r"--config says vocab_size 257, but the tokenizer \(bytes\) has 258 tokens"):
+        pretrain(english, tmp_path, config={**TINY_GPT, "vocab_size": 257})
+
+
+def test_a_budget_too_small_for_the_warmup_or_the_growth_points(english, tmp_path):
+    with pytest.raises(ValueError, match=r"--budget 12 is too small for --warmup 40: the run makes 17 updates"):
+        pretrain(english, tmp_path / "a", warmup=40)
+    with pytest.raises(ValueError, match=r"--budget 12 is too small for the growth points: the growth at 0.01"):
+        pretrain(english, tmp_path / "b", grow="0.01:k=2")
+
+
+def test_growth_schedules_that_cannot_reach_the_target(english, tmp_path):
+    with pytest.raises(ValueError, match=r"would need a smaller model with hidden_size 16 / 32 = 0.5"):
+        pretrain(english, tmp_path / "a", grow="0.5:k=32")
+    with pytest.raises(ValueError, match=r"num_hidden_layers 2 / 3 = 0.667"):
+        pretrain(english, tmp_path / "b", grow="0.5:depth=3")
+    with pytest.raises(ValueError, match=r"hidden_size= sets a size outright; give factors"):
+        pretrain(english, tmp_path / "c", grow="0.5:hidden_size=32")
+    with pytest.raises(ValueError, match=r"'q=2' is not one of kwiden.grow's arguments"):
+        pretrain(english, tmp_path / "d", grow="0.5:q=2")
+    with pytest.raises(ValueError, match=r"growth points must be strictly increasing"):
+        pretrain(english, tmp_path / "e", grow="0.6:k=2 0.3:depth=2")
+    with pytest.raises(ValueError, match=r"fractions of the run's updates, between 0 and 1; got 1.5"):
+        pretrain(english, tmp_path / "f", grow="1.5:k=2")
+
+
+def test_an_output_folder_of_another_run_is_refused_naming_the_argument(english, tmp_path):
+    pretrain(english, tmp_path, budget=2, grow="none")
+    with pytest.raises(ValueError, match=r"holds a run made with --lr 0.003, not 0.001: run the same command"):
+        pretrain(english, tmp_path, budget=2, grow="none", lr=1e-3)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "thesis.tex").write_text("mine")
+    with pytest.raises(ValueError, match=r"already holds files that are not a kwiden pretraining run"):
+        pretrain(english, tmp_path / "other")
+    assert (tmp_path / "other" / "thesis.tex").read_text() == "mine"
+
+
+def test_options_that_do_not_fit_the_model(english, tmp_path):
+    with pytest.raises(ValueError, match=r"--whole-word-mask is for masked LMs"):
+        pretrain(english, tmp_path / "a", whole_word_mask=True)
+    with pytest.raises(ValueError, match=r"--seq-len 64 is longer than the config's max_position_embeddings 32"):
+        pretrain(english, tmp_path / "b", seq_len=64)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\nb\n")
+    with pytest.raises(ValueError, match=r"has no \[MASK\] token, which the masked LM of bert needs"):
+        pretrain(english, tmp_path / "c", model="bert", config=TINY_BERT, tokenizer=str(vocab))
+    with pytest.raises(ValueError, match=r"Give the target model: --config"):
+        pretrain(english, tmp_path / "d", config=None)
+    with pytest.raises(ValueError, match=r"--budget must be a whole number of at least 1, got 0"):
+        pretrain(english, tmp_path / "e", budget=0)
+
+
+def test_a_full_disk_mid_run_keeps_the_last_backup_and_writes_no_final(english, tmp_path, monkeypatch):
+    real = keras.Model.save
+    saves = {"n": 0}
+
+    def full_disk(self, *args, **kwargs):
+        saves["n"] += 1
+        if saves["n"] == 3:
+            raise OSError(28, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "save", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        pretrain(english, tmp_path, save_every=3, grow="none")
+    assert not (tmp_path / outputs.FINAL).exists()
+    state = json.loads((tmp_path / "backup" / "state.json").read_text())
+    assert state["update"] == 6 and (tmp_path / "backup" / state["model"]).is_file()
+    assert [p.name for p in (tmp_path / "backup").iterdir() if ".kwiden-tmp" in p.name] == []
+    monkeypatch.setattr(keras.Model, "save", real)
+    result = pretrain(english, tmp_path, save_every=3, grow="none")
+    assert result.updates == 12 and (tmp_path / outputs.FINAL / "model.safetensors").is_file()
+
+
+def test_a_failed_final_leaves_no_half_written_folder(english, tmp_path, monkeypatch):
+    from kwiden.pretraining import vocabulary
+
+    def fail(self, folder):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(vocabulary.CorpusTokenizer, "save", fail)
+    with pytest.raises(OSError):
+        pretrain(english, tmp_path, budget=2, grow="none")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("final")) == []
