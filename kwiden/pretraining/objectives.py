@@ -73,14 +73,15 @@ class Objective:
     def _masked(self, shape, word_starts, rng):
         if word_starts is None:
             masked = rng.random(shape) < MASKED
+            words = np.broadcast_to(np.arange(shape[1]), shape)  # each token its own word
         else:
             word_starts[:, 0] = True  # a window's first token starts its (part of a) word
             words = np.cumsum(word_starts, axis=1) - 1
             chosen = rng.random(shape) < MASKED  # one draw a word, read at its first token
             masked = np.take_along_axis(np.where(word_starts, chosen, False), _first_of(words, word_starts), 1)
-        # A row with nothing masked would give no loss: mask one position.
-        empty = ~masked.any(axis=1)
-        masked[empty, rng.integers(0, shape[1], int(empty.sum()))] = True
+        # A row with nothing masked would give no loss: mask the word at one position.
+        for row in np.flatnonzero(~masked.any(axis=1)):
+            masked[row] = words[row] == words[row, rng.integers(0, shape[1])]
         return masked
 
 

@@ -1,0 +1,104 @@
+"""The pieces under `kwiden.pretrain`: tokenizers, the token file, masking, the growth spec."""
+
+import numpy as np
+import pytest
+from conftest import chinese_lines
+
+from kwiden import corpus
+from kwiden.pretraining import objectives, recipe, tokens, vocabulary
+
+
+def test_the_byte_tokenizer_is_the_shipped_corpus_encoding_and_a_real_tokenizer_json(tmp_path):
+    text = "Hello, 世界!\n\tend"
+    byte_tokenizer = vocabulary.byte_tokenizer()
+    ids, _ = byte_tokenizer.encode_lines([text])
+    np.testing.assert_array_equal(ids[0], corpus.encode(text))
+    through_tokenizers = byte_tokenizer.tokenizer.encode(text, add_special_tokens=False).ids
+    assert through_tokenizers == list(corpus.encode(text))
+    assert (byte_tokenizer.vocab_size, byte_tokenizer.pad, byte_tokenizer.mask) == (258, 0, 257)
+    saved = byte_tokenizer.save(tmp_path)
+    again = vocabulary.load_tokenizer(str(saved))
+    assert again.kind == "json" and again.tokenizer.decode(through_tokenizers) == text
+
+
+def test_a_vocabulary_built_on_chinese_splits_every_character(tmp_path):
+    lines = chinese_lines()
+    built = vocabulary.build_vocabulary(iter(lines), 400, tmp_path)
+    words = (tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert words[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(words) <= 400
+    assert (built.pad, built.cls, built.separator, built.mask) == (0, 2, 3, 4)
+    assert not any(len(w) > 1 and "\u4e00" <= w[0] <= "\u9fff" for w in words)  # no CJK word pieces
+    ids, _ = built.encode_lines(["花呗逾期"])
+    assert [words[i] for i in ids[0]] == ["花", "呗", "逾", "期"]
+    with pytest.raises(ValueError, match=r"--build-vocab 3 is too small"):
+        vocabulary.build_vocabulary(iter(lines), 3, tmp_path)
+
+
+def test_whole_words_are_masked_whole(tmp_path):
+    path = tmp_path / "zh.txt"
+    path.write_text("\n".join(chinese_lines()), encoding="utf-8")
+    built = vocabulary.build_vocabulary(iter(chinese_lines()), 400, tmp_path)
+    token_file = tokens.tokenized(path, built, tmp_path / "run", whole_words=True, verbose=False)
+    starts = np.asarray(token_file.word_starts, bool)
+    assert 0.3 < starts.mean() < 0.95  # jieba joins characters into words, and separators start words
+    objective = objectives.Objective(objectives.MASKED_LM, 32, built.vocab_size, built.mask, built.cls,
+                                     built.separator, whole_words=True)  # fmt: skip
+    train = objectives.Split(token_file, 0, len(token_file))
+    (inputs, segments), (_, targets) = objectives.training_batch(objective, train, 64, 0, 0, 0)
+    window = objective.window
+    starts_of = np.stack(
+        [starts[s : s + window] for s in np.random.default_rng([0, 0, 0]).integers(0, len(train) - window + 1, 64)]
+    )
+    masked = targets[:, 1:-1] != objectives.IGNORED
+    word = np.cumsum(starts_of | (np.arange(window) == 0), axis=1)
+    for row in range(64):  # every word is masked whole or not at all
+        for w in np.unique(word[row]):
+            assert len(set(masked[row][word[row] == w])) == 1
+    assert (inputs[:, 0] == built.cls).all() and (inputs[:, -1] == built.separator).all()
+
+
+def test_masking_is_bert_s_15_percent_80_10_10():
+    stream = np.random.default_rng(0).integers(5, 1000, 200_000)
+
+    class Stream:
+        ids, word_starts = stream, None
+
+        def __len__(self):
+            return len(stream)
+
+    objective = objectives.Objective(objectives.MASKED_LM, 128, 1000, mask=4)
+    (inputs, segments), (_, targets) = objectives.training_batch(objective, Stream(), 512, 0, 3, 0)
+    masked = targets != objectives.IGNORED
+    assert masked.mean() == pytest.approx(0.15, abs=0.01)
+    original = np.where(masked, targets, inputs)
+    assert (inputs[masked] == 4).mean() == pytest.approx(0.8, abs=0.02)
+    kept = inputs[masked] == original[masked]
+    assert kept.mean() == pytest.approx(0.1, abs=0.02)  # (a random token is the original one time in 1000 more)
+    assert (segments == 0).all() and (inputs[~masked] == original[~masked]).all()
+    again = objectives.training_batch(objective, Stream(), 512, 0, 3, 0)
+    np.testing.assert_array_equal(again[0][0], inputs)  # drawn from (seed, update, micro-step) alone
+
+
+def test_the_growth_spec_and_undoing_it():
+    growths = recipe.parse("0.33:k=2 2/3:depth=2,optimizer_state=grown,spread=0")
+    assert [(g.fraction, g.arguments) for g in growths] == [
+        (0.33, {"k": 2}), (2 / 3, {"depth": 2, "optimizer_state": "grown", "spread": 0.0})]  # fmt: skip
+    target = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
+                  attention_head_size=16)  # fmt: skip
+    small = recipe.undone(target, growths)
+    assert small == dict(hidden_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         attention_head_size=8)  # fmt: skip
+    counted = recipe.undone(target, recipe.parse("0.5:k=2,heads=count"))
+    assert (counted["num_attention_heads"], counted["attention_head_size"]) == (2, 16)
+    assert recipe.parse(" none ") == "none" and recipe.parse("auto") == "auto"
+    with pytest.raises(ValueError, match=r"'0.5' is not FRACTION:ARG=VALUE"):
+        recipe.parse("0.5")
+    with pytest.raises(ValueError, match=r"optimizer_state=fresh; it takes"):
+        recipe.parse("0.5:optimizer_state=fresh")
+
+
+def test_growth_points_are_placed_at_equal_flops():
+    growths = recipe.parse("0.5:k=2")
+    total = recipe.place(growths, 100, [1.0, 3.0], warmup=5)
+    # 100 updates at cost 3 = 300; half the run's U updates at cost 1, half at 3: 2U = 300, U = 150
+    assert (growths[0].update, total) == (75, 150)
