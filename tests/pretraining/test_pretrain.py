@@ -157,3 +157,14 @@ def test_the_schedule_is_counted_across_growths(english, tmp_path):
     assert rates[1] == pytest.approx(TINY_RUN["lr"] / 2)
     assert rates[total - decay] == pytest.approx(TINY_RUN["lr"])  # held until the last fifth
     assert rates[total] == 0.0
+
+
+def test_from_a_checkpoint_goes_on_and_grows(english, tmp_path):
+    first = kwiden.pretrain(english, tmp_path / "first", model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
+    more = kwiden.pretrain(english, tmp_path / "more", from_checkpoint=str(first.final), grow="0.5:k=2", **TINY_RUN)
+    # the same tokens (its tokenizer.json read as bytes), and the loss it ended with
+    assert more.metrics[0]["valid_loss"] == pytest.approx(first.metrics[-1]["valid_loss"], rel=1e-5)
+    assert (more.metrics[0]["hidden_size"], more.metrics[-1]["hidden_size"]) == (16, 32)
+    with pytest.raises(ValueError, match=r"grows .*final to width 32 × 2 blocks .*, not the --config target width 64"):
+        kwiden.pretrain(english, tmp_path / "wrong", from_checkpoint=str(first.final), grow="0.5:k=2",
+                        config={**TINY_GPT, "hidden_size": 64, "intermediate_size": 256}, **TINY_RUN)  # fmt: skip
