@@ -27,6 +27,7 @@ LAYERS = [
         "kwiden.layout",
         "kwiden.messages",
         "kwiden.family_model",
+        "kwiden.quiet",
     ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),
@@ -38,6 +39,7 @@ LAYERS = [
     ("kwiden.hub",),
     ("kwiden.growth",),
     ("kwiden.admin", "kwiden.testing", "kwiden.training"),
+    ("kwiden.pretraining",),
     ("kwiden",),
     ("kwiden.cli", "kwiden.demo"),
 ]
