@@ -128,9 +128,12 @@ def training_batch(objective, train, batch_size, seed, update, micro_step):
 
 
 def validation_batches(objective, valid, batch_size, seed):
-    """The held-out windows (side by side, at most `MAX_VALID_WINDOWS`, evenly
-    spread), the same at every evaluation, in batches."""
-    count = min(len(valid) // objective.window, MAX_VALID_WINDOWS)
+    """The held-out windows (evenly spread, at most `MAX_VALID_WINDOWS`), the
+    same at every evaluation, in whole batches of `batch_size` (which split
+    over the devices as training batches do; a held-out part shorter than a
+    batch of side-by-side windows is read in overlapping ones)."""
+    count = min(len(valid) // objective.window, MAX_VALID_WINDOWS) // batch_size * batch_size
+    count = max(count, batch_size)
     starts = np.linspace(0, len(valid) - objective.window, count).astype(np.int64)
     rng = np.random.default_rng([seed, 2**31])
     return [objective.batch(valid, starts[i : i + batch_size], rng) for i in range(0, count, batch_size)]

@@ -107,14 +107,15 @@ class RunFolder:
         shutil.rmtree(staging, ignore_errors=True)
         try:
             with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+                warnings.filterwarnings("always", category=UserWarning)
                 save_checkpoint(model, staging)
             tokenizer.save(staging)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         for warning in caught:  # what a Hugging Face user of final/ should know: in the log, not on the bar
-            self.log(f"final/: {warning.message}")
+            if issubclass(warning.category, UserWarning):
+                self.log(f"final/: {warning.message}")
         previous = self.folder / f"{FINAL}{TEMPORARY}old"
         if final.exists():
             shutil.rmtree(previous, ignore_errors=True)

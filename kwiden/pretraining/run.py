@@ -1,6 +1,7 @@
 """`kwiden.pretrain`: pretrain on your own corpus, small first and grown on
 the way, at the compute of the target trained from scratch."""
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -9,6 +10,7 @@ import pathlib
 import keras
 
 from kwiden.builder import build_transformer_model
+from kwiden.distribution import layout_map
 from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, family_of, get_family
 from kwiden.optimizers import WarmupDecay
@@ -131,7 +133,8 @@ def pretrain(
     policy = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy(_precision(precision))
-        return _pretrain(folder, arguments, verbose)
+        with _devices(folder, arguments["batch_size"]):
+            return _pretrain(folder, arguments, verbose)
     finally:
         keras.config.set_dtype_policy(policy)
 
@@ -212,6 +215,36 @@ def _precision(precision):
     if precision not in ("float32", "mixed_bfloat16"):
         raise ValueError(f"--precision must be auto, float32 or mixed_bfloat16, got {precision!r}.")
     return precision
+
+
+@contextlib.contextmanager
+def _devices(folder, batch_size):
+    """Several devices: the batch split over them, each holding the model
+    (`keras.distribution`, with `kwiden.layout_map`'s layouts on a mesh whose
+    model axis is 1), on the JAX backend, where Keras distributes."""
+    devices = keras.distribution.list_devices()
+    if len(devices) < 2:
+        yield
+        return
+    if keras.backend.backend() != "jax":
+        folder.log(f"{len(devices)} devices, but Keras distributes on the JAX backend only: training on one "
+                   "(KERAS_BACKEND=jax to use them all)")  # fmt: skip
+        yield
+        return
+    if batch_size % len(devices):
+        raise ValueError(
+            f"--batch-size {batch_size} does not split over the {len(devices)} devices: give a multiple of {len(devices)}."
+        )
+    mesh = keras.distribution.DeviceMesh((len(devices), 1), ["batch", "model"], devices)
+    previous = keras.distribution.distribution()
+    keras.distribution.set_distribution(
+        keras.distribution.ModelParallel(layout_map=layout_map(mesh), batch_dim_name="batch")
+    )
+    folder.log(f"devices: {len(devices)}, each batch split over them (keras.distribution)")
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(previous)
 
 
 def _tokenizer(a, folder):

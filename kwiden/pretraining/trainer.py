@@ -81,7 +81,10 @@ class Trainer:
     def __init__(self, folder, a, objective, train, valid, stages, growths, per_update, total, schedule,
                  tokenizer, verbose):  # fmt: skip
         self.folder, self.a, self.objective = folder, a, objective
-        self.train, self.valid_batches = train, objectives.validation_batches(objective, valid, 32, a["seed"])
+        self.train, self.valid_batches = (
+            train,
+            objectives.validation_batches(objective, valid, a["batch_size"], a["seed"]),
+        )
         self.stages, self.growths, self.per_update, self.total = stages, growths, per_update, total
         self.schedule, self.tokenizer, self.verbose = schedule, tokenizer, verbose
         self.backups = folder.folder / BACKUP

@@ -168,3 +168,37 @@ def test_from_a_checkpoint_goes_on_and_grows(english, tmp_path):
     with pytest.raises(ValueError, match=r"grows .*final to width 32 × 2 blocks .*, not the --config target width 64"):
         kwiden.pretrain(english, tmp_path / "wrong", from_checkpoint=str(first.final), grow="0.5:k=2",
                         config={**TINY_GPT, "hidden_size": 64, "intermediate_size": 256}, **TINY_RUN)  # fmt: skip
+
+
+@pytest.mark.backends
+def test_a_tiny_run_on_this_backend(english, tmp_path):
+    result = kwiden.pretrain(english, tmp_path, model="gpt", config=TINY_GPT, **{**TINY_RUN, "budget": 6})
+    assert result.metrics[-1]["hidden_size"] == 16 and np.isfinite(result.metrics[-1]["valid_loss"])
+    assert result.metrics[-1]["valid_loss"] < result.metrics[0]["valid_loss"]
+
+
+# On JAX with 2 virtual CPU devices, asked for before JAX is imported: hence a fresh interpreter.
+TWO_DEVICES = """
+import os, sys
+os.environ["KERAS_BACKEND"] = "jax"
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+import kwiden
+from kwiden import corpus
+config = corpus.gpt_config(8, 1, 16)
+config.pop("vocab_size")
+result = kwiden.pretrain(sys.argv[1], sys.argv[2], model="gpt", config=config, budget=4, seq_len=16,
+                         batch_size=4, grow="none", verbose=0)
+print(result.model.weights[0].value.sharding)
+"""
+
+
+@pytest.mark.slow
+def test_several_devices_split_each_batch(english, tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", TWO_DEVICES, str(english), str(tmp_path)], capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "devices: 2, each batch split over them" in (tmp_path / "log.txt").read_text()
+    assert "NamedSharding" in done.stdout and (tmp_path / "final" / "model.safetensors").is_file()
