@@ -76,10 +76,11 @@ def snippets_importable(monkeypatch):
     monkeypatch.syspath_prepend(str(CLUE))
 
 
-def run(task, model_files, output_dir, data_dir=None, *flags):
+def run(task, model_files, output_dir, data_dir=None, *flags, lr="1e-3"):
+    """Run a script on the tiny BERT; `lr=None` leaves --lr out (the default by width)."""
     argv = ["--data-dir", str(data_dir or FIXTURES / task), "--config", str(model_files / "config.json")]
     argv += ["--vocab", str(model_files / "vocab.txt"), "--output-dir", str(output_dir)]
-    argv += ["--epochs", "1", "--batch-size", "4", "--maxlen", "48", "--lr", "1e-3", *flags]
+    argv += ["--epochs", "1", "--batch-size", "4", "--maxlen", "48", *(["--lr", lr] if lr else []), *flags]
     return script(task)(argv)
 
 
@@ -126,8 +127,10 @@ def test_pooling_over_real_tokens_grows(pooling, model_files, tmp_path):
 
 
 def test_learnable_fixture_is_learned(model_files, tmp_path):
-    """sentence1 holds 好 (label "1") or 坏 (label "0"): a signal a tiny model must find."""
-    flags = ["--epochs", "6", "--batch-size", "8", "--lr", "3e-3", "--pooling", "avg", "--optimizer", "adam"]
+    """sentence1 holds 好 (label "1") or 坏 (label "0"): a signal a tiny model must find. Under the
+    default warmup and linear decay the rate averages about half its peak: 6e-3, twice the constant
+    3e-3 this test used before (1.0 dev accuracy on seeds 0 to 3)."""
+    flags = ["--epochs", "6", "--batch-size", "8", "--lr", "6e-3", "--pooling", "avg", "--optimizer", "adam"]
     result = run("afqmc", model_files, tmp_path, FIXTURES / "learnable", *flags)
     assert result["dev_accuracy"] >= 0.85  # the majority label is 55% of dev
 
