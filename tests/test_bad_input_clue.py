@@ -43,6 +43,25 @@ BAD_NUMBERS = {
     "maxlen 4": (["--maxlen", "4"], "--maxlen must be at least 5, got 4 ([CLS], two [SEP] and a token of each text)"),
     "seed -1": (["--seed", "-1"], "--seed must be between 0 and 4294967295, got -1"),
     "seed 2**32": (["--seed", "4294967296"], "--seed must be between 0 and 4294967295, got 4294967296"),
+    "warmup negative": (["--warmup", "-1"], "--warmup must be a number at least 0, got -1"),
+    "warmup nan": (["--warmup", "nan"], "--warmup must be a number at least 0, got nan"),
+    "warmup 1.5": (
+        ["--warmup", "1.5"],
+        "--warmup must be a fraction below 1 (0.1: 10% of the updates) or a whole number of updates, got 1.5",
+    ),  # fmt: skip
+    "warmup with constant": (
+        ["--schedule", "constant", "--warmup", "0.1"],
+        "--warmup is for --schedule linear; leave it out with --schedule constant",
+    ),
+    # afqmc's fixture: 2 batches of 4, 2 updates an epoch.
+    "warmup as long as the run": (
+        ["--warmup", "2"],
+        "--warmup 2 is not fewer than the run's 2 updates (1 epoch of 2 batches); give fewer updates, or a fraction",
+    ),
+    "warmup longer than the run": (
+        ["--warmup", "7", "--epochs", "3", "--accum-steps", "2"],
+        "--warmup 7 is not fewer than the run's 3 updates (3 epochs of 2 batches, 2 per update)",
+    ),
 }
 
 
@@ -56,6 +75,7 @@ def test_a_bad_number_is_refused_naming_its_flag(case, model_files, tmp_path, ca
 def test_the_span_tasks_refuse_bad_numbers_too(task, model_files, tmp_path, capsys):  # noqa: F811
     assert "--batch-size must be at least 1, got 0" in refused_flag(task, model_files, tmp_path, capsys, "--batch-size", "0")  # fmt: skip
     assert "--maxlen must be at least 5, got 3" in refused_flag(task, model_files, tmp_path, capsys, "--maxlen", "3")
+    assert "--warmup 100 is not fewer than the run's" in refused_flag(task, model_files, tmp_path, capsys, "--warmup", "100")  # fmt: skip
 
 
 @pytest.mark.parametrize("flag", ["--stride", "--max-question", "--max-answer"])

@@ -6,6 +6,7 @@ import pathlib
 import runpy
 import shutil
 
+import keras
 import pytest
 
 CLUE = pathlib.Path(__file__).parent.parent / "examples" / "clue"
@@ -76,10 +77,11 @@ def snippets_importable(monkeypatch):
     monkeypatch.syspath_prepend(str(CLUE))
 
 
-def run(task, model_files, output_dir, data_dir=None, *flags):
+def run(task, model_files, output_dir, data_dir=None, *flags, lr="1e-3"):
+    """Run a script on the tiny BERT; `lr=None` leaves --lr out (the default by width)."""
     argv = ["--data-dir", str(data_dir or FIXTURES / task), "--config", str(model_files / "config.json")]
     argv += ["--vocab", str(model_files / "vocab.txt"), "--output-dir", str(output_dir)]
-    argv += ["--epochs", "1", "--batch-size", "4", "--maxlen", "48", "--lr", "1e-3", *flags]
+    argv += ["--epochs", "1", "--batch-size", "4", "--maxlen", "48", *(["--lr", lr] if lr else []), *flags]
     return script(task)(argv)
 
 
@@ -126,8 +128,10 @@ def test_pooling_over_real_tokens_grows(pooling, model_files, tmp_path):
 
 
 def test_learnable_fixture_is_learned(model_files, tmp_path):
-    """sentence1 holds 好 (label "1") or 坏 (label "0"): a signal a tiny model must find."""
-    flags = ["--epochs", "6", "--batch-size", "8", "--lr", "3e-3", "--pooling", "avg", "--optimizer", "adam"]
+    """sentence1 holds 好 (label "1") or 坏 (label "0"): a signal a tiny model must find. Under the
+    default warmup and linear decay the rate averages about half its peak: 6e-3, twice the constant
+    3e-3 this test used before (1.0 dev accuracy on seeds 0 to 3)."""
+    flags = ["--epochs", "6", "--batch-size", "8", "--lr", "6e-3", "--pooling", "avg", "--optimizer", "adam"]
     result = run("afqmc", model_files, tmp_path, FIXTURES / "learnable", *flags)
     assert result["dev_accuracy"] >= 0.85  # the majority label is 55% of dev
 
@@ -210,3 +214,81 @@ def test_an_accumulation_longer_than_the_run_is_refused(model_files, tmp_path):
     with pytest.raises(ValueError, match=r"--accum-steps 1000 is more than the \d+ batches of the run"):
         run("afqmc", model_files, out, None, "--accum-steps", "1000")
     assert not out.exists()
+
+
+# The learning rate and its schedule.
+
+
+def snippets():
+    return runpy.run_path(str(CLUE / "snippets.py"))
+
+
+def test_the_default_lr_goes_by_the_width_through_its_two_anchors():
+    default_lr = snippets()["default_lr"]
+    assert default_lr(768) == 2e-5  # BERT-base
+    assert default_lr(128) == 5e-4  # the measured 128-wide BERT
+    assert [default_lr(width) for width in (256, 512, 1024)] == [1.4e-4, 4.1e-5, 1.2e-5]
+    assert (default_lr(16), default_lr(64), default_lr(8192)) == (1e-3, 1e-3, 1e-5)  # clipped
+
+
+def test_the_log_line_gives_the_rate_the_schedule_and_why():
+    schedule = snippets()["Schedule"](300, 30, "3 epochs of 100 batches", "10% of 300, the default")
+    assert schedule.describe(5e-4, "default for width 128") == (
+        "lr 5e-4 (default for width 128), warmup 30 updates (10% of 300, the default) "
+        "then linear decay to 0 over 300 (3 epochs of 100 batches)"
+    )
+
+
+def recording_fit(monkeypatch):
+    """Patch `keras.Model.fit` to train as before, recording the optimizer's
+    learning rate at the start of every batch, and after training."""
+    rates, fit = [], keras.Model.fit
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            rates.append(float(self.model.optimizer.learning_rate))
+
+        def on_train_end(self, logs=None):
+            rates.append(float(self.model.optimizer.learning_rate))
+
+    def recorded(self, *args, callbacks=(), **kwargs):
+        return fit(self, *args, callbacks=[*callbacks, Record()], **kwargs)
+
+    monkeypatch.setattr(keras.Model, "fit", recorded)
+    return rates
+
+
+def test_the_rate_warms_up_then_decays_to_0_at_the_last_update(model_files, tmp_path, monkeypatch, capsys):
+    """afqmc's 6 training lines are 2 batches of 4: 5 epochs, 10 updates, 2 of warmup."""
+    rates = recording_fit(monkeypatch)
+    run("afqmc", model_files, tmp_path, None, "--epochs", "5", "--warmup", "2", "--grow", "8", lr=None)
+    assert (
+        "lr 5e-4 (default for width 128), warmup 2 updates (--warmup 2) then linear decay to 0 over 10 "
+        "(5 epochs of 2 batches)\n"
+    ) in capsys.readouterr().out
+    assert rates == pytest.approx([5e-4 * f for f in (0, 0.5, 1, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8, 0)])
+
+
+def test_the_schedule_counts_updates_not_batches(model_files, tmp_path, monkeypatch, capsys):
+    """--accum-steps 2: the rate moves every other batch; the default warmup is 10% of the updates."""
+    rates = recording_fit(monkeypatch)
+    run("afqmc", model_files, tmp_path, None, "--epochs", "10", "--accum-steps", "2", "--optimizer", "sgdm")
+    assert (
+        "lr 1e-3 (--lr), warmup 1 update (10% of 10, the default) then linear decay to 0 over 10 "
+        "(10 epochs of 2 batches, 2 per update)\n"
+    ) in capsys.readouterr().out
+    per_update = [1e-3 * f for f in (0, 1, 8 / 9, 7 / 9, 6 / 9, 5 / 9, 4 / 9, 3 / 9, 2 / 9, 1 / 9)]
+    assert rates == pytest.approx([rate for rate in per_update for _ in range(2)] + [0.0])
+
+
+@pytest.mark.parametrize("task", ["afqmc", "cmrc2018"])
+def test_schedule_constant_keeps_the_rate(task, model_files, tmp_path, monkeypatch, capsys):
+    rates = recording_fit(monkeypatch)
+    run(task, model_files, tmp_path, None, "--epochs", "2", "--schedule", "constant", lr=None)
+    out = capsys.readouterr().out
+    batches = len(rates) - 1
+    assert (
+        "lr 1e-3 (default for width 16, the width rule clipped to 1e-5..1e-3), "
+        f"constant over {batches} updates (2 epochs of {batches // 2} batches; --schedule constant)\n"
+    ) in out
+    assert rates == [pytest.approx(1e-3)] * (batches + 1)

@@ -217,13 +217,14 @@ def main(argv=None):
     dev, dev_contexts, dev_answers = read_file(data_dir / "dev.json", True, tokens, args)
     test, test_contexts, _ = read_file(data_dir / "test.json", False, tokens, args)
     dev_inputs = [dataclasses.replace(window, label=None) for window in dev]
+    batches = snippets.Batches(train, args.batch_size, shuffle=True, seed=args.seed, maxlen=args.maxlen)
+    schedule = snippets.schedule_of(args, batches)
     model = build_span_model(args)
     snippets.check_model(model, kwiden_tokenizer, args)
-    model.compile(snippets.OPTIMIZERS[args.optimizer](args), span_loss)
+    model.compile(snippets.optimizer(args, model, schedule), span_loss)
     keep_best = snippets.KeepBest(
         evaluate=lambda model: exact_match(best_spans(model, dev_inputs, dev_contexts, args), dev_answers)
     )
-    batches = snippets.Batches(train, args.batch_size, shuffle=True, seed=args.seed, maxlen=args.maxlen)
     snippets.fit(model, batches, args, [keep_best])
     predicted = best_spans(model, test, test_contexts, args)
     path = snippets.write_json(pathlib.Path(args.output_dir) / PREDICTIONS, predicted)
