@@ -16,6 +16,8 @@ LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "loss.png"
 FINAL = "final"
+# What a run refused before training may leave (`RunFolder.release` removes all but the token file).
+LEFT_BY_A_REFUSED_RUN = ("tokens", LOG_FILE, METRICS_FILE, "vocab.txt")
 # The fields every metrics line has.
 METRICS = ("update", "tokens", "flops", "hidden_size", "num_layers", "lr", "train_loss", "valid_loss", "seconds")
 
@@ -45,7 +47,7 @@ class RunFolder:
                         f"{arguments.get(name)!r}: run the same command to resume it, or give another --output-dir."
                     )
             return True
-        if any(p.name != "tokens" for p in self.folder.iterdir()):
+        if any(p.name not in LEFT_BY_A_REFUSED_RUN for p in self.folder.iterdir()):
             raise ValueError(
                 f"--output-dir {self.folder} already holds files that are not a kwiden pretraining run; "
                 "give an empty or new folder."
@@ -53,6 +55,12 @@ class RunFolder:
         with replaced_atomically(path) as temporary:
             temporary.write_text(json.dumps(dict(arguments=arguments), indent=1, ensure_ascii=False), "utf-8")
         return False
+
+    def release(self):
+        """Undo `claim` for a run refused before it trained: its record, log and built vocabulary
+        (the token file stays, keyed by what it was made from)."""
+        for name in (RUN_FILE, LOG_FILE, METRICS_FILE, "vocab.txt"):
+            (self.folder / name).unlink(missing_ok=True)
 
     def log(self, line):
         if self.verbose:

@@ -56,6 +56,8 @@ def parse(spec):
                     f"--grow {spec!r}: {name}= sets a size outright; give factors (k=, ffn_factor=, depth=), from "
                     "which kwiden finds the small model's config by undoing them from the target's."
                 )
+            if name in arguments:
+                raise ValueError(f"--grow {spec!r}: {name} is given twice in {item!r}.")
             if not equals or name not in options:
                 raise ValueError(
                     f"--grow {spec!r}: {pair!r} is not one of kwiden.grow's arguments NAME=VALUE ({', '.join(n for n in options if n not in ABSOLUTE)})."
@@ -90,10 +92,14 @@ def auto(target_config):
     post_ln = target_config.get("residual") == "post_ln"  # whose depth growth is not exact
     heads = target_config["num_attention_heads"]
     hidden = target_config["hidden_size"]
+    # Rotary heads grow in number: a config.json can say only the standard RoPE schedule of a head size.
+    rotary = target_config.get("rotary_base") is not None
+    growth = {**AUTO_GROWTH, **({"heads": "count"} if rotary else {})}
     try:
-        undone(target_config, [Growth(AUTO_FRACTION, AUTO_GROWTH)])
-        return [Growth(AUTO_FRACTION, dict(AUTO_GROWTH))], (
-            f"width ×2 at {AUTO_FRACTION:.0%} of the updates, from a {hidden // 2}-wide model "
+        undone(target_config, [Growth(AUTO_FRACTION, growth)])
+        more_heads = f", heads ×2 ({heads // 2} → {heads}, rotary)" if rotary else ""
+        return [Growth(AUTO_FRACTION, growth)], (
+            f"width ×2 at {AUTO_FRACTION:.0%} of the updates, from a {hidden // 2}-wide model{more_heads} "
             "(optimizer state grown with the weights)"
         )
     except ValueError:

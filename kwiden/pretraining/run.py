@@ -129,12 +129,16 @@ def pretrain(
     folder = RunFolder(output_dir, verbose=bool(verbose))
     _check_numbers(arguments)
     arguments = _recorded(arguments)
-    folder.claim(arguments)
+    resumed = folder.claim(arguments)
     policy = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy(_precision(precision))
         with _devices(folder, arguments["batch_size"]):
             return _pretrain(folder, arguments, verbose)
+    except ValueError:
+        if not resumed:
+            folder.release()  # refused before it trained: the corrected call may have the folder
+        raise
     finally:
         keras.config.set_dtype_policy(policy)
 
@@ -152,7 +156,7 @@ def _pretrain(folder, a, verbose):
     )
     stages, growths, why = _stages(a, family, start_model, corpus_tokenizer, objective)
     per_update = [a["batch_size"] * a["accum_steps"] * a["seq_len"] * s.flops_per_token for s in stages]
-    warmup = a["warmup"] if a["warmup"] is not None else max(1, round(0.05 * a["budget"]))
+    warmup = a["warmup"] if a["warmup"] is not None else round(0.05 * a["budget"])
     total = recipe.place(growths, a["budget"], per_update, warmup)
     folder.log(f"growth: {why}")
     for stage, growth in zip(stages, [None, *growths]):
@@ -199,10 +203,14 @@ def _recorded(a):
     """The arguments as run.json keeps them (paths as text, a config file's content)."""
     recorded = dict(a)
     corpus = a["corpus"]
-    recorded["corpus"] = [str(p) for p in ([corpus] if isinstance(corpus, (str, pathlib.Path)) else corpus)]
+    paths = [corpus] if isinstance(corpus, (str, pathlib.Path)) else corpus
+    # Paths as absolute paths: "run/" and "run", or a relative and an absolute path, are one run.
+    recorded["corpus"] = [str(pathlib.Path(p).resolve()) for p in paths]
     for name in ("output_dir", "tokenizer", "from_checkpoint"):
-        if recorded[name] is not None:
-            recorded[name] = str(recorded[name])
+        if recorded[name] is not None and not (name == "tokenizer" and recorded[name] == vocabulary.BYTES):
+            recorded[name] = str(pathlib.Path(recorded[name]).resolve())
+    if recorded["model"] is None and recorded["from_checkpoint"] is None:
+        recorded["model"] = "gpt"
     if recorded["config"] is not None and not isinstance(recorded["config"], dict):
         recorded["config"] = read_config_file(recorded["config"])
     return json.loads(json.dumps(recorded))
@@ -253,7 +261,7 @@ def _tokenizer(a, folder):
         if built.is_file():  # built by this run before it was stopped
             return vocabulary.load_tokenizer(built)
         folder.log(f"building a WordPiece vocabulary of {a['build_vocab']} tokens on the corpus")
-        lines = (line for path in tokens.corpus_files(a["corpus"]) for line in tokens.lines_of(path))
+        lines = (line for path in tokens.corpus_files(a["corpus"], folder.folder) for line in tokens.lines_of(path))
         return vocabulary.build_vocabulary(lines, a["build_vocab"], folder.folder)
     if a["tokenizer"] is not None:
         return vocabulary.load_tokenizer(a["tokenizer"])
@@ -304,6 +312,8 @@ def _target_config(a, family, corpus_tokenizer):
             f"{corpus_tokenizer.vocab_size:,} tokens: leave vocab_size out of the config to take the tokenizer's, "
             "or give the tokenizer the model was made for."
         )
+    if corpus_tokenizer.pad != 0:  # id 0 is a real token: kwiden's models must not take it for padding
+        config.setdefault("mask_padding", False)
     complete = family.config(config)
     if complete.get("rotary_base") is None and complete["max_position_embeddings"] < a["seq_len"]:
         raise ValueError(

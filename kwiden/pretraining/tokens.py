@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import json
 import pathlib
+import zlib
 
 import numpy as np
 
@@ -18,16 +19,25 @@ CHUNK_BYTES = 1 << 24
 LINES_PER_BATCH = 4096
 
 
-def corpus_files(paths):
+def corpus_files(paths, run_folder=None):
     """The text files under `paths` (files, or folders searched for .txt and
-    .gz files), sorted within each folder; a missing path or a folder without
-    text is refused, naming it."""
+    .gz files, sorted, leaving out hidden ones, `.tar.gz` archives and the
+    run's own folder), each once; a missing path or a folder without text is
+    refused, naming it."""
     if isinstance(paths, (str, pathlib.Path)):
         paths = [paths]
+    own = None if run_folder is None else pathlib.Path(run_folder).resolve()
+
+    def searched(folder, path):
+        hidden = any(part.startswith(".") for part in path.relative_to(folder).parts)
+        inside_run = own is not None and own in path.resolve().parents
+        return path.is_file() and path.suffix in SUFFIXES and not path.name.endswith(".tar.gz") and not (
+            hidden or inside_run)  # fmt: skip
+
     files = []
     for path in map(pathlib.Path, paths):
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+            found = sorted(p for p in path.rglob("*") if searched(path, p))
             if not found:
                 raise ValueError(f"The corpus folder {path} holds no .txt or .gz file.")
             files.extend(found)
@@ -37,7 +47,7 @@ def corpus_files(paths):
             raise ValueError(f"The corpus file {path} does not exist; give text files (.txt, .gz) or folders.")
     if not files:
         raise ValueError("No corpus given: name text files (.txt, .gz) or folders holding them.")
-    return files
+    return list({file.resolve(): file for file in files}.values())  # a file named twice is read once
 
 
 def lines_of(path):
@@ -57,7 +67,7 @@ def lines_of(path):
                 rest = lines.pop()
                 yield from lines
             rest += _decoded(decoder, b"", path, offset, final=True)
-    except (gzip.BadGzipFile, EOFError) as error:
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
         raise ValueError(f"The corpus file {path} is not a readable gzip file ({error}).") from None
     if rest:
         yield rest
@@ -94,7 +104,7 @@ def tokenized(paths, tokenizer, run_folder, whole_words=False, verbose=True):
     """The corpus `paths` as a `TokenFile` under `run_folder/tokens/`, made
     once: a second call with the same files (names, sizes, times), tokenizer
     and word marks reads the file made before."""
-    files = corpus_files(paths)
+    files = corpus_files(paths, run_folder)
     folder = pathlib.Path(run_folder) / FOLDER
     key = _key(files, tokenizer, whole_words)
     index = folder / "index.json"
@@ -104,11 +114,11 @@ def tokenized(paths, tokenizer, run_folder, whole_words=False, verbose=True):
     index.unlink(missing_ok=True)  # the index is written last: without it the token files are unfinished
     (folder / "word_starts.bin").unlink(missing_ok=True)
     dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
-    count = 0
+    count, text_seen = 0, [False]
     with open(folder / "ids.bin", "wb") as ids_out:
         words_out = open(folder / "word_starts.bin", "wb") if whole_words else None
         try:
-            for ids, starts in _token_batches(files, tokenizer, whole_words, verbose):
+            for ids, starts in _token_batches(files, tokenizer, whole_words, verbose, text_seen):
                 ids_out.write(ids.astype(dtype).tobytes())
                 if words_out is not None:
                     words_out.write(starts.astype(np.uint8).tobytes())
@@ -116,7 +126,7 @@ def tokenized(paths, tokenizer, run_folder, whole_words=False, verbose=True):
         finally:
             if words_out is not None:
                 words_out.close()
-    if count == 0:
+    if count == 0 or not text_seen[0]:
         raise ValueError(f"The corpus ({', '.join(map(str, files[:3]))}{' …' * (len(files) > 3)}) holds no text.")
     with replaced_atomically(index) as temporary:
         temporary.write_text(json.dumps(dict(key=key, count=count, dtype=np.dtype(dtype).name), indent=1), "utf-8")
@@ -131,7 +141,7 @@ def _key(files, tokenizer, whole_words):
     return dict(files=stats, tokenizer=digest, whole_words=bool(whole_words))
 
 
-def _token_batches(files, tokenizer, whole_words, verbose):
+def _token_batches(files, tokenizer, whole_words, verbose, text_seen):
     from tqdm.auto import tqdm
 
     segment = _segmenter() if whole_words else None
@@ -140,8 +150,11 @@ def _token_batches(files, tokenizer, whole_words, verbose):
         for path in progress:
             batch = []
             for line in lines_of(path):
-                if keep_blank or line.strip():
-                    batch.append(line)
+                if line.strip():
+                    text_seen[0] = True
+                elif not keep_blank:
+                    continue
+                batch.append(line)
                 if len(batch) == LINES_PER_BATCH:
                     yield _encoded(batch, tokenizer, segment)
                     batch = []
@@ -159,6 +172,7 @@ def _encoded(lines, tokenizer, segment):
     all_ids = np.concatenate([np.concatenate([line_ids, ending]) for line_ids in ids]).astype(np.int64)
     if segment is None:
         return all_ids, None
+    offsets = offsets or [None] * len(lines)
     starts = [np.concatenate([_word_starts(line, o, segment), [True] * len(ending)]) for line, o in zip(lines, offsets)]
     return all_ids, np.concatenate(starts)
 

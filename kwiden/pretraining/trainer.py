@@ -66,7 +66,19 @@ class Stage:
         stages = [cls.of(model, objective.seq_len, keep=True)]
         for growth in growths:
             shape_only = {k: v for k, v in growth.arguments.items() if k not in OPTIMIZER_ARGUMENTS}
-            model = grow(model, **shape_only)
+            where = (
+                f"--grow: the growth at {growth.fraction:g} ({', '.join(f'{k}={v}' for k, v in shape_only.items())})"
+            )
+            try:
+                model = grow(model, **shape_only)
+            except ValueError as error:  # GrowthError too
+                raise ValueError(f"{where}: {error}") from None
+            if any(getattr(layer, "rotary", None) is not None and getattr(layer, "rotary_frequencies", None) is not None
+                   for layer in model.layers):  # fmt: skip
+                raise ValueError(
+                    f"{where} widens rotary heads, whose copied frequencies final/'s config.json cannot say: "
+                    "add heads=count (more heads of the same size)."
+                )
             stages.append(cls.of(model, objective.seq_len))
         return stages
 
@@ -215,8 +227,8 @@ class Trainer:
                 )
                 if not np.isfinite(train_losses[-1]):
                     raise ValueError(
-                        f"The training loss is {train_losses[-1]} at update {update}: training diverged. Resume "
-                        "from the last backup with a lower --lr (in a new --output-dir) or a longer --warmup."
+                        f"The training loss is {train_losses[-1]} at update {update}: training diverged. Give a "
+                        "lower --lr or a longer --warmup, in a new --output-dir (or this one, emptied)."
                     )
                 if update % self.eval_every == 0 or update == self.total:
                     rows.append(self.record(model, update, train_losses, seconds))

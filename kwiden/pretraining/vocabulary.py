@@ -104,6 +104,9 @@ def load_tokenizer(spec, flag="--tokenizer"):
             tokenizer = Tokenizer.from_file(str(path))
         except Exception as error:  # tokenizers raises its own Exception for a file it cannot read
             raise ValueError(f"{flag} {path} is not a tokenizer.json `tokenizers` can read: {error}") from None
+        # A saved truncation or padding would cut or pad every line of the corpus.
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
         if tokenizer.get_vocab(with_added_tokens=True) == byte_tokenizer().tokenizer.get_vocab(with_added_tokens=True):
             return _described(tokenizer, BYTES, str(path))  # kwiden's bytes, saved beside a model: read as bytes
         return _described(tokenizer, "json", str(path))

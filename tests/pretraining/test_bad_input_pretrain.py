@@ -5,10 +5,12 @@ import gzip
 import json
 
 import keras
+import numpy as np
 import pytest
 from conftest import TINY_BERT, TINY_GPT, TINY_RUN
 
 import kwiden
+from kwiden.models.hf import masks_padding
 from kwiden.pretraining import outputs
 
 
@@ -137,3 +139,75 @@ def test_a_failed_final_leaves_no_half_written_folder(english, tmp_path, monkeyp
     with pytest.raises(OSError):
         pretrain(english, tmp_path, budget=2, grow="none")
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("final")) == []
+
+
+def test_a_refused_call_leaves_the_folder_to_the_corrected_one(english, tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        pretrain(tmp_path / "nope.txt", tmp_path / "run", budget=2, grow="none")
+    with pytest.raises(ValueError, match="vocab_size 257"):
+        pretrain(english, tmp_path / "run", budget=2, grow="none", config={**TINY_GPT, "vocab_size": 257})
+    result = pretrain(english, tmp_path / "run/", budget=2, grow="none")  # "run/" and "run" are one folder
+    assert result.updates == 2
+    assert pretrain(english, tmp_path / "run", budget=2, grow="none", verbose=1).updates == 2  # resumed, done
+
+
+def test_rotary_targets_grow_more_heads_so_that_final_can_say_them(english, tmp_path):
+    llama = {**TINY_GPT, "num_key_value_heads": 2}
+    result = pretrain(english, tmp_path / "llama", model="llama", config=llama, budget=6)
+    assert "heads ×2 (1 → 2, rotary)" in (tmp_path / "llama" / "log.txt").read_text()
+    assert (result.final / "model.safetensors").is_file()
+    with pytest.raises(ValueError, match=r"widens rotary heads, .* add heads=count"):
+        pretrain(english, tmp_path / "wide", model="llama", config=llama, grow="0.5:k=2")
+
+
+def test_tokenizer_files_and_corpora_that_would_mislead(english, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
+    bpe.train_from_iterator(english.read_text().splitlines(), trainers.BpeTrainer(vocab_size=300))
+    bpe.enable_truncation(4)
+    bpe.enable_padding(pad_id=0)
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    result = pretrain(english, tmp_path / "bpe", tokenizer=str(tmp_path / "tokenizer.json"), budget=2, grow="none")
+    lines = [line for line in english.read_text().splitlines() if line.strip()]
+    stream = np.memmap(tmp_path / "bpe" / "tokens" / "ids.bin", "uint16", "r")
+    assert len(stream) == sum(len(bpe_ids(tmp_path / "tokenizer.json", line)) for line in lines)  # not cut or padded
+    assert not masks_padding(result.model)  # id 0 is a real token
+    assert not masks_padding(kwiden.build_transformer_model(checkpoint_path=result.final))
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n\t\n")
+    with pytest.raises(ValueError, match="holds no text"):
+        pretrain(blank, tmp_path / "blank")
+    corrupt = tmp_path / "corrupt.gz"
+    packed = bytearray(gzip.compress(english.read_bytes()[:5000]))
+    packed[40:60] = b"\x00" * 20
+    corrupt.write_bytes(bytes(packed))
+    with pytest.raises(ValueError, match=r"corrupt\.gz is not (a readable gzip file|UTF-8 text)"):
+        pretrain(corrupt, tmp_path / "corrupt")
+
+
+def bpe_ids(path, line):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer.encode(line, add_special_tokens=False).ids
+
+
+def test_a_run_inside_its_corpus_folder_does_not_read_itself(english, tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text(english.read_text())
+    (corpus / ".hidden.txt").write_text("secret")
+    pretrain(corpus, corpus / "run", budget=2, grow="none")
+    first = json.loads((corpus / "run" / "tokens" / "index.json").read_text())
+    assert [name for name, *_ in first["key"]["files"]] == [str((corpus / "a.txt").resolve())]
+    pretrain(corpus, corpus / "run", budget=2, grow="none")  # the same run: its log and final/ are not corpus
+    assert json.loads((corpus / "run" / "tokens" / "index.json").read_text()) == first
+
+
+def test_whole_word_masks_of_bytes(english, tmp_path):
+    result = pretrain(english, tmp_path, model="bert", config=TINY_BERT, whole_word_mask=True, budget=2, grow="none")
+    assert result.updates == 2
