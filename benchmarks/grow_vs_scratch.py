@@ -65,6 +65,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from importlib import resources
 
 import keras
@@ -217,6 +218,8 @@ class Bench:
             else:
                 folder = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="grow_vs_scratch-")))
             start = time.perf_counter()
+            caught = stack.enter_context(warnings.catch_warnings(record=True))
+            warnings.simplefilter("always")
             try:
                 result = kwiden.pretrain(
                     paths, folder, model=args.model, config=config, budget=budget, seq_len=args.seq_len,
@@ -227,6 +230,8 @@ class Bench:
                 self.say(f"  {label}, seed {seed}: FAILED: {type(error).__name__}: {error}")
                 return Run(label, seed, [], 0.0, 0, time.perf_counter() - start, error=str(error))
             run = Run(label, seed, result.metrics, result.flops, result.updates, time.perf_counter() - start)
+        for first_line in dict.fromkeys(str(w.message).splitlines()[0] for w in caught):
+            self.say(f"  ({label}, seed {seed}: warned: {first_line})")
         self.say(
             f"  {label}, seed {seed}: final valid loss {run.final:.4f}, {run.updates} updates, {run.flops:.4g} FLOPs "
             f"({run.seconds:.0f} s training, {run.wall:.0f} s wall)"
