@@ -230,7 +230,8 @@ class Bench:
                 self.say(f"  {label}, seed {seed}: FAILED: {type(error).__name__}: {error}")
                 return Run(label, seed, [], 0.0, 0, time.perf_counter() - start, error=str(error))
             run = Run(label, seed, result.metrics, result.flops, result.updates, time.perf_counter() - start)
-        for first_line in dict.fromkeys(str(w.message).splitlines()[0] for w in caught):
+        kwiden_warnings = [w for w in caught if not issubclass(w.category, DeprecationWarning)]  # not numpy's, TF's
+        for first_line in dict.fromkeys(str(w.message).splitlines()[0] for w in kwiden_warnings):
             self.say(f"  ({label}, seed {seed}: warned: {first_line})")
         self.say(
             f"  {label}, seed {seed}: final valid loss {run.final:.4f}, {run.updates} updates, {run.flops:.4g} FLOPs "
