@@ -385,11 +385,13 @@ def plot(groups, target, seed, title, path):
             ax.plot([m["flops"] for m in run.metrics], [m["valid_loss"] for m in run.metrics], label=label)
     ax.axhline(target, color="grey", linestyle=":", label="scratch's final loss")
     ax.set(
-        xlabel="training FLOPs (small models charged)", ylabel="validation loss", title=f"{title}; curves: seed {seed}"
+        xlabel="training FLOPs (small models charged)",
+        ylabel="validation loss",
+        title=f"{title}; curves: seed {seed}".replace("; ", "\n"),
     )
     low = min(m["valid_loss"] for _, runs in groups for r in runs if r.error is None for m in r.metrics)
     ax.set_ylim(low - 0.05, target + 0.6)
-    ax.title.set_fontsize(7)
+    ax.title.set_fontsize(8)
     ax.legend(fontsize=6)
     path.parent.mkdir(exist_ok=True, parents=True)
     with replaced_atomically(path) as temporary:
