@@ -61,6 +61,7 @@ import dataclasses
 import gzip
 import pathlib
 import re
+import shlex
 import statistics
 import sys
 import tempfile
@@ -443,7 +444,7 @@ def main():
         lines.append(line)
 
     started = time.perf_counter()
-    command = "python benchmarks/grow_vs_scratch.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/grow_vs_scratch.py " + shlex.join(sys.argv[1:])
     bench = Bench(args, say)
     with contextlib.ExitStack() as stack:
         corpora = [(name, *corpus_paths(name, stack)) for name in args.corpus.split(",") if name]
