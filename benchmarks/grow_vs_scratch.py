@@ -45,8 +45,8 @@ and re-warming every weight's learning rate after growth (`rewarm=` re-warms
 the new copies only, and stays). Their figures, measured with that version
 (its own training loop), are in benchmarks/results/grow_vs_scratch.txt.
 
-    python benchmarks/grow_vs_scratch.py --quick                  # about 2 minutes on 2 cores
-    python benchmarks/grow_vs_scratch.py                          # seeds 0,1,2, 3 rates
+    python benchmarks/grow_vs_scratch.py --quick                  # 4-5 minutes on 2 shared cores
+    python benchmarks/grow_vs_scratch.py                          # seeds 0,1,2, 3 rates: 30 runs, most of an hour
     python benchmarks/grow_vs_scratch.py --model bert --corpus en,zh --schedules wsd,cosine
     python benchmarks/grow_vs_scratch.py --recipes ablations --lrs 2e-3 --grow "0.8:depth=2"
 
