@@ -1,173 +1,150 @@
-"""Does growth save compute? A byte-level Transformer trained from scratch
-against the same model grown from a smaller one, at equal compute, on real text.
+"""Does growth save compute? A byte-level Transformer pretrained from scratch
+against the same model grown from a smaller one on the way, at equal compute,
+on real text, every run made by `kwiden.pretrain`: the benchmark, `kwiden demo`
+and `kwiden pretrain` run one code path.
 
 Two model styles: `--model gpt` (Pre-LN causal LM, next byte) and `--model bert`
-(Post-LN masked LM: 15% of the bytes masked, loss on those).
+(Post-LN masked LM: 15% of the bytes masked, loss on those). Corpora
+(`--corpus`, comma-separated): `en`, the Python tutorial shipped with kwiden;
+`zh`, Debian's `fortunes-zh` (`chinese`, `song100`, `tang300`; skipped, saying
+so, where the package is not installed); or text files and folders.
 
-The small model is charged. Compute is counted in training FLOPs, Kaplan et
-al.'s estimate (`kwiden.compute.flops_per_token`): per token, 6·N + 6·L·T·d,
-where N counts the kernels and the tied logits (not the embedding lookups),
-L the blocks, T the context and d the width. Every run logs its validation loss
-against cumulative FLOPs and wall time; the table gives, per recipe, the FLOPs
-it needed to reach the scratch run's final validation loss and the saving in
-percent against what the scratch run needed to first reach it ("never" if it
-did not within the same compute). The scratch run is the best of `--lrs`;
-every grown run uses that learning rate and the same schedule family
-(`--schedule constant`, or `cosine`: 5% warmup, cosine to 10% over the run's
-own updates), counted in updates across the growths.
+Compute is what `kwiden.pretrain` counts: training FLOPs, Kaplan et al.'s
+estimate (`kwiden.compute.flops_per_token`), 6·N + 6·L·T·d per token, with the
+small models charged at their own cost. Every run gets `--budget` updates of
+the target from scratch: a grown run makes more, cheaper updates until it has
+spent as much. The benchmark checks that every run of a table spent the
+scratch run's FLOPs (to within one update of the target) and that the
+scratch run's FLOPs are `flops_per_token` of the target times its tokens.
 
-A `Recipe` says how the small model is made (width and depth factors, its
-share of the scratch run's updates), how it grows (`kwiden.grow`'s arguments;
-`staged`: width first, depth later; `stack`: G_stack-style whole-model
-stacking, whose new blocks are full copies, not identities) and what the
-optimizer carries across (`optimizer_state`: `source`, `grown` or `zero`;
-`multipliers`: `scale_learning_rates`; `rewarm`: updates over which the new
-copies' rate climbs back from 0; `rewarm_all`: the same for every weight).
-Its defaults are `grow`'s. `--recipes main` (default) runs grow's recipe at
-several growth points and shapes and the recipe grow had before;
-`--recipes ablations` changes one setting at a time; `--recipe "depth=2
-share=0.8"` adds one of your own.
+The scratch run is tried at every peak rate of `--lrs` and schedule of
+`--schedules` (pretrain's: `wsd`, warmup, hold, linear decay to 0 over the last
+`--decay-fraction`; `cosine` to a tenth; `constant`), on every seed; the pair
+with the lowest mean final validation loss is the baseline, and every grown
+recipe runs at it. A recipe is a `--grow` spec of `kwiden.pretrain`: `auto`, or
+growths at fractions of the run's own updates with `kwiden.grow`'s arguments,
+"0.33:k=2 0.67:depth=2" (for BERT, `allow_approximate=True` is added to each
+depth growth: Post-LN depth growth is not exact). `--recipes main` (default)
+runs auto, grow's default recipe at several growth points and shapes, and the
+recipe grow had before; `--recipes ablations` changes one setting at a time;
+`--grow SPEC` adds one of your own. A reference row trains the half-width
+model alone (`grow="none"`) for the same compute: budget × FLOPs(target) /
+FLOPs(small) updates.
 
-    python benchmarks/grow_vs_scratch.py                   # about 5 minutes on 2 cores
-    python benchmarks/grow_vs_scratch.py --model bert --corpus zh.txt --schedule cosine
-    python benchmarks/grow_vs_scratch.py --recipes ablations --lrs 2e-3
-    python benchmarks/grow_vs_scratch.py --quick
+Per seed, the target is that seed's scratch final validation loss; a run's
+cost is the FLOPs at which its validation curve (every `--eval-every`
+updates, linear in between) first reaches it; the saving is 1 − cost /
+scratch's own first arrival ("never": not within the budget). The table gives
+the mean ± the standard deviation over the seeds, and how many seeds reached
+the target.
+
+Recipes of the earlier version of this benchmark that `kwiden.pretrain` cannot
+express are dropped, for a later sweep: G_stack (stacking whole copies of the
+small model instead of identity blocks), Gaussian noise on the grown weights,
+and re-warming every weight's learning rate after growth (`rewarm=` re-warms
+the new copies only, and stays). Their figures, measured with that version
+(its own training loop), are in benchmarks/results/grow_vs_scratch.txt.
+
+    python benchmarks/grow_vs_scratch.py --quick                  # 4-5 minutes on 2 shared cores
+    python benchmarks/grow_vs_scratch.py                          # seeds 0,1,2, 3 rates: 30 runs, most of an hour
+    python benchmarks/grow_vs_scratch.py --model bert --corpus en,zh --schedules wsd,cosine
+    python benchmarks/grow_vs_scratch.py --recipes ablations --lrs 2e-3 --grow "0.8:depth=2"
+
+Each invocation writes its output to `--results` (default
+benchmarks/results/grow_vs_scratch.md, or grow_vs_scratch_quick.md with
+`--quick`) and a plot a corpus beside it.
 """
 
 import argparse
+import contextlib
 import dataclasses
+import gzip
 import pathlib
+import re
+import shlex
+import statistics
+import sys
+import tempfile
 import time
+import warnings
+from importlib import resources
 
 import keras
 import numpy as np
 from common import environment, table
 
 import kwiden
-from kwiden import corpus, naming, optimizers
+from kwiden import corpus
 from kwiden.compute import flops_per_token
 from kwiden.files import replaced_atomically
+from kwiden.pretraining.vocabulary import byte_tokenizer
 
 RESULTS = pathlib.Path(__file__).parent / "results"
-MASK = corpus.VOCAB_SIZE  # the masked LM's [MASK]: one id past the bytes
-MASKED = 0.15
+SHIPPED = "python_tutorial.txt.gz"
+ZH_FILES = ("chinese", "song100", "tang300")
+ZH_FOLDERS = ("/usr/share/games/fortunes", "/usr/share/games/fortunes/zh")
 
-
-@dataclasses.dataclass(frozen=True)
-class Recipe:
-    """A grown run. The defaults are `kwiden.grow`'s: width ×2 at half the updates."""
-
-    name: str
-    share: float = 0.5  # of the scratch run's updates, spent before the (last) growth
-    width: int = 2  # the small model is `width` times narrower
-    depth: int = 1  # and `depth` times shallower
-    staged: bool = False  # one growth per factor of 2, width first, evenly spaced up to share
-    stack: bool = False  # deepen by stacking whole copies (G_stack), not identity blocks
-    spread: float = 3.0  # grow's arguments from here on
-    state: str = "source"  # optimizer_state: grown | source | zero
-    multipliers: bool = False  # scale_learning_rates
-    rewarm: int = 0  # updates over which the new copies re-warm
-    rewarm_all: int = 0  # updates over which every weight re-warms (not a grow argument)
-    noise: float = 0.0  # Gaussian noise added to the grown weights, relative to each tensor's std (not exact)
-
-    def stages(self):
-        """`(share, width, depth)` of each growth."""
-        if not self.staged:
-            return [(self.share, self.width, self.depth)]
-        factors = [(2, 1)] * (self.width.bit_length() - 1) + [(1, 2)] * (self.depth.bit_length() - 1)
-        return [(self.share * (i + 1) / len(factors), w, d) for i, (w, d) in enumerate(factors)]
-
-
-BEFORE = dict(spread=0.0, state="grown", multipliers=True)  # grow's defaults before this benchmark
+BEFORE = "0.5:k=2,spread=0,optimizer_state=grown,scale_learning_rates=True"  # grow's defaults before this benchmark
 MAIN = [
-    Recipe("before: plain copies, grown state, multipliers", **BEFORE),
-    Recipe("default, width x2 at 50%"),
-    Recipe("default, width x2 at 67%", share=0.67),
-    Recipe("default, depth x2 at 67%", width=1, depth=2, share=0.67),
-    Recipe("default, width x2 at 33% then depth x2 at 67%", depth=2, share=0.67, staged=True),
+    "auto",
+    "0.5:k=2",
+    "0.67:k=2",
+    "0.67:depth=2",
+    "0.33:k=2 0.67:depth=2",
+    BEFORE,
 ]
 # Each of grow's settings changed alone, and the other arms of the sweep (width x2 at 50% unless said).
 ABLATIONS = [
-    Recipe("spread 0", spread=0.0),
-    Recipe("spread 1", spread=1.0),
-    Recipe("spread 10", spread=10.0),
-    Recipe("grown state", state="grown"),
-    Recipe("zero state", state="zero"),
-    Recipe("multipliers", multipliers=True),
-    Recipe("grown state, multipliers", state="grown", multipliers=True),
-    Recipe("rewarm copies 100", rewarm=100),
-    Recipe("grown state, rewarm copies 100", state="grown", rewarm=100),
-    Recipe("rewarm all 100", rewarm_all=100),
-    Recipe("share 25%", share=0.25),
-    Recipe("share 80%", share=0.8),
-    Recipe("depth x2 at 50%", width=1, depth=2),
-    Recipe("depth x2 at 67%, zero state", width=1, depth=2, share=0.67, state="zero"),
-    Recipe("depth x2 at 67%, rewarm copies 100", width=1, depth=2, share=0.67, rewarm=100),
-    Recipe("depth x2 at 67% stacked (G_stack), zero state", width=1, depth=2, share=0.67, stack=True, state="zero"),
-    Recipe("width x2 + depth x2 at 67%", depth=2, share=0.67),
-    Recipe("width x2 + depth x2 at 67%, grown state", depth=2, share=0.67, state="grown"),
-    Recipe("width x2 at 40% then depth x2 at 80%", depth=2, share=0.8, staged=True),
-    Recipe("plain copies + 1% noise (not exact)", spread=0.0, noise=0.01),
-    Recipe("width x2 at 33% then x2 again at 67% (x4)", width=4, share=0.67, staged=True),
+    "0.5:k=2,spread=0",
+    "0.5:k=2,spread=1",
+    "0.5:k=2,spread=10",
+    "0.5:k=2,optimizer_state=grown",
+    "0.5:k=2,optimizer_state=zero",
+    "0.5:k=2,scale_learning_rates=True",
+    "0.5:k=2,optimizer_state=grown,scale_learning_rates=True",
+    "0.5:k=2,rewarm=100",
+    "0.5:k=2,optimizer_state=grown,rewarm=100",
+    "0.25:k=2",
+    "0.8:k=2",
+    "0.5:depth=2",
+    "0.67:depth=2,optimizer_state=zero",
+    "0.67:depth=2,rewarm=100",
+    "0.67:k=2,depth=2",
+    "0.67:k=2,depth=2,optimizer_state=grown",
+    "0.4:k=2 0.8:depth=2",
+    "0.33:k=2 0.67:k=2",
 ]
-RECIPES = MAIN + ABLATIONS
+GROUPS = {"main": MAIN, "ablations": ABLATIONS, "all": MAIN + [r for r in ABLATIONS if r not in MAIN], "none": []}
 
 
-def build(args, hidden, layers):
-    if args.model == "gpt":
-        return kwiden.build_transformer_model(corpus.gpt_config(hidden, layers, args.length), model="gpt")
-    config = corpus.gpt_config(hidden, layers, args.length, vocab_size=corpus.VOCAB_SIZE + 1)
-    bert = kwiden.build_transformer_model(config, model="bert", with_mlm=True)
-    return keras.Model(bert.inputs, bert.outputs[1], name="bert_mlm")
-
-
-def compile_model(model, optimizer):
-    # Masked LM: targets are 0 (padding, ignored) except at the masked bytes.
-    model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0))
-
-
-def batches(args, ids, count, rng):
-    x, y = corpus.windows(ids, args.length, count, rng)
-    if args.model == "gpt":
-        return x, y
-    masked = rng.random(x.shape) < MASKED
-    return [np.where(masked, MASK, x), np.zeros_like(x)], np.where(masked, x, 0)
-
-
+@dataclasses.dataclass
 class Run:
-    """One training run: its validation curve against cumulative FLOPs and seconds."""
+    """One `kwiden.pretrain` run: its validation curve against FLOPs."""
 
-    def __init__(self, name, data, args):
-        self.name, self.data, self.args = name, data, args
-        self.rng = np.random.default_rng(args.seed)
-        self.flops, self.curve, self.seconds, self.steps = 0.0, [], 0.0, 0
-
-    def train(self, model, steps):
-        args, per_step = self.args, flops_per_token(model, self.args.length) * self.args.batch * self.args.length
-        for done in range(0, steps, args.eval_every):
-            chunk = min(args.eval_every, steps - done)
-            x, y = batches(args, self.data["train"], chunk * args.batch, self.rng)
-            start = time.perf_counter()
-            model.fit(x, y, batch_size=args.batch, epochs=1, verbose=0, shuffle=False)
-            self.seconds += time.perf_counter() - start
-            self.flops += chunk * per_step
-            self.steps += chunk
-            self.log(model)
-
-    def log(self, model):
-        loss = float(model.evaluate(*self.data["valid"], batch_size=128, verbose=0))
-        self.curve.append((self.flops, loss, self.seconds))
+    label: str
+    seed: int
+    metrics: list
+    flops: float
+    updates: int
+    wall: float
+    error: str = None
 
     @property
     def final(self):
-        return self.curve[-1][1]
+        return self.metrics[-1]["valid_loss"]
+
+    @property
+    def seconds(self):
+        """Training seconds, as pretrain counts them (evaluations and saves left out)."""
+        return self.metrics[-1]["seconds"]
 
     def flops_to_reach(self, loss):
-        """FLOPs at which the curve first reaches `loss` (linear between points), or None."""
-        previous = (0.0, float("inf"))
-        for flops, value, _ in self.curve:
+        """FLOPs at which the curve first reaches `loss` (linear between evaluations), or None."""
+        previous = None
+        for row in self.metrics:
+            flops, value = row["flops"], row["valid_loss"]
             if value <= loss:
-                if previous[1] == float("inf"):
+                if previous is None or previous[1] == value:
                     return flops
                 fraction = (previous[1] - loss) / (previous[1] - value)
                 return previous[0] + fraction * (flops - previous[0])
@@ -175,220 +152,319 @@ class Run:
         return None
 
 
-def schedule(args, steps):
-    """Constant, or a 5% warmup and a cosine to 10% over the run's `steps` updates."""
-    if args.schedule == "constant":
-        return args.lr
-    return optimizers.WarmupDecay(args.lr, max(1, steps // 20), steps, decay="cosine", end=0.1 * args.lr)
-
-
-def updates(recipe, args, budget):
-    """The updates of a grown run that spend `budget` FLOPs (its cosine spans them)."""
-    hidden, layers, done, spent = args.hidden // recipe.width, args.layers // recipe.depth, 0, 0.0
-    for share, width, depth in recipe.stages():
-        until = int(share * args.scratch_steps)
-        spent += (until - done) * flops_per_token(build(args, hidden, layers), args.length)
-        hidden, layers, done = hidden * width, layers * depth, until
-    step = flops_per_token(build(args, hidden, layers), args.length)
-    return done + int((budget / (args.batch * args.length) - spent) // step)
-
-
-def rewarm_all(optimizer, variables, steps):
-    """The same optimizer and state, every weight's rate climbing back from 0
-    over `steps` updates (slice multipliers of 0 with a warmup)."""
-    config = optimizer.get_config()
-    config["slice_multipliers"] = {v.path: [[0.0] * v.shape[0]] + [None] * (len(v.shape) - 1) for v in variables}
-    config["slice_warmup"] = (int(keras.ops.convert_to_numpy(optimizer.iterations)) // optimizer.accum_steps, steps)
-    rewarmed = type(optimizer).from_config(config)
-    rewarmed.build(variables)
-    for target, source in zip(rewarmed.variables, optimizer.variables):
-        target.assign(source)
-    return rewarmed
-
-
-def stacked(args, small, times):
-    """G_stack: the small model's blocks repeated `times` over in order,
-    every other weight copied (the function changes)."""
-    layers = naming.count_blocks(layer.name for layer in small.layers)
-    big = build(args, small.get_layer(naming.EMBEDDING_TOKEN).output_dim, layers * times)
-    for layer in big.layers:
-        index = naming.block_index(layer.name)
-        source = layer.name if index is None else naming.renumbered(layer.name, index % layers)
-        if layer.weights:
-            layer.set_weights(small.get_layer(source).get_weights())
-    return big
-
-
-def grow(recipe, args, small, small_steps):
-    """The big model and its optimizer, as the recipe says."""
-    if recipe.stack:
-        big = stacked(args, small, recipe.depth)
-        optimizer = type(small.optimizer).from_config(small.optimizer.get_config())  # zero state
-        optimizer.build(big.trainable_variables)
-        optimizer.iterations.assign(small_steps)
-        return big, optimizer
-    big, optimizer = kwiden.grow(
-        small,
-        recipe.width,
-        depth=recipe.depth if recipe.depth > 1 else None,
-        spread=recipe.spread,
-        seed=args.seed,
-        optimizer=small.optimizer,
-        scale_learning_rates=recipe.multipliers,
-        optimizer_state=recipe.state,
-        rewarm=recipe.rewarm,
-        allow_approximate=recipe.depth > 1,  # Post-LN (BERT) depth growth is approximate
-    )
-    if recipe.rewarm_all:
-        optimizer = rewarm_all(optimizer, big.trainable_variables, recipe.rewarm_all)
-    if recipe.noise:
-        rng = np.random.default_rng(args.seed)
-        for weight in big.trainable_weights:
-            value = keras.ops.convert_to_numpy(weight)
-            weight.assign(value + recipe.noise * value.std() * rng.standard_normal(value.shape).astype(value.dtype))
-    return big, optimizer
-
-
-def grown_run(recipe, data, args):
-    keras.utils.set_random_seed(args.seed)
-    run = Run(recipe.name, data, args)
-    model = build(args, args.hidden // recipe.width, args.layers // recipe.depth)
-    compile_model(model, optimizers.Adam(schedule(args, updates(recipe, args, data["budget"]))))
-    for share, width, depth in recipe.stages():
-        run.train(model, int(share * args.scratch_steps) - run.steps)
-        model, optimizer = grow(dataclasses.replace(recipe, width=width, depth=depth), args, model, run.steps)
-        compile_model(model, optimizer)
-        run.log(model)  # right after growth: the smaller model's loss, unless stacked
-    big_step = flops_per_token(model, args.length) * args.batch * args.length
-    run.train(model, max(0, int((data["budget"] - run.flops) // big_step)))
-    return run
-
-
-def scratch_run(lr, data, args):
-    keras.utils.set_random_seed(args.seed)
-    args.lr = lr
-    run = Run(f"scratch, lr {lr:g}", data, args)
-    model = build(args, args.hidden, args.layers)
-    compile_model(model, optimizers.Adam(schedule(args, args.scratch_steps)))
-    run.train(model, args.scratch_steps)
-    return run
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", choices=["gpt", "bert"], default="gpt")
-    parser.add_argument("--corpus", type=pathlib.Path, default=None, help="a UTF-8 text (default: the shipped one)")
-    parser.add_argument("--hidden", type=int, default=64, help="width of the big model")
-    parser.add_argument("--layers", type=int, default=2, help="blocks of the big model")
-    parser.add_argument("--length", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--scratch-steps", type=int, default=1500)
-    parser.add_argument("--scale", type=int, default=1, help="multiply width, batch and steps (for a GPU)")
-    parser.add_argument("--lrs", default="1e-3,2e-3,4e-3", help="learning rates tried for the scratch run")
-    parser.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
-    parser.add_argument("--recipes", default="main", help="comma-separated recipe names, or main, ablations, all, none")
-    parser.add_argument(
-        "--recipe",
-        action="append",
-        default=[],
-        help='one more recipe as Recipe fields, "width=1 depth=2 share=0.67" (repeatable)',
-    )
-    parser.add_argument("--eval-every", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--plot", type=pathlib.Path, default=RESULTS / "grow_vs_scratch.png")
-    parser.add_argument("--no-plot", action="store_true")
-    args = parser.parse_args()
-    if args.quick:
-        args.scratch_steps, args.eval_every, args.lrs = 300, 50, "2e-3"
-    args.hidden *= args.scale
-    args.batch *= args.scale
-    args.scratch_steps *= args.scale
-    recipes = select(args.recipes) + [custom(spec) for spec in args.recipe]
-    text = args.corpus.read_text(encoding="utf-8") if args.corpus else corpus.load_text()
-    ids = corpus.encode(text)
-    split = int(0.9 * len(ids))
-    data = dict(train=ids[:split], valid=batches(args, ids[split:], 512, np.random.default_rng(1)))
-    print(environment(keras, np, [f"corpus: {args.corpus or 'shipped Python tutorial'}, {len(ids):,} bytes"]))
-
-    scratch_runs = []
-    for lr in [float(v) for v in args.lrs.split(",")]:
-        run = scratch_run(lr, data, args)
-        scratch_runs.append((run.final, lr, run))
-        print(f"{run.name}: final valid loss {run.final:.4f} ({run.seconds:.0f} s)", flush=True)
-    _, args.lr, scratch = min(scratch_runs, key=lambda r: r[0])
-    data["budget"] = scratch.flops
-    target = scratch.final
-
-    runs = [scratch]
-    for recipe in recipes:
-        run = grown_run(recipe, data, args)
-        runs.append(run)
-        print(f"{recipe.name}: final valid loss {run.final:.4f} ({run.seconds:.0f} s)", flush=True)
-
-    # Scratch's own cost of reaching its final loss: a noisy curve may touch it before the end.
-    reference = scratch.flops_to_reach(target)
-    rows = []
-    for run in runs:
-        reach = run.flops_to_reach(target)
-        saving = "never" if reach is None else f"{100 * (1 - reach / reference):+.1f}%"
-        rows.append(
-            (run.name, f"{run.final:.4f}", f"{run.flops:.3g}", "-" if reach is None else f"{reach:.3g}", saving)
+def corpus_paths(name, stack):
+    """`(paths, description)` of a `--corpus` entry, or `(None, why)` where it is not there."""
+    if name == "en":
+        path = stack.enter_context(resources.as_file(resources.files("kwiden").joinpath("data", SHIPPED)))
+        return [path], f"en: the shipped Python tutorial ({SHIPPED}, {text_bytes([path]):,} bytes)"
+    if name == "zh":
+        for folder in map(pathlib.Path, ZH_FOLDERS):
+            paths = [folder / file for file in ZH_FILES]
+            if all(p.is_file() for p in paths):
+                return paths, f"zh: Debian's fortunes-zh ({', '.join(map(str, paths))}; {text_bytes(paths):,} bytes)"
+        return None, (
+            f"skipping corpus zh: Debian's fortunes-zh is not installed (no {'/'.join(ZH_FILES)} in "
+            f"{' or '.join(ZH_FOLDERS)}); `apt-get install fortunes-zh` provides it"
         )
-    title = (
-        f"{args.model.upper()} {args.layers}x{args.hidden}, {args.schedule} lr {args.lr:g}, "
-        f"batch {args.batch}x{args.length}; target: scratch's final loss {target:.4f}"
-    )
-    print(f"\n{title}\n")
-    print(table(rows, ("run", "final loss", "FLOPs", "FLOPs to target", "saving")))
-    if not args.no_plot:
-        plot(runs, target, title, args.plot)
+    path = pathlib.Path(name)
+    if not path.exists():
+        return None, f"skipping corpus {name}: no such file or folder"
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return [path], f"{name}: {text_bytes(files):,} bytes"
 
 
-def custom(spec):
-    """A recipe from "field=value …" (Recipe's fields), named by its fields."""
-    fields = {field.name: field.type for field in dataclasses.fields(Recipe)}
-    values = {}
-    for item in spec.split():
-        key, _, value = item.partition("=")
-        if key not in fields or key == "name":
-            raise SystemExit(f"unknown recipe field {key!r}; known: {', '.join(fields)}")
-        values[key] = {float: float, int: int, bool: lambda v: v == "True"}.get(fields[key], str)(value)
-    return Recipe(spec, **values)
+def text_bytes(paths):
+    total = 0
+    for path in paths:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as file:
+            total += len(file.read())
+    return total
 
 
-def select(names):
-    by_name = {recipe.name: recipe for recipe in RECIPES}
-    groups = {"main": MAIN, "ablations": ABLATIONS, "all": RECIPES, "none": []}
-    if names in groups:
-        return groups[names]
-    chosen, rest = [], names
-    while rest:  # names contain commas: take the longest known name at the front
-        name = max((n for n in by_name if rest == n or rest.startswith(n + ",")), key=len, default=None)
-        if name is None:
-            raise SystemExit(f"unknown recipe at {rest!r}; known: {', '.join(by_name)}")
-        chosen.append(by_name[name])
-        rest = rest[len(name) + 1 :]
-    return chosen
+def bert_spec(spec):
+    """The spec with `allow_approximate=True` on each depth growth (Post-LN depth growth is not exact)."""
+    if spec in ("auto", "none"):
+        return spec
+    items = [item + ",allow_approximate=True" if "depth=" in item else item for item in spec.split()]
+    return " ".join(items)
 
 
-def plot(runs, target, title, path):
+def slug(text):
+    return re.sub(r"[^A-Za-z0-9.=]+", "_", text).strip("_")
+
+
+class Bench:
+    def __init__(self, args, say):
+        self.args, self.say = args, say
+        self.config = corpus.gpt_config(args.hidden, args.layers, args.seq_len)
+        self.config.pop("vocab_size")  # the tokenizer's: bytes
+        self.small_config = dict(self.config, hidden_size=args.hidden // 2, intermediate_size=2 * args.hidden)
+        self.per_update = {name: self.cost(config) for name, config in (("target", self.config),
+                                                                        ("small", self.small_config))}  # fmt: skip
+
+    def cost(self, config):
+        """FLOPs of one update of the model of `config`, counted here apart from pretrain."""
+        vocab = byte_tokenizer().vocab_size
+        mlm = {"with_mlm": True} if self.args.model == "bert" else {}
+        model = kwiden.build_transformer_model(dict(config, vocab_size=vocab), model=self.args.model, **mlm)
+        return flops_per_token(model, self.args.seq_len) * self.args.batch_size * self.args.seq_len
+
+    def run(self, paths, corpus_name, label, config, grow, budget, schedule, lr, seed):
+        args = self.args
+        name = f"{args.model}-{corpus_name}/{slug(label)}-{schedule}-lr{lr:g}-seed{seed}"
+        with contextlib.ExitStack() as stack:
+            if args.work_dir:
+                folder = args.work_dir / name
+            else:
+                folder = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="grow_vs_scratch-")))
+            start = time.perf_counter()
+            caught = stack.enter_context(warnings.catch_warnings(record=True))
+            warnings.simplefilter("always")
+            try:
+                result = kwiden.pretrain(
+                    paths, folder, model=args.model, config=config, budget=budget, seq_len=args.seq_len,
+                    batch_size=args.batch_size, lr=lr, schedule=schedule, decay_fraction=args.decay_fraction,
+                    grow=grow, valid_fraction=args.valid_fraction, eval_every=args.eval_every, seed=seed, verbose=0,
+                )  # fmt: skip
+            except Exception as error:  # noqa: BLE001 - a recipe pretrain refuses is reported, not fatal
+                self.say(f"  {label}, seed {seed}: FAILED: {type(error).__name__}: {error}")
+                return Run(label, seed, [], 0.0, 0, time.perf_counter() - start, error=str(error))
+            run = Run(label, seed, result.metrics, result.flops, result.updates, time.perf_counter() - start)
+        kwiden_warnings = [w for w in caught if not issubclass(w.category, DeprecationWarning)]  # not numpy's, TF's
+        for first_line in dict.fromkeys(str(w.message).splitlines()[0] for w in kwiden_warnings):
+            self.say(f"  ({label}, seed {seed}: warned: {first_line})")
+        self.say(
+            f"  {label}, seed {seed}: final valid loss {run.final:.4f}, {run.updates} updates, {run.flops:.4g} FLOPs "
+            f"({run.seconds:.0f} s training, {run.wall:.0f} s wall)"
+        )
+        return run
+
+    def section(self, paths, corpus_name, description):
+        args, say = self.args, self.say
+        say(f"\n=== {args.model} on {description}\n")
+        say("scratch runs:")
+        sweep = {}
+        for schedule in args.schedules:
+            for lr in args.lrs:
+                label = f"scratch, {schedule} lr {lr:g}"
+                sweep[schedule, lr] = [
+                    self.run(paths, corpus_name, label, self.config, "none", args.budget, schedule, lr, seed)
+                    for seed in args.seeds
+                ]
+        finished = {key: runs for key, runs in sweep.items() if all(r.error is None for r in runs)}
+        if not finished:
+            say("no scratch run finished: nothing to compare")
+            return
+        (schedule, lr), scratch = min(finished.items(), key=lambda item: statistics.mean(r.final for r in item[1]))
+        rows = [
+            (f"{s} lr {r:g}" + (" (best)" if (s, r) == (schedule, lr) else ""), spread([x.final for x in runs], 4))
+            for (s, r), runs in finished.items()
+        ]
+        say("\n" + table(rows, ("scratch: schedule, peak lr", "final loss")) + "\n")
+
+        say(f"grown runs at {schedule} lr {lr:g}:")
+        groups = [(f"scratch, {schedule} lr {lr:g}", scratch)]
+        for spec in args.recipe_specs:
+            grow = bert_spec(spec) if args.model == "bert" else spec
+            label = f"grow {grow}"
+            runs = [
+                self.run(paths, corpus_name, label, self.config, grow, args.budget, schedule, lr, seed)
+                for seed in args.seeds
+            ]
+            groups.append((label, runs))
+        small_budget = int(args.budget * self.per_update["target"] // self.per_update["small"])
+        small_label = f"small {args.hidden // 2}x{args.layers} alone, {small_budget} updates"
+        groups.append(
+            (
+                small_label,
+                [
+                    self.run(paths, corpus_name, small_label, self.small_config, "none", small_budget, schedule, lr, s)
+                    for s in args.seeds
+                ],
+            )
+        )
+        self.report(groups, scratch, schedule, lr, corpus_name)
+
+    def report(self, groups, scratch, schedule, lr, corpus_name):
+        args, say = self.args, self.say
+        by_seed = {run.seed: run for run in scratch}
+        targets = {seed: run.final for seed, run in by_seed.items()}
+        references = {seed: run.flops_to_reach(targets[seed]) for seed, run in by_seed.items()}
+        self.check_flops(groups, by_seed)
+        rows = []
+        for label, runs in groups:
+            done = [r for r in runs if r.error is None]
+            if not done:
+                rows.append((label, "failed", "-", "-", "-", "-", "-"))
+                continue
+            reached = [(r, r.flops_to_reach(targets[r.seed])) for r in done]
+            reached = [(r, cost) for r, cost in reached if cost is not None]
+            savings = [100 * (1 - cost / references[r.seed]) for r, cost in reached]
+            rows.append(
+                (
+                    label,
+                    spread([r.final for r in done], 4),
+                    f"{statistics.mean(r.flops for r in done):.3g}",
+                    "-" if not reached else f"{statistics.mean(c for _, c in reached):.3g}",
+                    "never" if not reached else spread(savings, 1, "%+.1f") + "%",
+                    f"{len(reached)}/{len(runs)}",
+                    f"{statistics.mean(r.seconds for r in done):.0f}",
+                )
+            )
+        seeds = ",".join(map(str, args.seeds))
+        title = (
+            f"{args.model.upper()} {args.layers}x{args.hidden}, {schedule} lr {lr:g}, batch {args.batch_size}x"
+            f"{args.seq_len}, budget {args.budget} updates of the target ({scratch[0].flops:.3g} FLOPs), seeds {seeds}; "
+            f"target: each seed's scratch final loss (mean {statistics.mean(targets.values()):.4f})"
+        )
+        say(f"\n{title}\n")
+        say(
+            table(
+                rows,
+                ("run", "final loss", "FLOPs", "FLOPs to target", "saving", "reached", "train s"),
+            )
+        )
+        say("(mean ± standard deviation over seeds; FLOPs to target and saving over the seeds that reached it)")
+        if args.plot:
+            path = args.results.with_name(f"{args.results.stem}_{args.model}_{slug(corpus_name)}.png")
+            plot(groups, targets[args.seeds[0]], args.seeds[0], title, path)
+            say(f"\nplot: {shown(path)}")
+
+    def check_flops(self, groups, scratch_by_seed):
+        """Every run spent the scratch run's FLOPs, to within one update of the
+        target; the scratch run's FLOPs are the target's cost counted here."""
+        target, say = self.per_update["target"], self.say
+        problems = []
+        for run in scratch_by_seed.values():
+            if run.flops != target * run.updates:
+                problems.append(
+                    f"scratch seed {run.seed}: pretrain counts {run.flops:.6g} FLOPs for {run.updates} updates; "
+                    f"flops_per_token gives {target * run.updates:.6g}"
+                )
+        worst = 0.0
+        for label, runs in groups:
+            for run in runs:
+                if run.error is not None:
+                    continue
+                gap = (scratch_by_seed[run.seed].flops - run.flops) / target  # in updates of the target
+                worst = max(worst, abs(gap))
+                if not 0 <= gap < 1:
+                    problems.append(f"{label}, seed {run.seed}: {run.flops:.6g} FLOPs, {gap:+.3f} target updates off")
+        for problem in problems:
+            say(f"FLOPS CHECK FAILED: {problem}")
+        if not problems:
+            say(
+                f"\nFLOPs check: every run spent the scratch run's FLOPs to within {worst:.2f} of one target update "
+                f"({target:.4g} FLOPs); the scratch runs' FLOPs are flops_per_token's"
+            )
+
+
+def shown(path):
+    """`path` relative to the checkout where it is inside it."""
+    root = RESULTS.parent.parent
+    return path.resolve().relative_to(root) if path.resolve().is_relative_to(root) else path
+
+
+def spread(values, digits, form=None):
+    form = form or f"%.{digits}f"
+    if len(values) == 1:
+        return form % values[0]
+    return f"{form % statistics.mean(values)} ± {statistics.stdev(values):.{digits}f}"
+
+
+def plot(groups, target, seed, title, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for run in runs:
-        ax.plot([p[0] for p in run.curve], [p[1] for p in run.curve], label=run.name)
+    for label, runs in groups:
+        run = next((r for r in runs if r.seed == seed and r.error is None), None)
+        if run is not None:
+            ax.plot([m["flops"] for m in run.metrics], [m["valid_loss"] for m in run.metrics], label=label)
     ax.axhline(target, color="grey", linestyle=":", label="scratch's final loss")
-    ax.set(xlabel="training FLOPs (small model charged)", ylabel="validation loss", title=title)
+    ax.set(
+        xlabel="training FLOPs (small models charged)",
+        ylabel="validation loss",
+        title=f"{title}; curves: seed {seed}".replace("; ", "\n"),
+    )
+    low = min(m["valid_loss"] for _, runs in groups for r in runs if r.error is None for m in r.metrics)
+    ax.set_ylim(low - 0.05, target + 0.6)
     ax.title.set_fontsize(8)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6)
     path.parent.mkdir(exist_ok=True, parents=True)
     with replaced_atomically(path) as temporary:
         fig.savefig(temporary, dpi=120)
-    print(f"\nplot: {path}")
+    plt.close(fig)
+
+
+def numbers(kind):
+    return lambda text: [kind(v) for v in text.split(",") if v]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=["gpt", "bert"], default="gpt")
+    parser.add_argument("--corpus", default="en", help="comma-separated: en, zh, or text files and folders")
+    parser.add_argument("--hidden", type=int, default=64, help="width of the target")
+    parser.add_argument("--layers", type=int, default=2, help="blocks of the target")
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--budget", type=int, default=1500, help="updates of the target from scratch")
+    parser.add_argument("--lrs", type=numbers(float), default="1e-3,2e-3,4e-3", help="peak rates tried from scratch")
+    parser.add_argument(
+        "--schedules",
+        type=lambda t: t.split(","),
+        default="wsd",
+        help="schedules tried from scratch: wsd,cosine,constant",
+    )
+    parser.add_argument("--decay-fraction", type=float, default=0.2, help="wsd's decay, a fraction of the updates")
+    parser.add_argument("--recipes", default="main", choices=sorted(GROUPS))
+    parser.add_argument("--grow", action="append", default=[], help="one more --grow spec (repeatable)")
+    parser.add_argument("--seeds", type=numbers(int), default="0,1,2")
+    parser.add_argument("--eval-every", type=int, default=None, help="updates between evaluations (default budget/25)")
+    parser.add_argument("--valid-fraction", type=float, default=0.1, help="the end of the corpus held out")
+    parser.add_argument("--work-dir", type=pathlib.Path, default=None, help="keep each run's folder here")
+    parser.add_argument("--results", type=pathlib.Path, default=None, help="the output file (.md)")
+    parser.add_argument("--no-plot", dest="plot", action="store_false")
+    parser.add_argument("--quick", action="store_true", help="budget 300, lr 2e-3, seed 0")
+    args = parser.parse_args()
+    if args.quick:
+        args.budget, args.lrs, args.seeds = 300, [2e-3], [0]
+    args.eval_every = args.eval_every or max(1, args.budget // 25)
+    args.recipe_specs = GROUPS[args.recipes] + args.grow
+    args.results = args.results or RESULTS / ("grow_vs_scratch_quick.md" if args.quick else "grow_vs_scratch.md")
+
+    lines = []
+
+    def say(line=""):
+        print(line, flush=True)
+        lines.append(line)
+
+    started = time.perf_counter()
+    command = "python benchmarks/grow_vs_scratch.py " + shlex.join(sys.argv[1:])
+    bench = Bench(args, say)
+    with contextlib.ExitStack() as stack:
+        corpora = [(name, *corpus_paths(name, stack)) for name in args.corpus.split(",") if name]
+        say(command.strip())
+        say(environment(keras, np, [description for _, _, description in corpora]))
+        say(
+            f"target {args.model} {args.layers}x{args.hidden}: {bench.per_update['target'] / args.batch_size / args.seq_len:,.0f}"
+            f" FLOPs a token; the half-width model: {bench.per_update['small'] / args.batch_size / args.seq_len:,.0f}"
+        )
+        for name, paths, description in corpora:
+            if paths is not None:
+                bench.section(paths, name, description)
+    minutes = (time.perf_counter() - started) / 60
+    say(f"\ntotal wall time: {minutes:.1f} min")
+    body = "\n".join(lines)
+    text = f"# {command.strip()}\n\nWritten by benchmarks/grow_vs_scratch.py ({minutes:.1f} min).\n\n```text\n{body}\n```\n"
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    with replaced_atomically(args.results) as temporary:
+        temporary.write_text(text, "utf-8")
+    print(f"results: {shown(args.results)}")
 
 
 if __name__ == "__main__":
