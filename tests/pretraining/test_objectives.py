@@ -18,7 +18,7 @@ def test_the_byte_tokenizer_is_the_shipped_corpus_encoding_and_a_real_tokenizer_
     assert (byte_tokenizer.vocab_size, byte_tokenizer.pad, byte_tokenizer.mask) == (258, 0, 257)
     saved = byte_tokenizer.save(tmp_path)
     again = vocabulary.load_tokenizer(str(saved))
-    assert again.kind == "json" and again.tokenizer.decode(through_tokenizers) == text
+    assert again.kind == "bytes" and again.tokenizer.decode(through_tokenizers) == text  # read back as bytes
 
 
 def test_a_vocabulary_built_on_chinese_splits_every_character(tmp_path):
