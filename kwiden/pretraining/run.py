@@ -262,7 +262,11 @@ def _tokenizer(a, folder):
             return vocabulary.load_tokenizer(built)
         folder.log(f"building a WordPiece vocabulary of {a['build_vocab']} tokens on the corpus")
         lines = (line for path in tokens.corpus_files(a["corpus"], folder.folder) for line in tokens.lines_of(path))
-        return vocabulary.build_vocabulary(lines, a["build_vocab"], folder.folder)
+        trained = vocabulary.build_vocabulary(lines, a["build_vocab"], folder.folder)
+        if trained.vocab_size != a["build_vocab"]:
+            folder.log(f"the vocabulary has {trained.vocab_size:,} tokens, not {a['build_vocab']:,}: the corpus' "
+                       "characters and words gave no more (or its alphabet, more)")  # fmt: skip
+        return trained
     if a["tokenizer"] is not None:
         return vocabulary.load_tokenizer(a["tokenizer"])
     if a["from_checkpoint"] is not None:
