@@ -12,9 +12,10 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["kwiden", "kwiden.*"]),
     package_data={"kwiden": ["data/*.gz", "data/*.md"]},
-    install_requires=["keras>=3.8", "tensorflow>=2.18", "numpy", "tqdm", "safetensors", "tokenizers"],
+    install_requires=["keras>=3.8", "tensorflow>=2.18", "numpy", "tqdm", "safetensors", "tokenizers", "matplotlib"],
     extras_require={
-        "test": ["pytest>=8", "jax[cpu]", "nbclient", "nbformat", "ipykernel", "keras-hub>=0.20", "matplotlib", "ruff"],
+        "test": ["pytest>=8", "jax[cpu]", "nbclient", "nbformat", "ipykernel", "keras-hub>=0.20", "matplotlib", "ruff", "jieba"],
+        "chinese": ["jieba"],  # kwiden pretrain --whole-word-mask
         "hub": ["keras-hub>=0.20"],
         "notebooks": ["jupyter", "matplotlib"],
         "benchmarks": ["matplotlib"],
