@@ -41,10 +41,12 @@ class Objective:
             return self.seq_len + 1
         return self.seq_len - 2 if self.wrapped else self.seq_len
 
-    def loss(self):
+    def losses(self):
+        """What `compile` takes: the decoder's one output's loss; for an
+        encoder, none for its sequence output and the masked LM's for its logits."""
         if self.kind == CAUSAL:
             return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)
+        return [None, keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)]
 
     def batch(self, tokens, starts, rng):
         """The examples whose windows start at `starts` of `tokens` (a `Split`);
@@ -61,7 +63,7 @@ class Objective:
         random_ids = rng.integers(0, self.vocab_size, windows.shape)
         inputs = np.where(masked & (draw < REPLACED_BY_MASK), self.mask, windows)
         inputs = np.where(masked & (draw >= REPLACED_BY_MASK) & (draw < REPLACED_BY_MASK + REPLACED_BY_RANDOM),
-                          random_ids, inputs).astype(np.int32)  # fmt: skip
+                          random_ids, inputs)  # fmt: skip
         if self.wrapped:
             rows = len(starts)
             inputs = np.concatenate([np.full((rows, 1), self.cls), inputs, np.full((rows, 1), self.separator)], 1)

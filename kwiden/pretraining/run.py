@@ -12,7 +12,7 @@ import keras
 from kwiden.builder import build_transformer_model
 from kwiden.distribution import layout_map
 from kwiden.models.config import read_config_file
-from kwiden.models.family import FAMILIES, family_of, get_family
+from kwiden.models.family import family_of, get_family
 from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import objectives, recipe, tokens, vocabulary
 from kwiden.pretraining.outputs import RunFolder
@@ -344,7 +344,7 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
         stages = Stage.grown_from(start_model, parsed, family, objective)
         if a["config"] is not None:
             wanted = Stage.built(_target_config(a, family, corpus_tokenizer), family, objective)
-            if wanted.shapes() != stages[-1].shapes():
+            if wanted.weight_shapes != stages[-1].weight_shapes:
                 raise ValueError(
                     f"--grow {a['grow']!r} grows {a['from_checkpoint']} to {stages[-1].describe()}, not the "
                     f"--config target {wanted.describe()}: give growths that reach it."
@@ -360,9 +360,10 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
     keras.utils.set_random_seed(a["seed"])
     first = Stage.built(recipe.undone(target, parsed), family, objective)
     stages = Stage.grown_from(first.model, parsed, family, objective)
-    wanted = Stage.built(target, family, objective)
-    if wanted.shapes() != stages[-1].shapes():  # undoing, then growing, must land on the target
-        raise ValueError(f"--grow {a['grow']!r} does not reach the target {wanted.describe()}.")
+    if parsed:  # undoing, then growing, must land on the target (without growths the first model is it)
+        wanted = Stage.built(target, family, objective)
+        if wanted.weight_shapes != stages[-1].weight_shapes:
+            raise ValueError(f"--grow {a['grow']!r} does not reach the target {wanted.describe()}.")
     return stages, parsed, why
 
 
@@ -376,4 +377,4 @@ def _learning_rate(a, warmup, total):
     return WarmupDecay(lr, warmup, total, end=lr, hold_steps=total - warmup)
 
 
-__all__ = ["FAMILIES", "PretrainResult", "pretrain"]
+__all__ = ["PretrainResult", "pretrain"]

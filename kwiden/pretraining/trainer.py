@@ -17,6 +17,7 @@ from kwiden.compute import flops_per_token
 from kwiden.files import replaced_atomically
 from kwiden.growth import grow
 from kwiden.keras_internals import seed_generator_states
+from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
 from kwiden.pretraining import objectives
 from kwiden.training import load_with_optimizer
@@ -73,17 +74,17 @@ class Stage:
                 model = grow(model, **shape_only)
             except ValueError as error:  # GrowthError too
                 raise ValueError(f"{where}: {error}") from None
-            if any(getattr(layer, "rotary", None) is not None and getattr(layer, "rotary_frequencies", None) is not None
-                   for layer in model.layers):  # fmt: skip
+            try:
+                for layer in model.layers:
+                    if hasattr(layer, "rotary_frequencies"):  # attention layers
+                        refuse_copied_rotary(layer, family.title)
+            except ValueError as error:
                 raise ValueError(
                     f"{where} widens rotary heads, whose copied frequencies final/'s config.json cannot say: "
-                    "add heads=count (more heads of the same size)."
-                )
+                    f"add heads=count (more heads of the same size). {error}"
+                ) from None
             stages.append(cls.of(model, objective.seq_len))
         return stages
-
-    def shapes(self):
-        return self.weight_shapes
 
     def describe(self):
         return f"width {self.hidden_size} × {self.num_layers} blocks ({self.parameters:,} parameters)"
@@ -114,8 +115,7 @@ class Trainer:
         return spent
 
     def compile(self, model, optimizer):
-        loss = self.objective.loss()
-        model.compile(optimizer, loss if self.objective.kind == objectives.CAUSAL else [None, loss])
+        model.compile(optimizer, self.objective.losses())
         return model
 
     def fresh_model(self):
@@ -151,10 +151,7 @@ class Trainer:
         if not path.is_file():
             return None
         state = json.loads(path.read_text("utf-8"))
-        loss = self.objective.loss()
-        model = load_with_optimizer(
-            self.backups / state["model"], loss=loss if self.objective.kind == objectives.CAUSAL else [None, loss]
-        )
+        model = load_with_optimizer(self.backups / state["model"], loss=self.objective.losses())
         for variable, value in zip(seed_generator_states(model), state.get("generators", [])):
             variable.assign(np.array(value, dtype=variable.dtype))
         return model, state["update"], state["growths_done"], state["seconds"]
