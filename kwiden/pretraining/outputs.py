@@ -16,8 +16,10 @@ LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "loss.png"
 FINAL = "final"
-# What a run refused before training may leave (`RunFolder.release` removes all but the token file).
-LEFT_BY_A_REFUSED_RUN = ("tokens", LOG_FILE, METRICS_FILE, "vocab.txt")
+# What a run refused before training may have written besides its record (`RunFolder.release` removes them),
+# and what may stay in the folder for the corrected call: those, and the token file.
+RELEASED = (LOG_FILE, METRICS_FILE, "vocab.txt")
+LEFT_BY_A_REFUSED_RUN = ("tokens", *RELEASED)
 # The fields every metrics line has.
 METRICS = ("update", "tokens", "flops", "hidden_size", "num_layers", "lr", "train_loss", "valid_loss", "seconds")
 
@@ -59,7 +61,7 @@ class RunFolder:
     def release(self):
         """Undo `claim` for a run refused before it trained: its record, log and built vocabulary
         (the token file stays, keyed by what it was made from)."""
-        for name in (RUN_FILE, LOG_FILE, METRICS_FILE, "vocab.txt"):
+        for name in (RUN_FILE, *RELEASED):
             (self.folder / name).unlink(missing_ok=True)
 
     def log(self, line):
