@@ -74,15 +74,18 @@ import numpy as np
 from common import environment, table
 
 import kwiden
-from kwiden import corpus
+from kwiden import corpus, recipe
 from kwiden.compute import flops_per_token
 from kwiden.files import replaced_atomically
+from kwiden.models import get_family
 from kwiden.pretraining.vocabulary import byte_tokenizer
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 SHIPPED = "python_tutorial.txt.gz"
 ZH_FILES = ("chinese", "song100", "tang300")
 ZH_FOLDERS = ("/usr/share/games/fortunes", "/usr/share/games/fortunes/zh")
+DOCS = "/usr/share/doc/python3.11/html/_sources"  # Debian's python3-doc: 11 MB of English
+VOCAB = byte_tokenizer().vocab_size
 
 BEFORE = "0.5:k=2,spread=0,optimizer_state=grown,scale_learning_rates=True"  # grow's defaults before this benchmark
 MAIN = [
@@ -114,7 +117,31 @@ ABLATIONS = [
     "0.4:k=2 0.8:depth=2",
     "0.33:k=2 0.67:k=2",
 ]
-GROUPS = {"main": MAIN, "ablations": ABLATIONS, "all": MAIN + [r for r in ABLATIONS if r not in MAIN], "none": []}
+# The sweep behind `auto` (docs/growth-that-pays.md): growth time, width vs depth vs both, optimizer state,
+# per-slice re-warmup and width-aware rates, at grow's defaults unless said.
+SWEEP = [
+    "0.25:k=2",
+    "0.5:k=2",
+    "0.7:k=2",
+    "0.8:k=2",
+    "0.9:k=2",
+    "0.8:k=2,optimizer_state=grown",
+    "0.8:k=2,optimizer_state=source",
+    "0.8:k=2,rewarm=100",
+    "0.8:k=2,scale_learning_rates=True",
+    "0.5:depth=2",
+    "0.8:depth=2",
+    "0.8:k=2,depth=2",
+    "0.6:k=2 0.85:depth=2",
+    "0.8:depth=2,new_blocks=copy,allow_approximate=True",
+]
+GROUPS = {
+    "main": MAIN,
+    "sweep": SWEEP,
+    "ablations": ABLATIONS,
+    "all": MAIN + [r for r in ABLATIONS if r not in MAIN],
+    "none": [],
+}
 
 
 @dataclasses.dataclass
@@ -137,6 +164,19 @@ class Run:
     def seconds(self):
         """Training seconds, as pretrain counts them (evaluations and saves left out)."""
         return self.metrics[-1]["seconds"]
+
+    @property
+    def jump(self):
+        """The largest rise of the validation loss from a growth to 100 updates later (linear between evaluations)."""
+        rises = []
+        for index, row in enumerate(self.metrics):
+            if row.get("grew"):
+                later = [r for r in self.metrics[index + 1 :] if r["update"] > row["update"]]
+                if later and later[-1]["update"] >= row["update"] + 100:
+                    updates = [row["update"]] + [r["update"] for r in later]
+                    losses = [row["valid_loss"]] + [r["valid_loss"] for r in later]
+                    rises.append(float(np.interp(row["update"] + 100, updates, losses)) - row["valid_loss"])
+        return max(rises) if rises else None
 
     def flops_to_reach(self, loss):
         """FLOPs at which the curve first reaches `loss` (linear between evaluations), or None."""
@@ -166,6 +206,11 @@ def corpus_paths(name, stack):
             f"skipping corpus zh: Debian's fortunes-zh is not installed (no {'/'.join(ZH_FILES)} in "
             f"{' or '.join(ZH_FOLDERS)}); `apt-get install fortunes-zh` provides it"
         )
+    if name == "docs":
+        if not pathlib.Path(DOCS).is_dir():
+            return None, f"skipping corpus docs: {DOCS} is not there; `apt-get install python3-doc` provides it"
+        files = sorted(p for p in pathlib.Path(DOCS).rglob("*.txt"))
+        return [pathlib.Path(DOCS)], f"docs: Debian's python3-doc ({DOCS}, {text_bytes(files):,} bytes)"
     path = pathlib.Path(name)
     if not path.exists():
         return None, f"skipping corpus {name}: no such file or folder"
@@ -186,7 +231,10 @@ def bert_spec(spec):
     """The spec with `allow_approximate=True` on each depth growth (Post-LN depth growth is not exact)."""
     if spec in ("auto", "none"):
         return spec
-    items = [item + ",allow_approximate=True" if "depth=" in item else item for item in spec.split()]
+    items = [
+        item + ",allow_approximate=True" if "depth=" in item and "allow_approximate" not in item else item
+        for item in spec.split()
+    ]
     return " ".join(items)
 
 
@@ -197,22 +245,21 @@ def slug(text):
 class Bench:
     def __init__(self, args, say):
         self.args, self.say = args, say
-        self.config = corpus.gpt_config(args.hidden, args.layers, args.seq_len)
-        self.config.pop("vocab_size")  # the tokenizer's: bytes
-        self.small_config = dict(self.config, hidden_size=args.hidden // 2, intermediate_size=2 * args.hidden)
-        self.per_update = {name: self.cost(config) for name, config in (("target", self.config),
-                                                                        ("small", self.small_config))}  # fmt: skip
+        self.summaries = []
 
     def cost(self, config):
         """FLOPs of one update of the model of `config`, counted here apart from pretrain."""
-        vocab = byte_tokenizer().vocab_size
-        mlm = {"with_mlm": True} if self.args.model == "bert" else {}
-        model = kwiden.build_transformer_model(dict(config, vocab_size=vocab), model=self.args.model, **mlm)
+        model = self.build(config)
         return flops_per_token(model, self.args.seq_len) * self.args.batch_size * self.args.seq_len
 
-    def run(self, paths, corpus_name, label, config, grow, budget, schedule, lr, seed):
+    def build(self, config):
+        mlm = {"with_mlm": True} if self.args.model == "bert" else {}
+        return kwiden.build_transformer_model(dict(config, vocab_size=VOCAB), model=self.args.model, **mlm)
+
+    def run(self, paths, corpus_name, label, config, grow, budget, schedule, lr, seed, valid_fraction):
         args = self.args
-        name = f"{args.model}-{corpus_name}/{slug(label)}-{schedule}-lr{lr:g}-seed{seed}"
+        name = f"{args.model}-{corpus_name}-{config['hidden_size']}x{config['num_hidden_layers']}/"
+        name += f"{slug(label)}-b{budget}-{schedule}-lr{lr:g}-seed{seed}"
         with contextlib.ExitStack() as stack:
             if args.work_dir:
                 folder = args.work_dir / name
@@ -225,7 +272,8 @@ class Bench:
                 result = kwiden.pretrain(
                     paths, folder, model=args.model, config=config, budget=budget, seq_len=args.seq_len,
                     batch_size=args.batch_size, lr=lr, schedule=schedule, decay_fraction=args.decay_fraction,
-                    grow=grow, valid_fraction=args.valid_fraction, eval_every=args.eval_every, seed=seed, verbose=0,
+                    grow=grow, valid_fraction=valid_fraction, eval_every=max(1, budget // args.evaluations),
+                    seed=seed, verbose=0,
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - a recipe pretrain refuses is reported, not fatal
                 self.say(f"  {label}, seed {seed}: FAILED: {type(error).__name__}: {error}")
@@ -235,68 +283,138 @@ class Bench:
         for first_line in dict.fromkeys(str(w.message).splitlines()[0] for w in kwiden_warnings):
             self.say(f"  ({label}, seed {seed}: warned: {first_line})")
         self.say(
-            f"  {label}, seed {seed}: final valid loss {run.final:.4f}, {run.updates} updates, {run.flops:.4g} FLOPs "
-            f"({run.seconds:.0f} s training, {run.wall:.0f} s wall)"
+            f"  {label}, budget {budget}, seed {seed}: final valid loss {run.final:.4f}, "
+            f"{run.updates} updates, {run.flops:.4g} FLOPs ({run.seconds:.0f} s training, {run.wall:.0f} s wall)"
         )
         return run
 
-    def section(self, paths, corpus_name, description):
+    def tune(self, runner, seeds):
+        """`{(schedule, lr): [runs]}` over `--schedules` × `--lrs` on `seeds`,
+        each schedule's range widened (×2 or ÷2, at most `--widen` times) while
+        its best rate sits at an edge of the rates tried."""
         args, say = self.args, self.say
-        say(f"\n=== {args.model} on {description}\n")
-        say("scratch runs:")
+        if args.scratch:
+            schedule, lr = args.scratch
+            return {(schedule, lr): [runner(f"scratch, {schedule} lr {lr:g}", "none", schedule, lr, s) for s in seeds]}
         sweep = {}
         for schedule in args.schedules:
-            for lr in args.lrs:
-                label = f"scratch, {schedule} lr {lr:g}"
-                sweep[schedule, lr] = [
-                    self.run(paths, corpus_name, label, self.config, "none", args.budget, schedule, lr, seed)
-                    for seed in args.seeds
-                ]
-        finished = {key: runs for key, runs in sweep.items() if all(r.error is None for r in runs)}
+            lrs = sorted(args.lrs)
+            for lr in lrs:
+                sweep[schedule, lr] = [runner(f"scratch, {schedule} lr {lr:g}", "none", schedule, lr, s) for s in seeds]
+            for _ in range(args.widen):
+                tried = sorted(lr for s, lr in sweep if s == schedule)
+                finished = {lr: runs for (s, lr), runs in sweep.items() if s == schedule and _finished(runs)}
+                if not finished:
+                    break
+                best = min(finished, key=lambda lr: _mean_final(finished[lr]))
+                if tried[0] < best < tried[-1]:
+                    break
+                lr = best * 2 if best == tried[-1] else best / 2
+                say(f"  ({schedule}: the best rate {best:g} is at the edge of those tried; trying {lr:g})")
+                sweep[schedule, lr] = [runner(f"scratch, {schedule} lr {lr:g}", "none", schedule, lr, s) for s in seeds]
+        return sweep
+
+    def section(self, paths, corpus_name, description, hidden, layers):
+        args, say = self.args, self.say
+        config = corpus.gpt_config(hidden, layers, args.seq_len)
+        config.pop("vocab_size")  # the tokenizer's: bytes
+        target = self.build(config)
+        parameters = target.count_params()
+        tokens_per_update = args.batch_size * args.seq_len
+        if args.tokens_per_parameter:
+            budget = max(args.evaluations, round(args.tokens_per_parameter * parameters / tokens_per_update))
+        else:
+            budget = args.budget
+        growths, why = recipe.auto(get_family(args.model).config(dict(config, vocab_size=VOCAB)))
+        start = recipe.undone(get_family(args.model).config(dict(config, vocab_size=VOCAB)), growths)
+        small_config = {key: start[key] for key in config}
+        corpus_tokens = text_bytes(list(_files(paths)))  # bytes: the tokens of the byte-level tokenizer
+        valid_fraction = min(args.valid_fraction, args.valid_tokens / corpus_tokens)
+        tokens = budget * tokens_per_update
+        epochs = tokens / (corpus_tokens * (1 - valid_fraction))
+        say(f"\n=== {args.model} {hidden}x{layers} on {description}\n")
+        say(
+            f"target {parameters:,} parameters; budget {budget} updates of {tokens_per_update} tokens = {tokens:,} "
+            f"tokens = {tokens / parameters:.1f} tokens per parameter, {epochs:.1f} passes over the training text; "
+            f"{valid_fraction:.3g} of the corpus held out; auto: {why}"
+        )
+
+        def runner(label, grow, schedule, lr, seed, run_config=config, run_budget=budget):
+            grow = bert_spec(grow) if args.model == "bert" else grow
+            return self.run(paths, corpus_name, label, run_config, grow, run_budget, schedule, lr, seed, valid_fraction)
+
+        tune_seeds = args.seeds[: args.tune_seeds]
+        say("scratch runs (the rates tuned on seed" + "s" * (len(tune_seeds) > 1) + f" {_join(tune_seeds)}):")
+        sweep = self.tune(runner, tune_seeds)
+        finished = {key: runs for key, runs in sweep.items() if _finished(runs)}
         if not finished:
             say("no scratch run finished: nothing to compare")
             return
-        (schedule, lr), scratch = min(finished.items(), key=lambda item: statistics.mean(r.final for r in item[1]))
+        schedule, lr = min(finished, key=lambda key: _mean_final(finished[key]))
+        scratch = finished[schedule, lr] + [
+            runner(f"scratch, {schedule} lr {lr:g}", "none", schedule, lr, s) for s in args.seeds[args.tune_seeds :]
+        ]
         rows = [
             (f"{s} lr {r:g}" + (" (best)" if (s, r) == (schedule, lr) else ""), spread([x.final for x in runs], 4))
-            for (s, r), runs in finished.items()
+            for (s, r), runs in sorted(finished.items())
         ]
-        say("\n" + table(rows, ("scratch: schedule, peak lr", "final loss")) + "\n")
+        say("\n" + table(rows, ("scratch: schedule, peak lr", f"final loss, seed {_join(tune_seeds)}")) + "\n")
+        inside = sorted(r for s, r in finished if s == schedule)
+        edge = not inside[0] < lr < inside[-1]
+        if edge and not args.scratch:
+            say(
+                f"WARNING: the baseline's best rate {lr:g} is at the edge of those tried ({_join(inside)}): widen --lrs"
+            )
 
         say(f"grown runs at {schedule} lr {lr:g}:")
         groups = [(f"scratch, {schedule} lr {lr:g}", scratch)]
         for spec in args.recipe_specs:
-            grow = bert_spec(spec) if args.model == "bert" else spec
-            label = f"grow {grow}"
-            runs = [
-                self.run(paths, corpus_name, label, self.config, grow, args.budget, schedule, lr, seed)
-                for seed in args.seeds
-            ]
-            groups.append((label, runs))
-        small_budget = int(args.budget * self.per_update["target"] // self.per_update["small"])
-        small_label = f"small {args.hidden // 2}x{args.layers} alone, {small_budget} updates"
+            groups.append((f"grow {spec}", [runner(f"grow {spec}", spec, schedule, lr, s) for s in args.seeds]))
+        fractions = {}
+        for spec in args.fraction_recipes:
+            for fraction in args.fractions:
+                part = max(1, round(fraction * budget))
+                label = f"grow {spec} on {fraction:g} of the budget"
+                fractions[spec, fraction] = [
+                    runner(label, spec, schedule, lr, s, run_budget=part) for s in args.seeds
+                ]  # fmt: skip
+        small_budget = int(budget * self.cost(config) // self.cost(small_config))
+        small_label = f"small {small_config['hidden_size']}x{small_config['num_hidden_layers']} alone"
         groups.append(
             (
                 small_label,
-                [
-                    self.run(paths, corpus_name, small_label, self.small_config, "none", small_budget, schedule, lr, s)
-                    for s in args.seeds
-                ],
+                [runner(small_label, "none", schedule, lr, s, small_config, small_budget) for s in args.seeds],
             )
         )
-        self.report(groups, scratch, schedule, lr, corpus_name)
+        self.report(groups, fractions, scratch, schedule, lr, corpus_name, hidden, layers, budget)
+        self.summaries.append(
+            self.summary(
+                groups,
+                fractions,
+                scratch,
+                schedule,
+                lr,
+                edge,
+                corpus_name,
+                hidden,
+                layers,
+                parameters,
+                tokens / parameters,
+                epochs,
+            )  # fmt: skip
+        )
 
-    def report(self, groups, scratch, schedule, lr, corpus_name):
+    def report(self, groups, fractions, scratch, schedule, lr, corpus_name, hidden, layers, budget):
         args, say = self.args, self.say
         by_seed = {run.seed: run for run in scratch}
         targets = {seed: run.final for seed, run in by_seed.items()}
         references = {seed: run.flops_to_reach(targets[seed]) for seed, run in by_seed.items()}
-        self.check_flops(groups, by_seed)
+        self.check_flops(groups, by_seed, hidden, layers)
         rows = []
         for label, runs in groups:
             done = [r for r in runs if r.error is None]
             if not done:
-                rows.append((label, "failed", "-", "-", "-", "-", "-"))
+                rows.append((label, "failed", "-", "-", "-", "-", "-", "-"))
                 continue
             reached = [(r, r.flops_to_reach(targets[r.seed])) for r in done]
             reached = [(r, cost) for r, cost in reached if cost is not None]
@@ -309,32 +427,76 @@ class Bench:
                     "-" if not reached else f"{statistics.mean(c for _, c in reached):.3g}",
                     "never" if not reached else spread(savings, 1, "%+.1f") + "%",
                     f"{len(reached)}/{len(runs)}",
+                    "-" if done[0].jump is None else spread([r.jump for r in done], 3, "%+.3f"),
                     f"{statistics.mean(r.seconds for r in done):.0f}",
                 )
             )
-        seeds = ",".join(map(str, args.seeds))
         title = (
-            f"{args.model.upper()} {args.layers}x{args.hidden}, {schedule} lr {lr:g}, batch {args.batch_size}x"
-            f"{args.seq_len}, budget {args.budget} updates of the target ({scratch[0].flops:.3g} FLOPs), seeds {seeds}; "
-            f"target: each seed's scratch final loss (mean {statistics.mean(targets.values()):.4f})"
+            f"{args.model.upper()} {hidden}x{layers} on {corpus_name}, {schedule} lr {lr:g}, batch {args.batch_size}x"
+            f"{args.seq_len}, budget {budget} updates of the target ({scratch[0].flops:.3g} FLOPs), seeds "
+            f"{_join(args.seeds)}; target: each seed's scratch final loss (mean {statistics.mean(targets.values()):.4f})"
         )
         say(f"\n{title}\n")
-        say(
-            table(
-                rows,
-                ("run", "final loss", "FLOPs", "FLOPs to target", "saving", "reached", "train s"),
+        header = ("run", "final loss", "FLOPs", "FLOPs to target", "first crossing", "reached", "jump", "train s")
+        say(table(rows, header))
+        say("(mean ± standard deviation over seeds; first crossing: the FLOPs at which the validation curve first")
+        say(" reaches that seed's scratch final loss, against scratch's own first arrival, over the seeds that do;")
+        say(" jump: the validation loss 100 updates after a growth minus at the growth, the largest of the run's)")
+        if fractions:
+            mean_target = statistics.mean(targets.values())
+            rows = []
+            for (spec, fraction), runs in fractions.items():
+                done = [r for r in runs if r.error is None]
+                finals = [r.final for r in done]
+                rows.append(
+                    (
+                        f"grow {spec}",
+                        f"{fraction:g}",
+                        spread(finals, 4) if finals else "failed",
+                        "yes" if finals and statistics.mean(finals) <= mean_target else "no",
+                        f"{sum(r.final <= targets[r.seed] for r in done)}/{len(runs)}",
+                        f"{statistics.mean(r.seconds for r in done):.0f}" if done else "-",
+                    )
+                )
+            say(
+                f"\nbudget fractions: does the grown run's final loss reach scratch's at the full budget ({mean_target:.4f})?\n"
             )
-        )
-        say("(mean ± standard deviation over seeds; FLOPs to target and saving over the seeds that reached it)")
+            say(table(rows, ("run", "fraction", "final loss", "mean reaches", "seeds reaching", "train s")))
         if args.plot:
-            path = args.results.with_name(f"{args.results.stem}_{args.model}_{slug(corpus_name)}.png")
+            path = args.results.with_name(f"{args.results.stem}_{args.model}_{slug(corpus_name)}_{hidden}x{layers}.png")
             plot(groups, targets[args.seeds[0]], args.seeds[0], title, path)
             say(f"\nplot: {shown(path)}")
 
-    def check_flops(self, groups, scratch_by_seed):
+    def summary(self, groups, fractions, scratch, schedule, lr, edge, corpus_name, hidden, layers, parameters,
+                tokens_per_parameter, epochs):  # fmt: skip
+        """One row of the protocol table: the first recipe of `--fraction-recipes` against both baselines."""
+        finals = {label: [r.final for r in runs if r.error is None] for label, runs in groups}
+        scratch_mean = statistics.mean(r.final for r in scratch)
+        spec = (self.args.fraction_recipes or self.args.recipe_specs or ["none"])[0]
+        grown = finals.get(f"grow {spec}", [])
+        small = finals[groups[-1][0]]
+        reached = [f for (s, f), runs in sorted(fractions.items()) if s == spec and _finished(runs)
+                   and _mean_final(runs) <= scratch_mean]  # fmt: skip
+        seconds = statistics.mean(r.seconds for runs in (g[1] for g in groups) for r in runs if r.error is None)
+        return (
+            f"{self.args.model} {corpus_name}",
+            f"{hidden}x{layers} ({parameters / 1e3:.0f}k)",
+            f"{tokens_per_parameter:.1f} ({epochs:.1f})",
+            f"{spread([r.final for r in scratch], 4)} ({schedule} {lr:g}{', edge' if edge and not self.args.scratch else ''})",
+            spread(small, 4) if small else "failed",
+            spread(grown, 4) if grown else "-",
+            f"{100 * (1 - min(reached)):.0f}% (at {min(reached):g})"
+            if reached
+            else "<" + f"{100 * (1 - max(self.args.fractions, default=1)):.0f}%",
+            f"{statistics.mean(grown) - statistics.mean(small):+.4f}" if grown and small else "-",
+            f"{seconds:.0f}",
+        )
+
+    def check_flops(self, groups, scratch_by_seed, hidden, layers):
         """Every run spent the scratch run's FLOPs, to within one update of the
         target; the scratch run's FLOPs are the target's cost counted here."""
-        target, say = self.per_update["target"], self.say
+        config = dict(corpus.gpt_config(hidden, layers, self.args.seq_len))
+        target, say = self.cost(config), self.say
         problems = []
         for run in scratch_by_seed.values():
             if run.flops != target * run.updates:
@@ -358,6 +520,30 @@ class Bench:
                 f"\nFLOPs check: every run spent the scratch run's FLOPs to within {worst:.2f} of one target update "
                 f"({target:.4g} FLOPs); the scratch runs' FLOPs are flops_per_token's"
             )
+
+
+SUMMARY = ("cell", "target (params)", "tokens/param (passes)", "scratch, tuned (schedule, lr)", "small alone",
+           "grown, equal FLOPs", "saving: smallest fraction reaching scratch", "grown − small", "train s/run")  # fmt: skip
+
+
+def _finished(runs):
+    return bool(runs) and all(r.error is None for r in runs)
+
+
+def _mean_final(runs):
+    return statistics.mean(r.final for r in runs)
+
+
+def _join(values):
+    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+
+
+def _files(paths):
+    for path in paths:
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*") if p.is_file())
+        else:
+            yield path
 
 
 def shown(path):
@@ -404,37 +590,76 @@ def numbers(kind):
     return lambda text: [kind(v) for v in text.split(",") if v]
 
 
+def sizes(text):
+    """`[(hidden, layers)]` from "64x2,128x4"."""
+    try:
+        return [tuple(int(n) for n in item.lower().split("x")) for item in text.split(",") if item]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes takes WIDTHxBLOCKS,…, such as 64x2,128x4; got {text!r}") from None
+
+
+def scratch_setting(text):
+    schedule, _, lr = text.partition(":")
+    try:
+        return schedule, float(lr)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--scratch takes SCHEDULE:LR, such as wsd:4e-3; got {text!r}") from None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=["gpt", "bert"], default="gpt")
-    parser.add_argument("--corpus", default="en", help="comma-separated: en, zh, or text files and folders")
-    parser.add_argument("--hidden", type=int, default=64, help="width of the target")
-    parser.add_argument("--layers", type=int, default=2, help="blocks of the target")
+    parser.add_argument("--corpus", default="en", help="comma-separated: en, zh, docs, or text files and folders")
+    parser.add_argument("--sizes", type=sizes, default="64x2", help="targets, WIDTHxBLOCKS comma-separated")
+    parser.add_argument("--scale", type=int, default=1, help="multiply every target's width (for a GPU)")
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--budget", type=int, default=1500, help="updates of the target from scratch")
-    parser.add_argument("--lrs", type=numbers(float), default="1e-3,2e-3,4e-3", help="peak rates tried from scratch")
+    parser.add_argument(
+        "--tokens-per-parameter", type=float, default=None, help="set each target's budget from this instead"
+    )
+    parser.add_argument("--lrs", type=numbers(float), default="1e-3,2e-3,4e-3,8e-3", help="peak rates from scratch")
+    parser.add_argument(
+        "--widen", type=int, default=2, help="times a rate range is widened while its best is at an edge"
+    )
     parser.add_argument(
         "--schedules",
         type=lambda t: t.split(","),
-        default="wsd",
+        default="wsd,cosine",
         help="schedules tried from scratch: wsd,cosine,constant",
+    )
+    parser.add_argument(
+        "--scratch", type=scratch_setting, default=None, help="SCHEDULE:LR, a baseline tuned before: no sweep"
     )
     parser.add_argument("--decay-fraction", type=float, default=0.2, help="wsd's decay, a fraction of the updates")
     parser.add_argument("--recipes", default="main", choices=sorted(GROUPS))
     parser.add_argument("--grow", action="append", default=[], help="one more --grow spec (repeatable)")
+    parser.add_argument("--fractions", type=numbers(float), default="0.3,0.5,0.7", help="budget fractions tried")
+    parser.add_argument(
+        "--fraction-recipes", type=lambda t: [x for x in t.split(";") if x], default="auto",
+        help="recipes run at each budget fraction (;-separated); the first is the summary's",
+    )  # fmt: skip
     parser.add_argument("--seeds", type=numbers(int), default="0,1,2")
-    parser.add_argument("--eval-every", type=int, default=None, help="updates between evaluations (default budget/25)")
+    parser.add_argument("--tune-seeds", type=int, default=1, help="the first N seeds tune the scratch rate")
+    parser.add_argument("--evaluations", type=int, default=20, help="validation evaluations a run")
     parser.add_argument("--valid-fraction", type=float, default=0.1, help="the end of the corpus held out")
+    parser.add_argument("--valid-tokens", type=int, default=65536, help="at most this many held out")
     parser.add_argument("--work-dir", type=pathlib.Path, default=None, help="keep each run's folder here")
     parser.add_argument("--results", type=pathlib.Path, default=None, help="the output file (.md)")
     parser.add_argument("--no-plot", dest="plot", action="store_false")
-    parser.add_argument("--quick", action="store_true", help="budget 300, lr 2e-3, seed 0")
+    parser.add_argument("--quick", action="store_true", help="32x2, budget 300, wsd at 2e-3, 4e-3, 8e-3, seed 0")
     args = parser.parse_args()
     if args.quick:
-        args.budget, args.lrs, args.seeds = 300, [2e-3], [0]
-    args.eval_every = args.eval_every or max(1, args.budget // 25)
-    args.recipe_specs = GROUPS[args.recipes] + args.grow
+        args.sizes, args.budget, args.lrs, args.seeds, args.schedules = (
+            [(32, 2)],
+            300,
+            [4e-3, 8e-3, 1.6e-2],
+            [0],
+            ["wsd"],
+        )
+        args.fractions, args.widen = [0.5], 0
+    args.sizes = [(hidden * args.scale, layers) for hidden, layers in args.sizes]
+    args.recipe_specs = list(dict.fromkeys(args.fraction_recipes + GROUPS[args.recipes] + args.grow))
     args.results = args.results or RESULTS / ("grow_vs_scratch_quick.md" if args.quick else "grow_vs_scratch.md")
 
     lines = []
@@ -450,13 +675,16 @@ def main():
         corpora = [(name, *corpus_paths(name, stack)) for name in args.corpus.split(",") if name]
         say(command.strip())
         say(environment(keras, np, [description for _, _, description in corpora]))
-        say(
-            f"target {args.model} {args.layers}x{args.hidden}: {bench.per_update['target'] / args.batch_size / args.seq_len:,.0f}"
-            f" FLOPs a token; the half-width model: {bench.per_update['small'] / args.batch_size / args.seq_len:,.0f}"
-        )
         for name, paths, description in corpora:
-            if paths is not None:
-                bench.section(paths, name, description)
+            if paths is None:
+                say(description)
+                continue
+            for hidden, layers in args.sizes:
+                bench.section(paths, name, description, hidden, layers)
+    if bench.summaries:
+        say("\nprotocol table (mean ± sd over seeds " + _join(args.seeds) + "; saving: the smallest budget fraction")
+        say("whose grown run's mean final loss reaches scratch's at the full budget):\n")
+        say(table(bench.summaries, SUMMARY))
     minutes = (time.perf_counter() - started) / 60
     say(f"\ntotal wall time: {minutes:.1f} min")
     body = "\n".join(lines)

@@ -8,10 +8,14 @@ import weakref
 
 import keras
 
+from kwiden import recipe
+from kwiden.builder import build_transformer_model
+from kwiden.compute import flops_per_token
 from kwiden.files import TEMPORARY, replaced_atomically, sweep
 from kwiden.growth import grow
 from kwiden.growth.options import GROW, names
 from kwiden.keras_internals import compile_arguments, saved_optimizer_config
+from kwiden.models import get_family
 from kwiden.optimizers import AccumulatingOptimizer
 
 # The growth options a schedule may set: `kwiden.grow`'s (`growth.options.OPTIONS`) but its optimizer, which
@@ -53,6 +57,42 @@ class GrowthSchedule:
                     f"GrowthSchedule updates must be strictly increasing, got {self.growths[-1][0]} then {update}."
                 )
             self.growths.append((update, _grow_arguments(update, arguments)))
+
+    @classmethod
+    def auto(cls, config, budget, model="gpt", seq_len=None, warmup=0, **build_arguments):
+        """The growths `kwiden pretrain --grow auto` makes for a target, in
+        updates: training to `schedule.steps` spends the FLOPs of `budget`
+        updates of the target from scratch, each model charged its own cost
+        (`kwiden.compute.flops_per_token` at `seq_len`, by default the
+        config's `max_position_embeddings`).
+
+        `config` is the target's (a dict, or a config.json path) for the
+        family `model`; `build_arguments` go to `build_transformer_model`
+        when the sizes are counted (`with_mlm=True` for a masked LM's head).
+        The schedule also says where to start and why:
+        `schedule.start_config` is the complete config of the small model to
+        build and train first, `schedule.steps` the updates to give
+        `fit_growing`, `schedule.why` what was chosen and why
+        (docs/growth-that-pays.md).
+
+        >>> config = dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+        ...               intermediate_size=256, max_position_embeddings=64)
+        >>> schedule = GrowthSchedule.auto(config, budget=1000)
+        >>> schedule.start_config["hidden_size"], schedule.updates, schedule.steps
+        (32, [1002], 1336)
+        """
+        family = get_family(model)
+        target = family.config(config) if isinstance(config, dict) else family.config(config_path=config)
+        seq_len = seq_len or target["max_position_embeddings"]
+        growths, why = recipe.auto(target)
+        configs = [recipe.undone(target, growths[i:]) for i in range(len(growths) + 1)]
+        costs = [
+            flops_per_token(build_transformer_model(c, model=family.name, **build_arguments), seq_len) for c in configs
+        ]
+        steps = recipe.place(growths, budget, costs, warmup)
+        schedule = cls({growth.update: growth.arguments for growth in growths})
+        schedule.start_config, schedule.steps, schedule.why = configs[0], steps, why
+        return schedule
 
     @property
     def updates(self):

@@ -38,7 +38,7 @@ LAYERS = [
     ("kwiden.builder",),
     ("kwiden.hub",),
     ("kwiden.growth",),
-    ("kwiden.admin", "kwiden.testing", "kwiden.training"),
+    ("kwiden.admin", "kwiden.testing", "kwiden.training", "kwiden.recipe"),
     ("kwiden.pretraining",),
     ("kwiden",),
     ("kwiden.cli", "kwiden.demo"),

@@ -63,9 +63,10 @@ def grow(
     seed=None,
     optimizer=None,
     scale_learning_rates=False,
-    optimizer_state="source",
+    optimizer_state="grown_v",
     rewarm=0,
     depth=None,
+    new_blocks="identity",
     num_layers=None,
     allow_approximate=False,
     hidden_size=None,
@@ -123,9 +124,13 @@ def grow(
             copies and `optimizer_state="grown"` training then follows the
             small model's trajectory exactly. Off by default: measured, it
             slows the grown model down.
-        optimizer_state: what the grown slots hold: `"source"` (default) the
-            grown moments on each tensor's original slice and zeros on the new
-            copies and copied blocks; `"grown"` the grown moments everywhere;
+        optimizer_state: what the grown slots hold: `"grown_v"` (default) the
+            grown second moments everywhere (a new block's zeroed output
+            weights take those of the weights they copy) and zero first
+            moments, so that the first steps after growth start small and the
+            loss does not jump (docs/growth-that-pays.md#no-spike); `"grown"`
+            both moments grown; `"source"` the grown moments on each tensor's
+            original slice and zeros on the new copies and copied blocks;
             `"zero"` zeros (docs/optimizer-state.md#asymmetric-state).
         rewarm: with kwiden's optimizers, the number of updates over which the
             new copies' learning rate climbs from 0 to the full rate while the
@@ -138,6 +143,11 @@ def grow(
             only approximate, allowed with `allow_approximate=True` (`check`
             then measures by how much). Blocks are found by the residual
             merges on the stream; block layers are renumbered (`kwiden.naming`).
+        new_blocks: `"identity"` (default) new blocks whose residual branches
+            end in zeros, as above; `"copy"` whole copies of the block, their
+            weights and optimizer state all kept, as G_stack stacks them
+            (arXiv 2405.15319): the function changes, so it needs
+            `allow_approximate=True` (measured in docs/growth-that-pays.md).
         allow_approximate: accept a growth that is not exact (Post-LN depth,
             `rope="standard"`, LayerNorm under a non-integer factor). When
             such a growth happens, the grown model is compared with `model`
@@ -168,7 +178,7 @@ def grow(
     options = resolve(
         model, k=k, check=check, rtol=rtol, ffn_factor=ffn_factor, heads=heads, rope=rope, spread=spread, seed=seed,
         optimizer=optimizer, scale_learning_rates=scale_learning_rates, optimizer_state=optimizer_state,
-        rewarm=rewarm, depth=depth, num_layers=num_layers, allow_approximate=allow_approximate,
+        rewarm=rewarm, depth=depth, new_blocks=new_blocks, num_layers=num_layers, allow_approximate=allow_approximate,
         hidden_size=hidden_size, intermediate_size=intermediate_size,
     )  # fmt: skip
     if is_keras_hub(model):
@@ -176,6 +186,9 @@ def grow(
     _require_functional(model)
     plan = plan_growth(model, options)
     big, placed = rebuild(plan)
+    if options.new_blocks == "copy":  # G_stack: the copies keep their output weights, and their state
+        for entry in placed:
+            entry.zeroed = False
     transfer(placed, options.spread, options.entropy)
     keep_record(big, plan.record())
     if needs_check(options, plan.approximations):

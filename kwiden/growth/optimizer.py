@@ -20,7 +20,11 @@ from kwiden.optimizers import AccumulatingOptimizer
 SUPPORTED = (AccumulatingOptimizer, keras.optimizers.SGD, keras.optimizers.Adam)
 
 # What the grown slots hold (docs/optimizer-state.md#asymmetric-state).
-STATES = ("grown", "source", "zero")
+STATES = ("grown", "grown_v", "source", "zero")
+# grow's: the second moments say how large the first steps on the new copies and blocks are, and with the
+# first moments at zero they climb from small ones, so the loss does not jump after growth under any schedule
+# (docs/growth-that-pays.md#no-spike; "source" jumped after a late growth).
+DEFAULT_STATE = "grown_v"
 
 
 class VariableSource(typing.NamedTuple):
@@ -32,7 +36,7 @@ class VariableSource(typing.NamedTuple):
 
 
 def grow_optimizer(
-    optimizer, small, big, axes_by_path, scale_learning_rates=True, sources=None, state="grown", rewarm=0
+    optimizer, small, big, axes_by_path, scale_learning_rates=True, sources=None, state=DEFAULT_STATE, rewarm=0
 ):
     """An optimizer of `optimizer`'s class for `big`, its slots grown from
     `optimizer`'s (built on `small`), its iteration count kept. For kwiden's
@@ -47,7 +51,10 @@ def grow_optimizer(
 
     `state`: `"grown"` grows every slot with its weight; `"source"` keeps the
     grown slots on each tensor's original slice and zeroes them on the new
-    copies (and in copied blocks); `"zero"` starts every slot at zero.
+    copies (and in copied blocks); `"grown_v"` grows the second moments
+    only (a fresh weight's from the weight it copies) and starts the first
+    moments at zero, so the first steps after growth are small and follow
+    the gradients seen since; `"zero"` starts every slot at zero.
     `rewarm > 0` (kwiden's optimizers) gives the new copies a learning-rate
     multiplier that climbs from 0 to 1 over `rewarm` updates, through
     `slice_multipliers` and `slice_warmup` (docs/optimizer-state.md#per-slice-multipliers).
@@ -91,7 +98,7 @@ def grow_optimizer(
     # A copy, not the small optimizer's buffer (which JAX would donate to the big model's training).
     grown.iterations.assign(keras.ops.convert_to_numpy(optimizer.iterations))
     if state != "zero":
-        _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, state == "source")
+        _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, state)
     return grown
 
 
@@ -126,17 +133,20 @@ def _learning_rate_scales(optimizer, big_variables, source, axes_by_path):
     return scales
 
 
-def _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, source_slice_only):
+def _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, state):
     """Each slot of `grown` from its source variable's slot in `optimizer`,
     grown like a gradient (first moments) or its square (second moments);
-    fresh variables keep zeros, and so do new copies if `source_slice_only`."""
+    what `state` leaves out keeps zeros: fresh variables (but their second
+    moments under "grown_v"), new copies under "source", first moments under
+    "grown_v"."""
     big_slots = {name: slots for name, slots, _ in optimizer_slots(grown)}
+    source_slice_only = state == "source"
     for name, small_slots, power in optimizer_slots(optimizer):
-        if name not in big_slots:
+        if name not in big_slots or (state == "grown_v" and power == 1):
             continue
         for variable in big_variables:
             origin = source[variable.path]
-            if origin.fresh or (source_slice_only and origin.copy):
+            if (origin.fresh and state != "grown_v") or (source_slice_only and origin.copy):
                 continue
             small = small_variables[origin.path]
             slot = slot_of(optimizer, small_slots, small)

@@ -18,7 +18,11 @@ import numpy as np
 
 from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE
 from kwiden.expansion import HEAD_MODES, ROPE_MODES, Growth
-from kwiden.growth.optimizer import STATES
+from kwiden.growth.optimizer import DEFAULT_STATE, STATES
+
+# What depth growth's new blocks are: the block with its residual branches ending in zeros (exact), or the
+# whole block again (G_stack, arXiv 2405.15319).
+NEW_BLOCKS = ("identity", "copy")
 from kwiden.growth.plan import hidden_size_of, intermediate_size_of
 from kwiden.verify import check_inputs
 
@@ -112,10 +116,18 @@ OPTIONS = (
     Option("optimizer", None, "the small model's optimizer, grown with the model", takers=(GROW,)),
     Option("scale_learning_rates", False, "growth scales as learning-rate multipliers", takers=(GROW,), type=bool),
     Option(
-        "optimizer_state", "source", "what the grown optimizer slots hold", takers=(GROW,), type=str, choices=STATES
+        "optimizer_state", DEFAULT_STATE, "what the grown optimizer slots hold", takers=(GROW,), type=str, choices=STATES
     ),
     Option("rewarm", 0, "updates over which the new copies' learning rate climbs", takers=(GROW,), type=int),
     Option("depth", None, "multiply the number of Transformer blocks", type=int, flag="--depth"),
+    Option(
+        "new_blocks",
+        "identity",
+        "new blocks: identity (exact) or copy (whole copies, G_stack: approximate)",
+        takers=(GROW,),
+        type=str,
+        choices=NEW_BLOCKS,
+    ),
     Option("num_layers", None, "make the number of Transformer blocks this", type=int, flag="--num-layers"),
     Option(
         "allow_approximate", False, "accept growth that is not exact (reported)", type=bool, flag="--allow-approximate"
@@ -185,6 +197,7 @@ class GrowthOptions:
     scale_learning_rates: bool
     optimizer_state: str
     rewarm: int
+    new_blocks: str
 
     @property
     def deepening(self):
@@ -214,6 +227,7 @@ def resolve(model, **given):
     options = GrowthOptions(growth, **rest)
     _check_spread(options.spread)
     _check_optimizer_options(options)
+    _check_new_blocks(options)
     if options.check is not None:
         check_inputs(model, options.check, "check")
     return options
@@ -234,6 +248,19 @@ def _check_spread(spread):
         )
 
 
+def _check_new_blocks(options):
+    if options.new_blocks not in NEW_BLOCKS:
+        raise ValueError(
+            f"`new_blocks` must be 'identity' (exact: each new block's residual branches end in zeros) or 'copy' "
+            f"(whole copies of the block, as G_stack stacks them: approximate), got new_blocks={options.new_blocks!r}."
+        )
+    if options.new_blocks == "copy" and not options.growth.allow_approximate:
+        raise ValueError(
+            "new_blocks='copy' adds whole copies of blocks, which change the function: pass allow_approximate=True "
+            "to accept that (the check then measures by how much), or keep new_blocks='identity', which is exact."
+        )
+
+
 def _check_optimizer_options(options):
     if options.optimizer_state not in STATES:
         raise ValueError(
@@ -243,7 +270,7 @@ def _check_optimizer_options(options):
     if isinstance(rewarm, bool) or not isinstance(rewarm, (int, np.integer)) or rewarm < 0:
         raise ValueError(f"`rewarm` must be an integer >= 0 (updates; 0: none), got rewarm={rewarm!r}.")
     options.rewarm = int(rewarm)
-    if options.optimizer is None and (options.rewarm or options.optimizer_state != "source"):
+    if options.optimizer is None and (options.rewarm or options.optimizer_state != DEFAULT_STATE):
         given = f"rewarm={options.rewarm}" if options.rewarm else f"optimizer_state={options.optimizer_state!r}"
         raise ValueError(
             f"`{given}` says how to grow an optimizer, and none was given: pass the small model's "

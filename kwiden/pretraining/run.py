@@ -14,7 +14,8 @@ from kwiden.distribution import layout_map
 from kwiden.models.config import read_config_file
 from kwiden.models.family import family_of, get_family
 from kwiden.optimizers import WarmupDecay
-from kwiden.pretraining import objectives, recipe, tokens, vocabulary
+from kwiden import recipe
+from kwiden.pretraining import objectives, tokens, vocabulary
 from kwiden.pretraining.outputs import RunFolder
 from kwiden.pretraining.trainer import Stage, Trainer
 
@@ -29,7 +30,8 @@ NOT_RECORDED = ("verbose",)
 class PretrainResult:
     """What `pretrain` made: the final `model` (compiled, trained), its
     `final` folder, the `metrics` rows (as in metrics.jsonl), the growths
-    made, the updates and FLOPs spent."""
+    made, the updates and FLOPs spent, what `--grow auto` chose and why
+    (`recipe`), and what the budget means for the target (`advice`)."""
 
     model: object
     output_dir: pathlib.Path
@@ -39,6 +41,7 @@ class PretrainResult:
     updates: int
     flops: float
     recipe: str
+    advice: str
 
 
 def pretrain(
@@ -158,6 +161,10 @@ def _pretrain(folder, a, verbose):
     per_update = [a["batch_size"] * a["accum_steps"] * a["seq_len"] * s.flops_per_token for s in stages]
     warmup = a["warmup"] if a["warmup"] is not None else round(0.05 * a["budget"])
     total = recipe.place(growths, a["budget"], per_update, warmup)
+    advice = recipe.advice(
+        stages[-1].parameters, a["budget"] * a["batch_size"] * a["accum_steps"] * a["seq_len"], a["budget"] * per_update[-1]
+    )
+    folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
     for stage, growth in zip(stages, [None, *growths]):
         at = "from the start" if growth is None else f"from update {growth.update}"
@@ -170,7 +177,7 @@ def _pretrain(folder, a, verbose):
         folder, a, objective, train, valid, stages, growths, per_update, total, _learning_rate(a, warmup, total),
         corpus_tokenizer, verbose,
     )  # fmt: skip
-    return PretrainResult(**trainer.run(), recipe=why)
+    return PretrainResult(**trainer.run(), recipe=why, advice=advice)
 
 
 def _check_numbers(a):

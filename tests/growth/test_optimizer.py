@@ -248,7 +248,7 @@ def test_rewarm_of_a_deeper_model_rewarms_its_new_blocks(gpt):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(optimizer_state="copies"), r"`optimizer_state` must be one of 'grown', 'source', 'zero'"),
+        (dict(optimizer_state="copies"), r"`optimizer_state` must be one of 'grown', 'grown_v', 'source', 'zero'"),
         (dict(rewarm=-1), r"`rewarm` must be an integer >= 0 \(updates; 0: none\), got rewarm=-1"),
         (dict(rewarm=2.5), r"`rewarm` must be an integer >= 0"),
     ],

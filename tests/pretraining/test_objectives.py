@@ -5,7 +5,8 @@ import pytest
 from conftest import chinese_lines
 
 from kwiden import corpus
-from kwiden.pretraining import objectives, recipe, tokens, vocabulary
+from kwiden import recipe
+from kwiden.pretraining import objectives, tokens, vocabulary
 
 
 def test_the_byte_tokenizer_is_the_shipped_corpus_encoding_and_a_real_tokenizer_json(tmp_path):

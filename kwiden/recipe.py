@@ -6,6 +6,7 @@ updates from scratch."""
 
 import dataclasses
 import fractions
+import math
 
 from kwiden.growth.options import GROW, taken_by
 
@@ -14,6 +15,11 @@ from kwiden.growth.options import GROW, taken_by
 # decaying rate the source's slots make the first updates after growth too large for the new copies).
 AUTO_FRACTION = 0.5
 AUTO_GROWTH = dict(k=2, optimizer_state="grown")
+# Compute-optimal training spends about 20 tokens per parameter (Hoffmann et al. 2022, "Chinchilla").
+OPTIMAL_TOKENS_PER_PARAMETER = 20
+# Below this many tokens per parameter of the target the small model trained alone for the same compute ended
+# below the grown target in every cell of benchmarks/grow_vs_scratch.py (docs/growth-that-pays.md).
+UNDERTRAINED = 10
 # Arguments that set a size outright: the small model cannot be found from them.
 ABSOLUTE = ("hidden_size", "intermediate_size", "num_layers")
 # Arguments the trainer gives grow itself.
@@ -112,6 +118,31 @@ def auto(target_config):
             f"(the width {hidden} with {heads} heads does not halve)"
         )
     return [], f"none: the target (width {hidden}, {heads} heads, {layers} blocks) halves in neither width nor depth"
+
+
+def advice(parameters, tokens, flops):
+    """What `--budget` means for the target: its tokens per parameter against
+    the compute-optimal ~20, the size that would be compute-optimal (C = 6·N·D,
+    D = 20·N), and what the measured table says growth does there.
+
+    >>> print(advice(1_000_000, 2_000_000, 6 * 1_000_000 * 2_000_000))
+    the budget is 2.0 tokens per parameter of the target (1,000,000 parameters; compute-optimal is about 20, at about 316,228 parameters for these FLOPs): the target is larger than compute-optimal. Measured, below 10 tokens per parameter the small model trained alone for the same compute ends below the grown target: growth buys size, not loss. For the lowest loss on this compute, train a smaller target or give a larger --budget.
+    """
+    ratio = tokens / parameters
+    optimal = math.sqrt(flops / (6 * OPTIMAL_TOKENS_PER_PARAMETER))
+    text = (
+        f"the budget is {ratio:.1f} tokens per parameter of the target ({parameters:,} parameters; compute-optimal is "
+        f"about {OPTIMAL_TOKENS_PER_PARAMETER}, at about {optimal:,.0f} parameters for these FLOPs)"
+    )
+    if ratio < UNDERTRAINED:
+        return (
+            f"{text}: the target is larger than compute-optimal. Measured, below {UNDERTRAINED} tokens per parameter "
+            "the small model trained alone for the same compute ends below the grown target: growth buys size, not "
+            "loss. For the lowest loss on this compute, train a smaller target or give a larger --budget."
+        )
+    if ratio > 2 * OPTIMAL_TOKENS_PER_PARAMETER:
+        return f"{text}: the target is smaller than compute-optimal; a larger one would reach a lower loss on this compute."
+    return f"{text}: the target is about compute-optimal for the budget."
 
 
 def undone(config, growths):
