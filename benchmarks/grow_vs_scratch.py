@@ -7,7 +7,9 @@ Two model styles: `--model gpt` (Pre-LN causal LM, next byte) and `--model bert`
 (Post-LN masked LM: 15% of the bytes masked, loss on those). Corpora
 (`--corpus`, comma-separated): `en`, the Python tutorial shipped with kwiden;
 `zh`, Debian's `fortunes-zh` (`chinese`, `song100`, `tang300`; skipped, saying
-so, where the package is not installed); or text files and folders.
+so, where the package is not installed); `docs`, Debian's `python3-doc` (11 MB
+of English, for targets the 256 kB tutorial would repeat too often); or text
+files and folders.
 
 Compute is what `kwiden.pretrain` counts: training FLOPs, Kaplan et al.'s
 estimate (`kwiden.compute.flops_per_token`), 6·N + 6·L·T·d per token, with the
@@ -17,42 +19,43 @@ spent as much. The benchmark checks that every run of a table spent the
 scratch run's FLOPs (to within one update of the target) and that the
 scratch run's FLOPs are `flops_per_token` of the target times its tokens.
 
-The scratch run is tried at every peak rate of `--lrs` and schedule of
-`--schedules` (pretrain's: `wsd`, warmup, hold, linear decay to 0 over the last
-`--decay-fraction`; `cosine` to a tenth; `constant`), on every seed; the pair
-with the lowest mean final validation loss is the baseline, and every grown
-recipe runs at it. A recipe is a `--grow` spec of `kwiden.pretrain`: `auto`, or
-growths at fractions of the run's own updates with `kwiden.grow`'s arguments,
-"0.33:k=2 0.67:depth=2" (for BERT, `allow_approximate=True` is added to each
-depth growth: Post-LN depth growth is not exact). `--recipes main` (default)
-runs auto, grow's default recipe at several growth points and shapes, and the
-recipe grow had before; `--recipes ablations` changes one setting at a time;
-`--grow SPEC` adds one of your own. A reference row trains the half-width
-model alone (`grow="none"`) for the same compute: budget × FLOPs(target) /
-FLOPs(small) updates.
+The protocol, per target size (`--sizes 32x2,64x2`, widths times `--scale`
+on a larger machine) and corpus:
 
-Per seed, the target is that seed's scratch final validation loss; a run's
-cost is the FLOPs at which its validation curve (every `--eval-every`
-updates, linear in between) first reaches it; the saving is 1 − cost /
-scratch's own first arrival ("never": not within the budget). The table gives
-the mean ± the standard deviation over the seeds, and how many seeds reached
-the target.
+1. The baseline: the target from scratch at every schedule of `--schedules`
+   (pretrain's `wsd`: warmup, hold, linear decay to 0 over the last
+   `--decay-fraction`; `cosine` to a tenth) and peak rate of `--lrs`, on the
+   first `--tune-seeds` seeds. While a schedule's best rate sits at an edge of
+   those tried, the range is widened (×2 or ÷2, `--widen` times), so the best
+   is strictly inside; the table says so where it is not. The best pair is
+   then run on every seed, and every other run uses it. `--scratch wsd:4e-3`
+   takes a pair tuned before instead.
+2. The grown recipes (`--recipes`, `--grow`: `kwiden.pretrain`'s `--grow`
+   specs) on every seed at the full budget, equal FLOPs (small models
+   charged). For BERT, `allow_approximate=True` is added to each depth growth.
+3. The saving as a user budgets it: the recipes of `--fraction-recipes`
+   (default `auto`) at fractions of the budget (`--fractions`, bisected), the
+   smallest fraction whose mean final loss reaches scratch's mean final loss at
+   the full budget. Beside it, the first-crossing saving: the FLOPs at which
+   the validation curve first reaches each seed's scratch final loss.
+4. The small model alone (`auto`'s start, `grow="none"`) for the full
+   budget's FLOPs: the grown model must end below it, or it bought only size.
+5. Jumps: for each grown run, the validation loss 100 updates after a growth
+   minus at the growth.
 
-Recipes of the earlier version of this benchmark that `kwiden.pretrain` cannot
-express are dropped, for a later sweep: G_stack (stacking whole copies of the
-small model instead of identity blocks), Gaussian noise on the grown weights,
-and re-warming every weight's learning rate after growth (`rewarm=` re-warms
-the new copies only, and stays). Their figures, measured with that version
-(its own training loop), are in benchmarks/results/grow_vs_scratch.txt.
+`--tokens-per-parameter 20` sets each target's budget to that many tokens per
+parameter (the compute-optimal regime); the table gives tokens per parameter
+and passes over the training text. A protocol table closes the output: one
+row per (model, corpus, size), mean ± sd over the seeds.
 
-    python benchmarks/grow_vs_scratch.py --quick                  # 4-5 minutes on 2 shared cores
-    python benchmarks/grow_vs_scratch.py                          # seeds 0,1,2, 3 rates: 30 runs, most of an hour
-    python benchmarks/grow_vs_scratch.py --model bert --corpus en,zh --schedules wsd,cosine
-    python benchmarks/grow_vs_scratch.py --recipes ablations --lrs 2e-3 --grow "0.8:depth=2"
+    python benchmarks/grow_vs_scratch.py --quick                  # about 3 minutes on 2 cores
+    python benchmarks/grow_vs_scratch.py --sizes 32x2 --tokens-per-parameter 20 --corpus en,zh
+    python benchmarks/grow_vs_scratch.py --model bert --sizes 32x2 --tokens-per-parameter 20 --corpus zh
+    python benchmarks/grow_vs_scratch.py --recipes sweep --fraction-recipes "" --seeds 0,1
 
 Each invocation writes its output to `--results` (default
 benchmarks/results/grow_vs_scratch.md, or grow_vs_scratch_quick.md with
-`--quick`) and a plot a corpus beside it.
+`--quick`) and a plot per corpus and size beside it.
 """
 
 import argparse
@@ -371,13 +374,12 @@ class Bench:
         for spec in args.recipe_specs:
             groups.append((f"grow {spec}", [runner(f"grow {spec}", spec, schedule, lr, s) for s in args.seeds]))
         fractions = {}
+        scratch_mean = _mean_final(scratch)
         for spec in args.fraction_recipes:
-            for fraction in args.fractions:
+            for fraction in self.fractions_to_try(spec, scratch_mean, fractions):
                 part = max(1, round(fraction * budget))
                 label = f"grow {spec} on {fraction:g} of the budget"
-                fractions[spec, fraction] = [
-                    runner(label, spec, schedule, lr, s, run_budget=part) for s in args.seeds
-                ]  # fmt: skip
+                fractions[spec, fraction] = [runner(label, spec, schedule, lr, s, run_budget=part) for s in args.seeds]
         small_budget = int(budget * self.cost(config) // self.cost(small_config))
         small_label = f"small {small_config['hidden_size']}x{small_config['num_hidden_layers']} alone"
         groups.append(
@@ -403,6 +405,20 @@ class Bench:
                 epochs,
             )  # fmt: skip
         )
+
+    def fractions_to_try(self, spec, scratch_mean, fractions):
+        """The budget fractions to run, one at a time: bisecting `--fractions`
+        (sorted) for the smallest whose mean final loss reaches `scratch_mean`."""
+        low, high = 0, len(self.args.fractions) - 1
+        while low <= high:
+            middle = (low + high) // 2
+            fraction = sorted(self.args.fractions)[middle]
+            yield fraction
+            runs = fractions[spec, fraction]
+            if _finished(runs) and _mean_final(runs) <= scratch_mean:
+                high = middle - 1
+            else:
+                low = middle + 1
 
     def report(self, groups, fractions, scratch, schedule, lr, corpus_name, hidden, layers, budget):
         args, say = self.args, self.say
@@ -634,7 +650,12 @@ def main():
     parser.add_argument("--decay-fraction", type=float, default=0.2, help="wsd's decay, a fraction of the updates")
     parser.add_argument("--recipes", default="main", choices=sorted(GROUPS))
     parser.add_argument("--grow", action="append", default=[], help="one more --grow spec (repeatable)")
-    parser.add_argument("--fractions", type=numbers(float), default="0.3,0.5,0.7", help="budget fractions tried")
+    parser.add_argument(
+        "--fractions",
+        type=numbers(float),
+        default="0.3,0.5,0.7",
+        help="budget fractions, bisected for the smallest reaching scratch",
+    )
     parser.add_argument(
         "--fraction-recipes", type=lambda t: [x for x in t.split(";") if x], default="auto",
         help="recipes run at each budget fraction (;-separated); the first is the summary's",

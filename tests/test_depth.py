@@ -39,6 +39,22 @@ def test_new_blocks_are_copies_with_zero_output_projections(gpt):
     )
 
 
+def test_new_blocks_copy_stacks_whole_blocks_and_says_it_is_approximate(gpt):
+    small = gpt()
+    with pytest.raises(ValueError, match=r"new_blocks='copy' adds whole copies.*allow_approximate=True"):
+        kwiden.grow(small, depth=2, new_blocks="copy")
+    with pytest.raises(ValueError, match=r"`new_blocks` must be 'identity'.*got new_blocks='random'"):
+        kwiden.grow(small, depth=2, new_blocks="random")
+    with pytest.warns(UserWarning, match="the grown model is approximate"):
+        big = kwiden.grow(small, depth=2, new_blocks="copy", allow_approximate=True)
+    assert not big.growth_report.ok
+    for layer in ("FeedForward", "MultiHeadSelfAttention"):
+        copy, source = big.get_layer(f"Transformer-1-{layer}"), small.get_layer(f"Transformer-0-{layer}")
+        for grown, original in zip(copy.get_weights(), source.get_weights()):
+            np.testing.assert_array_equal(grown, original)
+    assert np.any(big.get_layer("Transformer-1-FeedForward").output_kernel.numpy())
+
+
 def test_post_ln_depth_growth_is_approximate_and_says_so(bert):
     small = bert(with_mlm=True)
     with pytest.raises(GrowthError, match=r"Transformer blocks \[0, 1\] are not Pre-LN.*allow_approximate=True"):

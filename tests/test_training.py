@@ -158,3 +158,31 @@ def test_custom_losses_numpy_arguments_and_early_stopping(gpt, tmp_path):
     assert len(history["loss"]) == 2 and int(big.optimizer.iterations) == 4 and stop.epochs == [0, 1]
     assert kwiden.naming.count_blocks(layer.name for layer in big.layers) == 2  # the depth growth never came
     assert big.loss is my_loss
+
+
+AUTO_TARGET = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                   max_position_embeddings=32, layer_norm_eps=1e-3)  # fmt: skip
+
+
+@pytest.mark.parametrize("model, build", [("gpt", {}), ("bert", {"with_mlm": True}), ("llama", {})])
+def test_auto_schedule_starts_small_grows_to_the_target_and_spends_the_budget(model, build):
+    schedule = kwiden.GrowthSchedule.auto(AUTO_TARGET, budget=200, model=model, seq_len=32, **build)
+    assert schedule.start_config["hidden_size"] == 16 and "width ×2 at 80%" in schedule.why
+    [(update, arguments)] = schedule.growths
+    assert arguments["k"] == 2 and abs(update - 0.8 * schedule.steps) <= 1
+    assert arguments.get("heads") == ("count" if model == "llama" else None)
+    small = kwiden.build_transformer_model(schedule.start_config, model=model, **build)
+    big = kwiden.grow(small, **arguments)
+    target = kwiden.build_transformer_model(AUTO_TARGET, model=model, **build)
+    assert sorted((w.path, w.shape) for w in big.weights) == sorted((w.path, w.shape) for w in target.weights)
+    # equal FLOPs: the small model's updates and the target's after growth cost what 200 of the target's do
+    small_cost, target_cost = (kwiden.compute.flops_per_token(m, 32) for m in (small, target))
+    spent = update * small_cost + (schedule.steps - update) * target_cost
+    assert 200 * target_cost - target_cost < spent <= 200 * target_cost
+
+
+def test_auto_schedule_of_a_target_that_does_not_halve_grows_nothing_and_says_why():
+    odd = dict(AUTO_TARGET, hidden_size=30)  # heads of 15: no half width; BERT is Post-LN: no depth growth
+    schedule = kwiden.GrowthSchedule.auto(odd, budget=50, model="bert")
+    assert schedule.growths == [] and schedule.steps == 50 and schedule.why.startswith("none")
+    assert schedule.start_config["hidden_size"] == 30

@@ -19,12 +19,12 @@ import numpy as np
 from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE
 from kwiden.expansion import HEAD_MODES, ROPE_MODES, Growth
 from kwiden.growth.optimizer import DEFAULT_STATE, STATES
+from kwiden.growth.plan import hidden_size_of, intermediate_size_of
+from kwiden.verify import check_inputs
 
 # What depth growth's new blocks are: the block with its residual branches ending in zeros (exact), or the
 # whole block again (G_stack, arXiv 2405.15319).
 NEW_BLOCKS = ("identity", "copy")
-from kwiden.growth.plan import hidden_size_of, intermediate_size_of
-from kwiden.verify import check_inputs
 
 # The entry points that take growth options.
 GROW = "grow"  # kwiden.grow: a model in memory
@@ -116,7 +116,12 @@ OPTIONS = (
     Option("optimizer", None, "the small model's optimizer, grown with the model", takers=(GROW,)),
     Option("scale_learning_rates", False, "growth scales as learning-rate multipliers", takers=(GROW,), type=bool),
     Option(
-        "optimizer_state", DEFAULT_STATE, "what the grown optimizer slots hold", takers=(GROW,), type=str, choices=STATES
+        "optimizer_state",
+        DEFAULT_STATE,
+        "what the grown optimizer slots hold",
+        takers=(GROW,),
+        type=str,
+        choices=STATES,
     ),
     Option("rewarm", 0, "updates over which the new copies' learning rate climbs", takers=(GROW,), type=int),
     Option("depth", None, "multiply the number of Transformer blocks", type=int, flag="--depth"),

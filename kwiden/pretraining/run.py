@@ -9,12 +9,12 @@ import pathlib
 
 import keras
 
+from kwiden import recipe
 from kwiden.builder import build_transformer_model
 from kwiden.distribution import layout_map
 from kwiden.models.config import read_config_file
 from kwiden.models.family import family_of, get_family
 from kwiden.optimizers import WarmupDecay
-from kwiden import recipe
 from kwiden.pretraining import objectives, tokens, vocabulary
 from kwiden.pretraining.outputs import RunFolder
 from kwiden.pretraining.trainer import Stage, Trainer
@@ -162,7 +162,9 @@ def _pretrain(folder, a, verbose):
     warmup = a["warmup"] if a["warmup"] is not None else round(0.05 * a["budget"])
     total = recipe.place(growths, a["budget"], per_update, warmup)
     advice = recipe.advice(
-        stages[-1].parameters, a["budget"] * a["batch_size"] * a["accum_steps"] * a["seq_len"], a["budget"] * per_update[-1]
+        stages[-1].parameters,
+        a["budget"] * a["batch_size"] * a["accum_steps"] * a["seq_len"],
+        a["budget"] * per_update[-1],
     )
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")

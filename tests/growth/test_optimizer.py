@@ -216,6 +216,29 @@ def test_source_state_keeps_the_original_slice_and_zeroes_the_copies(gpt):
     assert not any(np.any(s) for s in slots_of(zero, path)) and int(zero.iterations) == 3
 
 
+def test_grown_v_grows_the_second_moments_and_zeroes_the_first(gpt):
+    small = train_small(gpt, lambda: optimizers.Adam(3e-3))
+    path = "Transformer-0-FeedForward/output_kernel"
+    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer, optimizer_state="grown", spread=0.0)
+    _, default = kwiden.grow(small, 2, optimizer=small.optimizer, spread=0.0)  # grow's default is grown_v
+    (_, velocity), (momentum, grown_v) = slots_of(grown, path), slots_of(default, path)
+    np.testing.assert_array_equal(grown_v, velocity)
+    assert np.all(grown_v != 0) and not np.any(momentum)
+    assert int(default.iterations) == 3
+
+
+def test_grown_v_gives_a_new_blocks_zeroed_weights_the_second_moments_they_copy(gpt):
+    small = train_small(gpt, lambda: optimizers.Adam(3e-3))
+    big, grown = kwiden.grow(small, depth=2, optimizer=small.optimizer)
+    fresh = "Transformer-1-FeedForward/output_kernel"  # the copy of block 0, its output zeroed
+    assert not np.any(big.get_layer("Transformer-1-FeedForward").output_kernel.numpy())
+    momentum, velocity = slots_of(grown, fresh)
+    np.testing.assert_array_equal(velocity, slots_of(small.optimizer, "Transformer-0-FeedForward/output_kernel")[1])
+    assert np.all(velocity != 0) and not np.any(momentum)
+    _, old = kwiden.grow(small, depth=2, optimizer=small.optimizer, optimizer_state="grown")
+    assert not np.any(slots_of(old, fresh)[1])  # "grown" leaves a fresh weight's state at zero
+
+
 def test_rewarm_gives_the_new_copies_a_rising_learning_rate(gpt):
     small = train_small(gpt, lambda: optimizers.Adam(3e-3))
     big, grown = kwiden.grow(small, 2, optimizer=small.optimizer, rewarm=4, scale_learning_rates=False)

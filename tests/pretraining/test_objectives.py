@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 from conftest import chinese_lines
 
-from kwiden import corpus
-from kwiden import recipe
+from kwiden import corpus, recipe
 from kwiden.pretraining import objectives, tokens, vocabulary
 
 
@@ -103,3 +102,16 @@ def test_growth_points_are_placed_at_equal_flops():
     total = recipe.place(growths, 100, [1.0, 3.0], warmup=5)
     # 100 updates at cost 3 = 300; half the run's U updates at cost 1, half at 3: 2U = 300, U = 150
     assert (growths[0].update, total) == (75, 150)
+
+
+@pytest.mark.parametrize(
+    "tokens, says",
+    [
+        (2_000_000, "larger than compute-optimal. Measured, below 10 tokens per parameter the small model"),
+        (20_000_000, "about compute-optimal"),
+        (100_000_000, "smaller than compute-optimal"),
+    ],
+)
+def test_advice_places_the_target_against_the_compute_optimal_size(tokens, says):
+    text = recipe.advice(1_000_000, tokens, 6 * 1_000_000 * tokens)
+    assert f"{tokens / 1e6:.1f} tokens per parameter" in text and says in text
