@@ -13,7 +13,7 @@ import kwiden
 
 AFTER = 100
 SLACK = 0.01
-RUN = dict(seq_len=16, batch_size=8, budget=300, lr=2e-2, valid_fraction=0.05, eval_every=20, verbose=0)
+RUN = dict(seq_len=16, batch_size=8, budget=400, lr=2e-2, valid_fraction=0.05, eval_every=20, verbose=0)
 
 
 def jumps(result):
