@@ -1,6 +1,7 @@
 """`kwiden demo`: `kwiden.pretrain` on the shipped text twice at one budget:
-a 64-wide byte-level GPT trained from scratch, and the same target grown from
-a 32-wide one on the way (`--grow auto`), both to the end of their schedules
+a byte-level GPT of width 64 × 2 blocks trained from scratch, and the same
+target grown on the way (`--grow auto`: from 1 block, deepened at 80% of the
+updates), both to the end of their schedules
 at equal compute. Prints the table, and where the grown run reaches the
 scratch run's final loss."""
 

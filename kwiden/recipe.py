@@ -11,11 +11,12 @@ import math
 from kwiden.growth.options import GROW, taken_by
 
 # What `auto` does, chosen from the sweep of benchmarks/grow_vs_scratch.py (docs/growth-that-pays.md#the-sweep):
-# the target's width halved, grown ×2 at 80% of the run's updates (late: the small model takes the cheap updates,
-# the target the last, decaying ones), with grow's defaults (second moments grown, first moments at zero, so the
-# loss does not jump after growth).
+# grow once, late, at 80% of the run's updates (the small model takes the cheap updates, the target the last,
+# decaying ones); depth ×2 where it is exact (Pre-LN), which ended lowest, else width ×2; grow's defaults for the
+# rest (second moments grown, first moments at zero, so the loss does not jump after growth).
 AUTO_FRACTION = 0.8
-AUTO_GROWTH = dict(k=2)
+AUTO_DEPTH = dict(depth=2)
+AUTO_WIDTH = dict(k=2)
 # Compute-optimal training spends about 20 tokens per parameter (Hoffmann et al. 2022, "Chinchilla").
 OPTIMAL_TOKENS_PER_PARAMETER = 20
 # Below this many tokens per parameter of the target the small model trained alone for the same compute ended
@@ -95,30 +96,34 @@ def _value(option, text, spec):
 
 def auto(target_config):
     """`(growths, why)`: the growths `--grow auto` makes for this target (a
-    complete config, `Family.config`'s)."""
+    complete config, `Family.config`'s): depth ×2 late for Pre-LN targets of
+    an even number of blocks (exact), width ×2 late otherwise (exact for every
+    family), none where neither halves."""
     post_ln = target_config.get("residual") == "post_ln"  # whose depth growth is not exact
     heads = target_config["num_attention_heads"]
     hidden = target_config["hidden_size"]
+    layers = target_config["num_hidden_layers"]
+    when = f"at {AUTO_FRACTION:.0%} of the updates"
+    if not post_ln and layers % 2 == 0:
+        return [Growth(AUTO_FRACTION, dict(AUTO_DEPTH))], (
+            f"depth ×2 {when}, from {layers // 2} block{'s' * (layers > 2)}: late depth growth ended lowest in the "
+            "sweep, below the target from scratch and the small model alone (docs/growth-that-pays.md#the-sweep)"
+        )
     # Rotary heads grow in number: a config.json can say only the standard RoPE schedule of a head size.
     rotary = target_config.get("rotary_base") is not None
-    growth = {**AUTO_GROWTH, **({"heads": "count"} if rotary else {})}
+    growth = {**AUTO_WIDTH, **({"heads": "count"} if rotary else {})}
     try:
         undone(target_config, [Growth(AUTO_FRACTION, growth)])
-        more_heads = f", heads ×2 ({heads // 2} → {heads}, rotary)" if rotary else ""
-        return [Growth(AUTO_FRACTION, growth)], (
-            f"width ×2 at {AUTO_FRACTION:.0%} of the updates, from a {hidden // 2}-wide model{more_heads}: late "
-            "growth measured best below 20 tokens per parameter and as good as any above (docs/growth-that-pays.md)"
-        )
     except ValueError:
-        pass
-    layers = target_config["num_hidden_layers"]
-    if not post_ln and layers % 2 == 0:
-        growth = Growth(AUTO_FRACTION, dict(depth=2))
-        return [growth], (
-            f"depth ×2 at {AUTO_FRACTION:.0%} of the updates, from {layers // 2} blocks "
-            f"(the width {hidden} with {heads} heads does not halve)"
+        return [], (
+            f"none: the target (width {hidden}, {heads} heads, {layers} blocks) halves in neither width nor "
+            f"depth{' (Post-LN: depth growth is not exact)' if post_ln else ''}"
         )
-    return [], f"none: the target (width {hidden}, {heads} heads, {layers} blocks) halves in neither width nor depth"
+    more_heads = f", heads ×2 ({heads // 2} → {heads}, rotary)" if rotary else ""
+    reason = "Post-LN, whose depth growth is not exact" if post_ln else f"{layers} blocks do not halve"
+    return [Growth(AUTO_FRACTION, growth)], (
+        f"width ×2 {when}, from a {hidden // 2}-wide model{more_heads} ({reason}; docs/growth-that-pays.md#the-sweep)"
+    )
 
 
 def advice(parameters, tokens, flops):

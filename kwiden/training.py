@@ -78,8 +78,10 @@ class GrowthSchedule:
         >>> config = dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
         ...               intermediate_size=256, max_position_embeddings=64)
         >>> schedule = GrowthSchedule.auto(config, budget=1000)
-        >>> schedule.start_config["hidden_size"], schedule.updates, schedule.steps
-        (32, [1002], 1336)
+        >>> schedule.start_config["num_hidden_layers"], schedule.growths, schedule.steps
+        (1, [(1285, {'depth': 2})], 1606)
+        >>> schedule.why[:44]
+        'depth ×2 at 80% of the updates, from 1 block'
         """
         family = get_family(model)
         target = family.config(config) if isinstance(config, dict) else family.config(config_path=config)

@@ -26,10 +26,10 @@ def test_a_grown_causal_run_writes_everything_and_spends_the_scratch_budget(engl
     assert all(set(outputs.METRICS) <= set(row) for row in rows)
     assert [r["update"] for r in rows] == sorted(r["update"] for r in rows)
     assert rows[0]["update"] == 0 and rows[-1]["update"] == grown.updates
-    # auto: the target's width halved, grown ×2 at 80% of the run's own updates
-    assert rows[0]["hidden_size"] == 8 and rows[-1]["hidden_size"] == 16
+    # auto (a Pre-LN target of 2 blocks): its depth halved, grown ×2 at 80% of the run's own updates
+    assert (rows[0]["hidden_size"], rows[0]["num_layers"]) == (16, 1) and rows[-1]["num_layers"] == 2
     grew = [r for r in rows if r.get("grew")]
-    assert len(grew) == 1 and grew[0]["hidden_size"] == 16 and abs(grew[0]["update"] - 0.8 * grown.updates) <= 2
+    assert len(grew) == 1 and grew[0]["num_layers"] == 2 and abs(grew[0]["update"] - 0.8 * grown.updates) <= 2
     # exact growth: the loss right after growth is the loss right before
     before = [r for r in rows if r["update"] == grew[0]["update"] and not r.get("grew")]
     assert not before or abs(before[0]["valid_loss"] - grew[0]["valid_loss"]) < 1e-4
