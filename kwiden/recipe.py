@@ -12,11 +12,12 @@ from kwiden.growth.options import GROW, taken_by
 
 # What `auto` does, chosen from the sweep of benchmarks/grow_vs_scratch.py (docs/growth-that-pays.md#the-sweep):
 # grow once, late, at 80% of the run's updates (the small model takes the cheap updates, the target the last,
-# decaying ones); depth ×2 where it is exact (Pre-LN), which ended lowest, else width ×2; grow's defaults for the
-# rest (second moments grown, first moments at zero, so the loss does not jump after growth).
+# decaying ones); depth ×2 where it is exact (Pre-LN), which ended lowest, else width ×2 with width-aware rates
+# (each grown tensor's step scaled by its growth, as μP scales rates with width: without them the loss rose
+# after a late width growth); grow's defaults for the rest (second moments grown, first moments at zero).
 AUTO_FRACTION = 0.8
 AUTO_DEPTH = dict(depth=2)
-AUTO_WIDTH = dict(k=2)
+AUTO_WIDTH = dict(k=2, scale_learning_rates=True)
 # Compute-optimal training spends about 20 tokens per parameter (Hoffmann et al. 2022, "Chinchilla").
 OPTIMAL_TOKENS_PER_PARAMETER = 20
 # Below this many tokens per parameter of the target the small model trained alone for the same compute ended
@@ -122,7 +123,8 @@ def auto(target_config):
     more_heads = f", heads ×2 ({heads // 2} → {heads}, rotary)" if rotary else ""
     reason = "Post-LN, whose depth growth is not exact" if post_ln else f"{layers} blocks do not halve"
     return [Growth(AUTO_FRACTION, growth)], (
-        f"width ×2 {when}, from a {hidden // 2}-wide model{more_heads} ({reason}; docs/growth-that-pays.md#the-sweep)"
+        f"width ×2 {when}, from a {hidden // 2}-wide model{more_heads}, with width-aware learning rates ({reason}; "
+        "docs/growth-that-pays.md#the-sweep)"
     )
 
 
