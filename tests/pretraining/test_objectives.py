@@ -107,7 +107,7 @@ def test_growth_points_are_placed_at_equal_flops():
 @pytest.mark.parametrize(
     "tokens, says",
     [
-        (2_000_000, "larger than compute-optimal. Measured, below 10 tokens per parameter the small model"),
+        (2_000_000, "larger than compute-optimal. For the lowest loss on this compute, train a smaller target"),
         (20_000_000, "about compute-optimal"),
         (100_000_000, "smaller than compute-optimal"),
     ],
@@ -115,3 +115,6 @@ def test_growth_points_are_placed_at_equal_flops():
 def test_advice_places_the_target_against_the_compute_optimal_size(tokens, says):
     text = recipe.advice(1_000_000, tokens, 6 * 1_000_000 * tokens)
     assert f"{tokens / 1e6:.1f} tokens per parameter" in text and says in text
+    assert text.endswith(recipe.MEASURED)
+    optimal = f"at about {(tokens / 20) ** 0.5 * 1000:,.0f} parameters"  # √(C / 120) with C = 6·N·D
+    assert optimal in text
