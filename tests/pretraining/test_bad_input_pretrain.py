@@ -60,7 +60,7 @@ def test_a_vocabulary_that_contradicts_the_config(english, tmp_path):
 
 
 def test_a_budget_too_small_for_the_warmup_or_the_growth_points(english, tmp_path):
-    with pytest.raises(ValueError, match=r"--budget 12 is too small for --warmup 40: the run makes 17 updates"):
+    with pytest.raises(ValueError, match=r"--budget 12 is too small for --warmup 40: the run makes 16 updates"):
         pretrain(english, tmp_path / "a", warmup=40)
     with pytest.raises(ValueError, match=r"--budget 12 is too small for the growth points: the growth at 0.01"):
         pretrain(english, tmp_path / "b", grow="0.01:k=2")
@@ -152,7 +152,7 @@ def test_a_refused_call_leaves_the_folder_to_the_corrected_one(english, tmp_path
 
 
 def test_rotary_targets_grow_more_heads_so_that_final_can_say_them(english, tmp_path):
-    llama = {**TINY_GPT, "num_key_value_heads": 2}
+    llama = {**TINY_GPT, "num_key_value_heads": 2, "num_hidden_layers": 3}  # odd: auto widens instead of deepening
     result = pretrain(english, tmp_path / "llama", model="llama", config=llama, budget=6)
     assert "heads ×2 (1 → 2, rotary)" in (tmp_path / "llama" / "log.txt").read_text()
     assert (result.final / "model.safetensors").is_file()

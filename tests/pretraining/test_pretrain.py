@@ -39,7 +39,7 @@ def test_a_grown_causal_run_writes_everything_and_spends_the_scratch_budget(engl
     assert scratch.flops - one_update < grown.flops <= scratch.flops
     for name in ("run.json", "log.txt", "loss.png", "metrics.jsonl", "tokens/ids.bin"):
         assert (tmp_path / "grown" / name).is_file(), name
-    assert "growth: width ×2 at 50%" in (tmp_path / "grown" / "log.txt").read_text()
+    assert "growth: depth ×2 at 80%" in (tmp_path / "grown" / "log.txt").read_text()
     # final/ loads and computes what the trained model computed
     assert sorted(p.name for p in grown.final.iterdir()) == [
         "config.json", "kwiden-manifest.json", "model.safetensors", "tokenizer.json"]  # fmt: skip
@@ -94,12 +94,13 @@ def test_a_masked_run_with_its_own_vocabulary_fine_tunes_on_clue(chinese, tmp_pa
 def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, monkeypatch):
     run = dict(model="gpt", config={**TINY_GPT, "hidden_dropout_prob": 0.1}, save_every=4, **TINY_RUN)
     whole = kwiden.pretrain(english, tmp_path / "whole", **run)
+    grew = whole.growths[0].update
     real = keras.Model.train_on_batch
     calls = {"n": 0}
 
     def killed(self, *args, **kwargs):
         calls["n"] += 1
-        if calls["n"] == 11:  # after the backups at update 8 and at the growth at 9
+        if calls["n"] == grew + 1:  # the first update after the growth, whose backup is the last
             raise SystemExit("killed")
         return real(self, *args, **kwargs)
 
@@ -109,7 +110,7 @@ def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, monkeypatc
     assert not (tmp_path / "killed" / "final").exists()
     monkeypatch.setattr(keras.Model, "train_on_batch", real)
     resumed = kwiden.pretrain(english, tmp_path / "killed", **run)
-    assert "resuming from the backup at update 9" in (tmp_path / "killed" / "log.txt").read_text()
+    assert f"resuming from the backup at update {grew}" in (tmp_path / "killed" / "log.txt").read_text()
     for a, b in zip(whole.model.weights, resumed.model.weights):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
     assert [r["update"] for r in resumed.metrics] == [r["update"] for r in whole.metrics]
