@@ -81,6 +81,7 @@ from kwiden import corpus, recipe
 from kwiden.compute import flops_per_token
 from kwiden.files import replaced_atomically
 from kwiden.models import get_family
+from kwiden.pretraining.tokens import corpus_files
 from kwiden.pretraining.vocabulary import byte_tokenizer
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -212,18 +213,17 @@ def corpus_paths(name, stack):
     if name == "docs":
         if not pathlib.Path(DOCS).is_dir():
             return None, f"skipping corpus docs: {DOCS} is not there; `apt-get install python3-doc` provides it"
-        files = sorted(p for p in pathlib.Path(DOCS).rglob("*.txt"))
-        return [pathlib.Path(DOCS)], f"docs: Debian's python3-doc ({DOCS}, {text_bytes(files):,} bytes)"
+        return [pathlib.Path(DOCS)], f"docs: Debian's python3-doc ({DOCS}, {text_bytes([DOCS]):,} bytes)"
     path = pathlib.Path(name)
     if not path.exists():
         return None, f"skipping corpus {name}: no such file or folder"
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    return [path], f"{name}: {text_bytes(files):,} bytes"
+    return [path], f"{name}: {text_bytes([path]):,} bytes"
 
 
 def text_bytes(paths):
+    """The bytes of the text `kwiden.pretrain` reads from `paths` (its `corpus_files`): the byte tokenizer's tokens."""
     total = 0
-    for path in paths:
+    for path in corpus_files(paths):
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as file:
             total += len(file.read())
@@ -331,7 +331,7 @@ class Bench:
         growths, why = recipe.auto(get_family(args.model).config(dict(config, vocab_size=VOCAB)))
         start = recipe.undone(get_family(args.model).config(dict(config, vocab_size=VOCAB)), growths)
         small_config = {key: start[key] for key in config}
-        corpus_tokens = text_bytes(list(_files(paths)))  # bytes: the tokens of the byte-level tokenizer
+        corpus_tokens = text_bytes(paths)
         valid_fraction = min(args.valid_fraction, args.valid_tokens / corpus_tokens)
         tokens = budget * tokens_per_update
         epochs = tokens / (corpus_tokens * (1 - valid_fraction))
@@ -380,7 +380,8 @@ class Bench:
                 part = max(1, round(fraction * budget))
                 label = f"grow {spec} on {fraction:g} of the budget"
                 fractions[spec, fraction] = [runner(label, spec, schedule, lr, s, run_budget=part) for s in args.seeds]
-        small_budget = int(budget * self.cost(config) // self.cost(small_config))
+        target_cost = self.cost(config)
+        small_budget = int(budget * target_cost // self.cost(small_config))
         small_label = f"small {small_config['hidden_size']}x{small_config['num_hidden_layers']} alone"
         groups.append(
             (
@@ -388,7 +389,7 @@ class Bench:
                 [runner(small_label, "none", schedule, lr, s, small_config, small_budget) for s in args.seeds],
             )
         )
-        self.report(groups, fractions, scratch, schedule, lr, corpus_name, hidden, layers, budget)
+        self.report(groups, fractions, scratch, schedule, lr, corpus_name, hidden, layers, budget, target_cost)
         self.summaries.append(
             self.summary(
                 groups,
@@ -420,12 +421,12 @@ class Bench:
             else:
                 low = middle + 1
 
-    def report(self, groups, fractions, scratch, schedule, lr, corpus_name, hidden, layers, budget):
+    def report(self, groups, fractions, scratch, schedule, lr, corpus_name, hidden, layers, budget, target_cost):
         args, say = self.args, self.say
         by_seed = {run.seed: run for run in scratch}
         targets = {seed: run.final for seed, run in by_seed.items()}
         references = {seed: run.flops_to_reach(targets[seed]) for seed, run in by_seed.items()}
-        self.check_flops(groups, by_seed, hidden, layers)
+        self.check_flops(groups, by_seed, target_cost)
         rows = []
         for label, runs in groups:
             done = [r for r in runs if r.error is None]
@@ -501,18 +502,15 @@ class Bench:
             f"{spread([r.final for r in scratch], 4)} ({schedule} {lr:g}{', edge' if edge and not self.args.scratch else ''})",
             spread(small, 4) if small else "failed",
             spread(grown, 4) if grown else "-",
-            f"{100 * (1 - min(reached)):.0f}% (at {min(reached):g})"
-            if reached
-            else "<" + f"{100 * (1 - max(self.args.fractions, default=1)):.0f}%",
+            saving(reached, [f for s, f in fractions if s == spec]),
             f"{statistics.mean(grown) - statistics.mean(small):+.4f}" if grown and small else "-",
             f"{seconds:.0f}",
         )
 
-    def check_flops(self, groups, scratch_by_seed, hidden, layers):
+    def check_flops(self, groups, scratch_by_seed, target):
         """Every run spent the scratch run's FLOPs, to within one update of the
-        target; the scratch run's FLOPs are the target's cost counted here."""
-        config = dict(corpus.gpt_config(hidden, layers, self.args.seq_len))
-        target, say = self.cost(config), self.say
+        target (`target`: the FLOPs of one, counted here); the scratch run's FLOPs are that cost's."""
+        say = self.say
         problems = []
         for run in scratch_by_seed.values():
             if run.flops != target * run.updates:
@@ -542,6 +540,13 @@ SUMMARY = ("cell", "target (params)", "tokens/param (passes)", "scratch, tuned (
            "grown, equal FLOPs", "saving: smallest fraction reaching scratch", "grown − small", "train s/run")  # fmt: skip
 
 
+def saving(reached, tried):
+    """The protocol's saving: 1 − the smallest fraction reached; "<" 1 − the largest tried where none was; "-" untried."""
+    if reached:
+        return f"{100 * (1 - min(reached)):.0f}% (at {min(reached):g})"
+    return f"<{100 * (1 - max(tried)):.0f}%" if tried else "-"
+
+
 def _finished(runs):
     return bool(runs) and all(r.error is None for r in runs)
 
@@ -552,14 +557,6 @@ def _mean_final(runs):
 
 def _join(values):
     return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
-
-
-def _files(paths):
-    for path in paths:
-        if path.is_dir():
-            yield from sorted(p for p in path.rglob("*") if p.is_file())
-        else:
-            yield path
 
 
 def shown(path):

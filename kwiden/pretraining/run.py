@@ -158,14 +158,11 @@ def _pretrain(folder, a, verbose):
         f"{len(valid):,} held out; objective: {objective.kind} LM"
     )
     stages, growths, why = _stages(a, family, start_model, corpus_tokenizer, objective)
-    per_update = [a["batch_size"] * a["accum_steps"] * a["seq_len"] * s.flops_per_token for s in stages]
+    tokens_per_update = a["batch_size"] * a["accum_steps"] * a["seq_len"]
+    per_update = [tokens_per_update * s.flops_per_token for s in stages]
     warmup = a["warmup"] if a["warmup"] is not None else round(0.05 * a["budget"])
     total = recipe.place(growths, a["budget"], per_update, warmup)
-    advice = recipe.advice(
-        stages[-1].parameters,
-        a["budget"] * a["batch_size"] * a["accum_steps"] * a["seq_len"],
-        a["budget"] * per_update[-1],
-    )
+    advice = recipe.advice(stages[-1].parameters, a["budget"] * tokens_per_update, a["budget"] * per_update[-1])
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
     for stage, growth in zip(stages, [None, *growths]):
