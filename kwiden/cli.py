@@ -139,6 +139,14 @@ PRETRAIN_FLAGS = (
     ("--warmup", dict(type=int, help="updates of linear warmup (default: 5%% of --budget)")),
     ("--schedule", dict(choices=["wsd", "cosine", "constant"], default="wsd", help="after the warmup")),
     ("--decay-fraction", dict(type=float, default=0.2, help="wsd: the share of updates that decay to 0")),
+    (
+        "--after-growth",
+        dict(
+            choices=["continue", "rewind", "rewarm"],
+            default="continue",
+            help="the rate after a growth: as scheduled, rewound to the peak, or re-warmed",
+        ),
+    ),
     ("--grow", dict(default="auto", help='auto, none, or growths such as "0.33:k=2 0.67:depth=2"')),
     ("--whole-word-mask", dict(action="store_true", help="mask whole words (Chinese words by jieba)")),
     ("--valid-fraction", dict(type=float, default=0.01, help="the end of the corpus held out")),

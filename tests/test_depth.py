@@ -41,7 +41,9 @@ def test_new_blocks_are_copies_with_zero_output_projections(gpt):
 
 def test_new_blocks_copy_stacks_whole_blocks_and_says_it_is_approximate(gpt):
     small = gpt()
-    with pytest.raises(ValueError, match=r"new_blocks='copy' adds whole copies.*allow_approximate=True"):
+    with pytest.raises(
+        ValueError, match=r"new_blocks='copy' adds blocks that change the function.*allow_approximate=True"
+    ):
         kwiden.grow(small, depth=2, new_blocks="copy")
     with pytest.raises(ValueError, match=r"`new_blocks` must be 'identity'.*got new_blocks='random'"):
         kwiden.grow(small, depth=2, new_blocks="random")
@@ -53,6 +55,34 @@ def test_new_blocks_copy_stacks_whole_blocks_and_says_it_is_approximate(gpt):
         for grown, original in zip(copy.get_weights(), source.get_weights()):
             np.testing.assert_array_equal(grown, original)
     assert np.any(big.get_layer("Transformer-1-FeedForward").output_kernel.numpy())
+
+
+def test_new_blocks_fresh_are_newly_initialised_and_approximate(gpt):
+    small = gpt()
+    with pytest.raises(ValueError, match=r"new_blocks='fresh' adds blocks that change.*allow_approximate=True"):
+        kwiden.grow(small, depth=2, new_blocks="fresh")
+    keras.utils.set_random_seed(3)
+    with pytest.warns(UserWarning, match="the grown model is approximate"):
+        big = kwiden.grow(small, depth=2, new_blocks="fresh", allow_approximate=True)
+    assert not big.growth_report.ok
+    fresh = big.get_layer("Transformer-1-FeedForward")
+    source = small.get_layer("Transformer-0-FeedForward")
+    # its own initializer's draw: not the source's values, not zeros, at the initializer's scale
+    kernel = fresh.inner_kernel.numpy()
+    assert kernel.shape == source.inner_kernel.shape and np.std(kernel) > 0
+    assert not np.allclose(kernel, source.inner_kernel.numpy())
+    assert np.any(fresh.output_kernel.numpy())
+    norm = big.get_layer("Transformer-1-FeedForward-Norm")
+    np.testing.assert_array_equal(norm.gamma.numpy(), np.ones(norm.gamma.shape))
+    # the old blocks keep their weights
+    for layer in ("FeedForward", "MultiHeadSelfAttention"):
+        kept, original = big.get_layer(f"Transformer-0-{layer}"), small.get_layer(f"Transformer-0-{layer}")
+        for grown, weight in zip(kept.get_weights(), original.get_weights()):
+            np.testing.assert_array_equal(grown, weight)
+    keras.utils.set_random_seed(3)
+    with pytest.warns(UserWarning, match="the grown model is approximate"):
+        again = kwiden.grow(small, depth=2, new_blocks="fresh", allow_approximate=True)
+    np.testing.assert_array_equal(again.get_layer("Transformer-1-FeedForward").inner_kernel.numpy(), kernel)
 
 
 def test_post_ln_depth_growth_is_approximate_and_says_so(bert):

@@ -146,8 +146,12 @@ def grow(
         new_blocks: `"identity"` (default) new blocks whose residual branches
             end in zeros, as above; `"copy"` whole copies of the block, their
             weights and optimizer state all kept, as G_stack stacks them
-            (arXiv 2405.15319): the function changes, so it needs
-            `allow_approximate=True` (measured in docs/growth-that-pays.md).
+            (arXiv 2405.15319); `"fresh"` newly initialised blocks, drawn
+            from each layer's initializers with Keras' global generator
+            (`keras.utils.set_random_seed` repeats them), as Bu's
+            progressive training adds them (arXiv 2511.04981). Either
+            changes the function, so it needs `allow_approximate=True`
+            (measured in docs/growth-that-pays.md).
         allow_approximate: accept a growth that is not exact (Post-LN depth,
             `rope="standard"`, LayerNorm under a non-integer factor). When
             such a growth happens, the grown model is compared with `model`
@@ -186,9 +190,10 @@ def grow(
     _require_functional(model)
     plan = plan_growth(model, options)
     big, placed = rebuild(plan)
-    if options.new_blocks == "copy":  # G_stack: the copies keep their output weights, and their state
+    if options.new_blocks != "identity":  # G_stack's whole copies, or newly initialised blocks
         for entry in placed:
             entry.zeroed = False
+            entry.fresh = entry.copy and options.new_blocks == "fresh"
     transfer(placed, options.spread, options.entropy)
     keep_record(big, plan.record())
     if needs_check(options, plan.approximations):

@@ -174,10 +174,13 @@ def _new_copies(small_variables, big_variables, source, axes_by_path):
 
 def variable_sources(placed):
     """`{big variable path: VariableSource}`: where each grown variable comes
-    from; the zeroed output weights of new blocks start fresh."""
+    from; the zeroed output weights of new blocks start fresh, and so does
+    every weight of a newly initialised block."""
     sources = {}
     for entry in placed:
         fresh = set(entry.layer.residual_output_weights) if entry.zeroed else set()
+        if entry.fresh:
+            fresh = {variable.name for variable in entry.layer.trainable_weights}
         for variable in getattr(entry.layer, "trainable_weights", []):
             small_path = entry.source_name + variable.path[len(entry.layer.name) :]
             sources[variable.path] = VariableSource(small_path, variable.name in fresh, entry.copy)

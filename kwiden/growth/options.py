@@ -24,7 +24,7 @@ from kwiden.verify import check_inputs
 
 # What depth growth's new blocks are: the block with its residual branches ending in zeros (exact), or the
 # whole block again (G_stack, arXiv 2405.15319).
-NEW_BLOCKS = ("identity", "copy")
+NEW_BLOCKS = ("identity", "copy", "fresh")
 
 # The entry points that take growth options.
 GROW = "grow"  # kwiden.grow: a model in memory
@@ -128,7 +128,7 @@ OPTIONS = (
     Option(
         "new_blocks",
         "identity",
-        "new blocks: identity (exact) or copy (whole copies, G_stack: approximate)",
+        "new blocks: identity (exact), copy (whole copies, G_stack) or fresh (newly initialised): both approximate",
         takers=(GROW,),
         type=str,
         choices=NEW_BLOCKS,
@@ -256,12 +256,13 @@ def _check_spread(spread):
 def _check_new_blocks(options):
     if options.new_blocks not in NEW_BLOCKS:
         raise ValueError(
-            f"`new_blocks` must be 'identity' (exact: each new block's residual branches end in zeros) or 'copy' "
-            f"(whole copies of the block, as G_stack stacks them: approximate), got new_blocks={options.new_blocks!r}."
+            f"`new_blocks` must be 'identity' (exact: each new block's residual branches end in zeros), 'copy' "
+            f"(whole copies of the block, as G_stack stacks them: approximate) or 'fresh' (newly initialised "
+            f"blocks: approximate), got new_blocks={options.new_blocks!r}."
         )
-    if options.new_blocks == "copy" and not options.growth.allow_approximate:
+    if options.new_blocks != "identity" and not options.growth.allow_approximate:
         raise ValueError(
-            "new_blocks='copy' adds whole copies of blocks, which change the function: pass allow_approximate=True "
+            f"new_blocks={options.new_blocks!r} adds blocks that change the function: pass allow_approximate=True "
             "to accept that (the check then measures by how much), or keep new_blocks='identity', which is exact."
         )
 

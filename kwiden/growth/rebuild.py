@@ -23,6 +23,7 @@ class Placed:
     source_name: str
     zeroed: bool = False  # a copied block's branch end: output weights start at zero
     copy: bool = False  # a layer of a copied block
+    fresh: bool = False  # newly initialised (new_blocks="fresh"): no weights from its source
 
 
 def rebuild(plan):

@@ -18,9 +18,12 @@ from kwiden.expansion import expand
 def transfer(placed, spread=0.0, seed=0):
     """Give every placed layer its source's weights, grown (`spread` splits
     inputs unequally, drawn from `seed`; docs/symmetry.md); a copied block's
-    branch ends start with their output weights at zero."""
+    branch ends start with their output weights at zero, and a fresh
+    layer's weights are drawn from its own initializers."""
     for entry in placed:
-        if entry.plan.weights:
+        if entry.fresh and entry.layer.weights:
+            entry.layer.set_weights(initialized_weights(entry.layer))
+        elif entry.plan.weights and not entry.fresh:
             sources = [keras.ops.convert_to_numpy(w) for w in entry.plan.weights]
             entry.layer.set_weights([grown_value(entry, i, value, spread, seed) for i, value in enumerate(sources)])
 
@@ -34,6 +37,14 @@ def grown_value(entry, index, value, spread=0.0, seed=0):
     if entry.zeroed and variable.name in entry.layer.residual_output_weights:
         return np.zeros(tuple(variable.shape), np.asarray(value).dtype)
     return expand(value, entry.plan.axes[index], spread, weight_rng(seed, variable.path))
+
+
+def initialized_weights(layer):
+    """Values for `layer`'s weights drawn by a new layer of its config (its
+    own initializers, Keras' global generator): a newly initialised block."""
+    twin = layer.__class__.from_config({**layer.get_config(), "name": layer.name + "_fresh"})
+    twin.build_from_config(layer.get_build_config())
+    return twin.get_weights()
 
 
 def weight_rng(seed, path):

@@ -110,3 +110,65 @@ class PiecewiseLinear(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"learning_rate": self.learning_rate, "schedule": {str(s): v for s, v in self.points}}
+
+
+AFTER_GROWTH = ("continue", "rewind", "rewarm")
+
+
+@keras.saving.register_keras_serializable(package="kwiden")
+class AfterGrowth(keras.optimizers.schedules.LearningRateSchedule):
+    """A `WarmupDecay` changed from each growth at `updates` on: `"rewind"`
+    plays its course after warmup again from the peak, squeezed into the
+    updates left (MSG rewinds the decay at each growth); `"rewarm"` keeps
+    it, times a ramp from 0 to 1 over `warmup_steps` updates after the
+    growth (G_stack re-warms its stacked model); `"continue"` is `schedule`.
+
+    >>> wsd = WarmupDecay(1e-3, warmup_steps=10, total_steps=110, hold_steps=80)
+    >>> rewound = AfterGrowth(wsd, updates=[60], mode="rewind")
+    >>> [round(float(rewound(s)), 6) for s in (50, 60, 100, 105, 110)]
+    [0.001, 0.001, 0.001, 0.0005, 0.0]
+    >>> rewarmed = AfterGrowth(wsd, updates=[50], mode="rewarm", warmup_steps=10)
+    >>> [round(float(rewarmed(s)), 6) for s in (45, 50, 55, 60, 100)]
+    [0.001, 0.0, 0.0005, 0.001, 0.0005]
+    """
+
+    def __init__(self, schedule, updates, mode="rewind", warmup_steps=0):
+        if isinstance(schedule, dict):
+            schedule = keras.saving.deserialize_keras_object(schedule)
+        if not isinstance(schedule, WarmupDecay):
+            raise ValueError(f"`schedule` must be a kwiden WarmupDecay, got {type(schedule).__name__}.")
+        if mode not in AFTER_GROWTH:
+            raise ValueError(f"`mode` must be one of {', '.join(AFTER_GROWTH)}, got mode={mode!r}.")
+        self.schedule, self.mode = schedule, mode
+        self.updates = sorted(arguments.integer(u, "updates", at_least=0, whole_floats=True) for u in updates)
+        self.warmup_steps = arguments.integer(warmup_steps, "warmup_steps", at_least=0, whole_floats=True)
+        if mode == "rewarm" and not self.warmup_steps:
+            raise ValueError("mode='rewarm' needs warmup_steps >= 1: the updates over which the rate climbs again.")
+
+    @property
+    def breakpoints(self):
+        after = [u + self.warmup_steps for u in self.updates] if self.mode == "rewarm" else []
+        return tuple(sorted({*self.schedule.breakpoints, *self.updates, *after}))
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        value = self.schedule(step)
+        if self.mode == "continue":
+            return value
+        total, start = self.schedule.total_steps, self.schedule.warmup_steps
+        for update in self.updates:  # the latest growth at or before `step` wins
+            if self.mode == "rewind":
+                replay = start + (step - update) * (total - start) / max(total - update, 1)
+                changed = self.schedule(ops.minimum(replay, total))
+            else:
+                changed = value * ops.clip((step - update) / self.warmup_steps, 0.0, 1.0)
+            value = ops.where(step >= update, changed, value)
+        return value
+
+    def get_config(self):
+        return dict(
+            schedule=keras.saving.serialize_keras_object(self.schedule),
+            updates=list(self.updates),
+            mode=self.mode,
+            warmup_steps=self.warmup_steps,
+        )

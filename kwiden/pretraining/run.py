@@ -14,7 +14,8 @@ from kwiden.builder import build_transformer_model
 from kwiden.distribution import layout_map
 from kwiden.models.config import read_config_file
 from kwiden.models.family import family_of, get_family
-from kwiden.optimizers import WarmupDecay
+from kwiden.optimizers import AfterGrowth, WarmupDecay
+from kwiden.optimizers.schedules import AFTER_GROWTH
 from kwiden.pretraining import objectives, tokens, vocabulary
 from kwiden.pretraining.outputs import RunFolder
 from kwiden.pretraining.trainer import Stage, Trainer
@@ -60,6 +61,7 @@ def pretrain(
     warmup=None,
     schedule="wsd",
     decay_fraction=0.2,
+    after_growth="continue",
     grow="auto",
     whole_word_mask=False,
     valid_fraction=0.01,
@@ -103,8 +105,14 @@ def pretrain(
             "wsd" holds it, then decays linearly to 0 over the last
             `decay_fraction` of the updates; "cosine" decays to a tenth of it;
             "constant" holds it. Counted in updates across growths.
-        grow: "auto" (width ×2 halfway, or depth where the width does not
-            halve), "none" (the target from scratch), or growths as
+        after_growth: the rate after each growth: "continue" (the
+            schedule as if nothing grew), "rewind" (its course after warmup
+            played again from the peak over the updates left) or "rewarm"
+            (times a ramp from 0 over `warmup` updates);
+            `kwiden.optimizers.AfterGrowth`.
+        grow: "auto" (`kwiden.recipe.auto`: depth ×2 at 80% of the updates
+            for Pre-LN targets of an even number of blocks, else width ×2 at
+            80%), "none" (the target from scratch), or growths as
             "0.33:k=2 0.67:depth=2": fractions of the run's updates, each
             with `kwiden.grow`'s arguments. The small model's config is the
             target's with the growths undone.
@@ -173,7 +181,8 @@ def _pretrain(folder, a, verbose):
         f"updates, {a['schedule']} schedule, peak lr {a['lr']:g}, warmup {warmup}"
     )
     trainer = Trainer(
-        folder, a, objective, train, valid, stages, growths, per_update, total, _learning_rate(a, warmup, total),
+        folder, a, objective, train, valid, stages, growths, per_update, total,
+        _learning_rate(a, warmup, total, [g.update for g in growths]),
         corpus_tokenizer, verbose,
     )  # fmt: skip
     return PretrainResult(**trainer.run(), recipe=why, advice=advice)
@@ -196,6 +205,10 @@ def _check_numbers(a):
         raise ValueError(f"--lr must be a positive number, got {a['lr']!r}.")
     if a["schedule"] not in SCHEDULES:
         raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {a['schedule']!r}.")
+    if a["after_growth"] not in AFTER_GROWTH:
+        raise ValueError(f"--after-growth must be one of {', '.join(AFTER_GROWTH)}, got {a['after_growth']!r}.")
+    if a["after_growth"] == "rewarm" and a["warmup"] == 0:
+        raise ValueError("--after-growth rewarm re-warms over --warmup updates: give --warmup of at least 1.")
     if not 0 < a["decay_fraction"] <= 1:
         raise ValueError(f"--decay-fraction must be in (0, 1], got {a['decay_fraction']!r}.")
     if a["tokenizer"] is not None and a["build_vocab"] is not None:
@@ -373,7 +386,14 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
     return stages, parsed, why
 
 
-def _learning_rate(a, warmup, total):
+def _learning_rate(a, warmup, total, growth_updates):
+    schedule = _schedule(a, warmup, total)
+    if a["after_growth"] == "continue" or not growth_updates:
+        return schedule
+    return AfterGrowth(schedule, growth_updates, a["after_growth"], warmup if a["after_growth"] == "rewarm" else 0)
+
+
+def _schedule(a, warmup, total):
     lr = a["lr"]
     if a["schedule"] == "wsd":
         decay = max(1, round(a["decay_fraction"] * total))

@@ -239,6 +239,20 @@ def test_grown_v_gives_a_new_blocks_zeroed_weights_the_second_moments_they_copy(
     assert not np.any(slots_of(old, fresh)[1])  # "grown" leaves a fresh weight's state at zero
 
 
+def test_a_fresh_blocks_weights_start_with_zero_first_moments(gpt):
+    small = train_small(gpt, lambda: optimizers.Adam(3e-3))
+    options = dict(depth=2, optimizer=small.optimizer, new_blocks="fresh", allow_approximate=True)
+    with pytest.warns(UserWarning, match="approximate"):
+        _, grown = kwiden.grow(small, **options)
+    for weight in ("FeedForward/inner_kernel", "FeedForward/output_kernel"):
+        momentum, velocity = slots_of(grown, f"Transformer-1-{weight}")
+        np.testing.assert_array_equal(velocity, slots_of(small.optimizer, f"Transformer-0-{weight}")[1])
+        assert not np.any(momentum)
+    with pytest.warns(UserWarning, match="approximate"):
+        _, old = kwiden.grow(small, **options, optimizer_state="grown")
+    assert not np.any(slots_of(old, "Transformer-1-FeedForward/inner_kernel")[1])  # drawn, not copied: no state
+
+
 def test_rewarm_gives_the_new_copies_a_rising_learning_rate(gpt):
     small = train_small(gpt, lambda: optimizers.Adam(3e-3))
     big, grown = kwiden.grow(small, 2, optimizer=small.optimizer, rewarm=4, scale_learning_rates=False)

@@ -160,6 +160,31 @@ def test_the_schedule_is_counted_across_growths(english, tmp_path):
     assert rates[total] == 0.0
 
 
+@pytest.mark.parametrize("after_growth", ["rewind", "rewarm"])
+def test_the_rate_after_a_growth_is_rewound_or_rewarmed(english, tmp_path, after_growth):
+    run = {**TINY_RUN, "budget": 20}
+    result = kwiden.pretrain(english, tmp_path, model="gpt", config=TINY_GPT, grow="0.5:k=2", schedule="cosine",
+                             warmup=2, eval_every=1, after_growth=after_growth, **run)  # fmt: skip
+    [growth] = result.growths
+    rates = {r["update"]: r["lr"] for r in result.metrics}
+    peak = TINY_RUN["lr"]
+    assert rates[growth.update - 1] < peak  # the cosine had begun to decay
+    cosine = kwiden.optimizers.WarmupDecay(peak, 2, result.updates, decay="cosine", end=0.1 * peak)
+    if after_growth == "rewind":
+        assert rates[growth.update] == pytest.approx(peak)
+    else:  # the cosine, times a ramp over the 2 warmup updates
+        assert rates[growth.update] == 0.0
+        assert rates[growth.update + 1] == pytest.approx(float(cosine(growth.update + 1)) / 2)
+        assert rates[growth.update + 2] == pytest.approx(float(cosine(growth.update + 2)))
+    assert rates[result.updates] == pytest.approx(0.1 * peak)  # the cosine's end
+    schedule = result.model.optimizer.get_config()["learning_rate"]  # the grown optimizer follows it
+    assert schedule["class_name"] == "AfterGrowth" and schedule["config"]["updates"] == [growth.update]
+    with pytest.raises(ValueError, match=r"--after-growth must be one of continue, rewind, rewarm, got 'restart'"):
+        kwiden.pretrain(english, tmp_path / "bad", model="gpt", config=TINY_GPT, after_growth="restart", **run)
+    with pytest.raises(ValueError, match=r"--after-growth rewarm re-warms over --warmup updates"):
+        kwiden.pretrain(english, tmp_path / "bad", model="gpt", config=TINY_GPT, after_growth="rewarm", warmup=0, **run)
+
+
 def test_from_a_checkpoint_goes_on_and_grows(english, tmp_path):
     first = kwiden.pretrain(english, tmp_path / "first", model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
     more = kwiden.pretrain(english, tmp_path / "more", from_checkpoint=str(first.final), grow="0.5:k=2", **TINY_RUN)
