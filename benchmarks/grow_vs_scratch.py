@@ -31,7 +31,7 @@ on a larger machine) and corpus:
    then run on every seed, and every other run uses it. `--scratch wsd:4e-3`
    takes a pair tuned before instead.
 2. The grown recipes (`--recipes`, `--grow`: `kwiden.pretrain`'s `--grow`
-   specs) on every seed at the full budget, equal FLOPs (small models
+   specs, with `@rewind` or `@rewarm` for its `after_growth`) on every seed at the full budget, equal FLOPs (small models
    charged). For BERT, `allow_approximate=True` is added to each depth growth.
 3. The saving as a user budgets it: the recipes of `--fraction-recipes`
    (default `auto`) at fractions of the budget (`--fractions`, bisected), the
@@ -122,7 +122,8 @@ ABLATIONS = [
     "0.33:k=2 0.67:k=2",
 ]
 # The sweep behind `auto` (docs/growth-that-pays.md): growth time, width vs depth vs both, optimizer state,
-# per-slice re-warmup and width-aware rates, at grow's defaults unless said.
+# per-slice re-warmup and width-aware rates, new blocks copied whole (G_stack) or newly initialised (Bu), the
+# rate after growth rewound or re-warmed, at grow's defaults unless said.
 SWEEP = [
     "0.25:k=2",
     "0.5:k=2",
@@ -138,6 +139,11 @@ SWEEP = [
     "0.8:k=2,depth=2",
     "0.6:k=2 0.85:depth=2",
     "0.8:depth=2,new_blocks=copy,allow_approximate=True",
+    "0.8:depth=2,new_blocks=fresh,allow_approximate=True",
+    "0.5:depth=2@rewind",
+    "0.8:depth=2@rewind",
+    "0.8:depth=2@rewarm",
+    "0.8:k=2@rewarm",
 ]
 GROUPS = {
     "main": MAIN,
@@ -259,7 +265,7 @@ class Bench:
         mlm = {"with_mlm": True} if self.args.model == "bert" else {}
         return kwiden.build_transformer_model(dict(config, vocab_size=VOCAB), model=self.args.model, **mlm)
 
-    def run(self, paths, corpus_name, label, config, grow, budget, schedule, lr, seed, valid_fraction):
+    def run(self, paths, corpus_name, label, config, grow, budget, schedule, lr, seed, valid_fraction, after_growth):
         args = self.args
         name = f"{args.model}-{corpus_name}-{config['hidden_size']}x{config['num_hidden_layers']}/"
         name += f"{slug(label)}-b{budget}-{schedule}-lr{lr:g}-seed{seed}"
@@ -275,7 +281,7 @@ class Bench:
                 result = kwiden.pretrain(
                     paths, folder, model=args.model, config=config, budget=budget, seq_len=args.seq_len,
                     batch_size=args.batch_size, lr=lr, schedule=schedule, decay_fraction=args.decay_fraction,
-                    grow=grow, valid_fraction=valid_fraction, eval_every=max(1, budget // args.evaluations),
+                    grow=grow, after_growth=after_growth, valid_fraction=valid_fraction, eval_every=max(1, budget // args.evaluations),
                     seed=seed, verbose=0,
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - a recipe pretrain refuses is reported, not fatal
@@ -342,9 +348,11 @@ class Bench:
             f"{valid_fraction:.3g} of the corpus held out; auto: {why}"
         )
 
-        def runner(label, grow, schedule, lr, seed, run_config=config, run_budget=budget):
+        def runner(label, recipe, schedule, lr, seed, run_config=config, run_budget=budget):
+            grow, _, after_growth = recipe.partition("@")  # "0.5:depth=2@rewind": pretrain's after_growth
             grow = bert_spec(grow) if args.model == "bert" else grow
-            return self.run(paths, corpus_name, label, run_config, grow, run_budget, schedule, lr, seed, valid_fraction)
+            return self.run(paths, corpus_name, label, run_config, grow, run_budget, schedule, lr, seed,
+                            valid_fraction, after_growth or "continue")  # fmt: skip
 
         tune_seeds = args.seeds[: args.tune_seeds]
         say("scratch runs (the rates tuned on seed" + "s" * (len(tune_seeds) > 1) + f" {_join(tune_seeds)}):")
