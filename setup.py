@@ -14,7 +14,7 @@ setup(
     package_data={"kwiden": ["data/*.gz", "data/*.md"]},
     install_requires=["keras>=3.8", "tensorflow>=2.18", "numpy", "tqdm", "safetensors", "tokenizers", "matplotlib"],
     extras_require={
-        "test": ["pytest>=8", "jax[cpu]", "nbclient", "nbformat", "ipykernel", "keras-hub>=0.20", "matplotlib", "ruff", "jieba"],
+        "test": ["pytest>=8", "pytest-xdist>=3", "jax[cpu]", "nbclient", "nbformat", "ipykernel", "keras-hub>=0.20", "matplotlib", "ruff", "jieba"],
         "chinese": ["jieba"],  # kwiden pretrain --whole-word-mask
         "hub": ["keras-hub>=0.20"],
         "notebooks": ["jupyter", "matplotlib"],

@@ -2,6 +2,13 @@
 batches, the exactness assertion, the tiny config) live in `kwiden.testing`,
 where users can call them too."""
 
+import os
+
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # before TensorFlow starts: each worker its share of the cores
+    share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(share))
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(share))
+
 import keras
 import numpy as np
 import pytest
