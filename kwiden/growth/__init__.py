@@ -147,8 +147,7 @@ def grow(
             end in zeros, as above; `"copy"` whole copies of the block, their
             weights and optimizer state all kept, as G_stack stacks them
             (arXiv 2405.15319); `"fresh"` newly initialised blocks, drawn
-            from each layer's initializers with Keras' global generator
-            (`keras.utils.set_random_seed` repeats them), as Bu's
+            from each layer's initializers seeded by `seed`, as Bu's
             progressive training adds them (arXiv 2511.04981). Either
             changes the function, so it needs `allow_approximate=True`
             (measured in docs/growth-that-pays.md).

@@ -22,7 +22,7 @@ def transfer(placed, spread=0.0, seed=0):
     layer's weights are drawn from its own initializers."""
     for entry in placed:
         if entry.fresh and entry.layer.weights:
-            entry.layer.set_weights(initialized_weights(entry.layer))
+            entry.layer.set_weights(initialized_weights(entry.layer, seed))
         elif entry.plan.weights and not entry.fresh:
             sources = [keras.ops.convert_to_numpy(w) for w in entry.plan.weights]
             entry.layer.set_weights([grown_value(entry, i, value, spread, seed) for i, value in enumerate(sources)])
@@ -39,10 +39,17 @@ def grown_value(entry, index, value, spread=0.0, seed=0):
     return expand(value, entry.plan.axes[index], spread, weight_rng(seed, variable.path))
 
 
-def initialized_weights(layer):
-    """Values for `layer`'s weights drawn by a new layer of its config (its
-    own initializers, Keras' global generator): a newly initialised block."""
-    twin = layer.__class__.from_config({**layer.get_config(), "name": layer.name + "_fresh"})
+def initialized_weights(layer, seed=0):
+    """Values for `layer`'s weights drawn by a new layer of its config, its
+    own initializers seeded by the growth's `seed` and the initializer's
+    place (`weight_rng`): a newly initialised block, the same for the same
+    seed."""
+    config = {**layer.get_config(), "name": layer.name + "_fresh"}
+    for key, value in config.items():
+        if key.endswith("_initializer") and isinstance(value, dict) and "seed" in value.get("config", {}):
+            drawn = int(weight_rng(seed, f"{layer.name}/{key}").integers(0, 2**31))
+            config[key] = {**value, "config": {**value["config"], "seed": drawn}}
+    twin = layer.__class__.from_config(config)
     twin.build_from_config(layer.get_build_config())
     return twin.get_weights()
 
