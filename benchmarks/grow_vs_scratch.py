@@ -31,8 +31,9 @@ on a larger machine) and corpus:
    then run on every seed, and every other run uses it. `--scratch wsd:4e-3`
    takes a pair tuned before instead.
 2. The grown recipes (`--recipes`, `--grow`: `kwiden.pretrain`'s `--grow`
-   specs, with `@rewind` or `@rewarm` for its `after_growth`) on every seed at the full budget, equal FLOPs (small models
-   charged). For BERT, `allow_approximate=True` is added to each depth growth.
+   specs, with `@rewind` or `@rewarm` for its `after_growth`) on every seed
+   at the full budget, equal FLOPs (small models charged). For BERT,
+   `allow_approximate=True` is added to each depth growth.
 3. The saving as a user budgets it: the recipes of `--fraction-recipes`
    (default `auto`) at fractions of the budget (`--fractions`, bisected), the
    smallest fraction whose mean final loss reaches scratch's mean final loss at

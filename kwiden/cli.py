@@ -12,6 +12,7 @@ from fractions import Fraction
 
 from kwiden.files import replaced_atomically
 from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
+from kwiden.optimizers.schedules import AFTER_GROWTH
 
 
 def _grow(args):
@@ -142,7 +143,7 @@ PRETRAIN_FLAGS = (
     (
         "--after-growth",
         dict(
-            choices=["continue", "rewind", "rewarm"],
+            choices=AFTER_GROWTH,
             default="continue",
             help="the rate after a growth: as scheduled, rewound to the peak, or re-warmed",
         ),

@@ -22,8 +22,8 @@ from kwiden.growth.optimizer import DEFAULT_STATE, STATES
 from kwiden.growth.plan import hidden_size_of, intermediate_size_of
 from kwiden.verify import check_inputs
 
-# What depth growth's new blocks are: the block with its residual branches ending in zeros (exact), or the
-# whole block again (G_stack, arXiv 2405.15319).
+# What depth growth's new blocks are: the block with its residual branches ending in zeros (exact), the
+# whole block again (G_stack, arXiv 2405.15319), or a newly initialised block (Bu, arXiv 2511.04981).
 NEW_BLOCKS = ("identity", "copy", "fresh")
 
 # The entry points that take growth options.

@@ -21,9 +21,10 @@ def transfer(placed, spread=0.0, seed=0):
     branch ends start with their output weights at zero, and a fresh
     layer's weights are drawn from its own initializers."""
     for entry in placed:
-        if entry.fresh and entry.layer.weights:
-            entry.layer.set_weights(initialized_weights(entry.layer, seed))
-        elif entry.plan.weights and not entry.fresh:
+        if entry.fresh:
+            if entry.layer.weights:
+                entry.layer.set_weights(initialized_weights(entry.layer, seed))
+        elif entry.plan.weights:
             sources = [keras.ops.convert_to_numpy(w) for w in entry.plan.weights]
             entry.layer.set_weights([grown_value(entry, i, value, spread, seed) for i, value in enumerate(sources)])
 
