@@ -149,6 +149,10 @@ PRETRAIN_FLAGS = (
         ),
     ),
     ("--grow", dict(default="auto", help='auto, none, or growths such as "0.33:k=2 0.67:depth=2"')),
+    (
+        "--learned-growth",
+        dict(type=int, default=0, metavar="UPDATES", help="after each depth growth, learn a mix of blocks (LiGO)"),
+    ),
     ("--whole-word-mask", dict(action="store_true", help="mask whole words (Chinese words by jieba)")),
     ("--valid-fraction", dict(type=float, default=0.01, help="the end of the corpus held out")),
     ("--eval-every", dict(type=int, help="updates between evaluations (default: 20 a run)")),

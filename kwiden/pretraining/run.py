@@ -63,6 +63,7 @@ def pretrain(
     decay_fraction=0.2,
     after_growth="continue",
     grow="auto",
+    learned_growth=0,
     whole_word_mask=False,
     valid_fraction=0.01,
     eval_every=None,
@@ -116,6 +117,11 @@ def pretrain(
             "0.33:k=2 0.67:depth=2": fractions of the run's updates, each
             with `kwiden.grow`'s arguments. The small model's config is the
             target's with the growths undone.
+        learned_growth: after each growth (depth only), this many updates
+            train a learned mix of the small model's blocks into the grown
+            model's, as LiGO does (arXiv 2303.00980;
+            `kwiden.growth.learned`), each charged as an update of the grown
+            model; 0 (default): none.
         whole_word_mask: mask whole words (Chinese words found by jieba).
         valid_fraction: the end of the corpus held out for validation.
         eval_every: updates between evaluations (default: 20 a run).
@@ -170,6 +176,7 @@ def _pretrain(folder, a, verbose):
     per_update = [tokens_per_update * s.flops_per_token for s in stages]
     warmup = a["warmup"] if a["warmup"] is not None else round(0.05 * a["budget"])
     total = recipe.place(growths, a["budget"], per_update, warmup)
+    _check_learned_growth(a["learned_growth"], growths, total)
     advice = recipe.advice(stages[-1].parameters, a["budget"] * tokens_per_update, a["budget"] * per_update[-1])
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
@@ -188,6 +195,27 @@ def _pretrain(folder, a, verbose):
     return PretrainResult(**trainer.run(), recipe=why, advice=advice)
 
 
+def _check_learned_growth(steps, growths, total):
+    """The learned depth operator mixes blocks of one width, and its updates come before the next growth."""
+    if not steps:
+        return
+    bounds = [g.update for g in growths[1:]] + [total]
+    for growth, bound in zip(growths, bounds):
+        widens = [name for name in ("k", "ffn_factor") if growth.arguments.get(name, 1) != 1]
+        if widens or "depth" not in growth.arguments:
+            raise ValueError(
+                f"--learned-growth learns a mix of blocks after a depth growth; the growth at {growth.fraction:g} "
+                f"({', '.join(f'{k}={v}' for k, v in growth.arguments.items())}) "
+                f"{'widens (' + ', '.join(widens) + ')' if widens else 'is not one'}: give depth-only growths "
+                "(such as --grow 0.8:depth=2), or --learned-growth 0."
+            )
+        if growth.update + steps >= bound:
+            raise ValueError(
+                f"--learned-growth {steps}: the growth at update {growth.update} has {bound - growth.update} "
+                f"updates before {'the next growth' if bound < total else 'the end'}; give fewer, so that one is left."
+            )
+
+
 def _check_numbers(a):
     def at_least(name, smallest, value=None):
         value = a[name] if value is None else value
@@ -198,6 +226,7 @@ def _check_numbers(a):
 
     for name in ("budget", "seq_len", "batch_size", "accum_steps"):
         at_least(name, 1 if name != "seq_len" else 4)
+    at_least("learned_growth", 0)
     for name in ("warmup", "eval_every", "save_every", "build_vocab"):
         if a[name] is not None:
             at_least(name, 0 if name == "warmup" else 1)

@@ -185,6 +185,36 @@ def test_the_rate_after_a_growth_is_rewound_or_rewarmed(english, tmp_path, after
         kwiden.pretrain(english, tmp_path / "bad", model="gpt", config=TINY_GPT, after_growth="rewarm", warmup=0, **run)
 
 
+def test_a_learned_depth_operator_spends_updates_of_the_grown_model(english, tmp_path):
+    run = {**TINY_RUN, "budget": 20, "eval_every": 1, "grow": "0.5:depth=2"}
+    plain = kwiden.pretrain(english, tmp_path / "plain", model="gpt", config=TINY_GPT, **run)
+    learned = kwiden.pretrain(english, tmp_path / "learned", model="gpt", config=TINY_GPT, learned_growth=3, **run)
+    [growth] = learned.growths
+    # the operator's 3 updates are the grown model's: the same updates and FLOPs as without it
+    assert (learned.updates, learned.flops) == (plain.updates, plain.flops)
+    updates = [r["update"] for r in learned.metrics]
+    assert growth.update + 1 not in updates and growth.update + 3 in updates
+    assert int(keras.ops.convert_to_numpy(learned.model.optimizer.iterations)) == learned.updates  # in step
+    rates = {r["update"]: r["lr"] for r in learned.metrics}
+    assert rates[learned.updates] == 0.0  # the WSD decay still ends at the run's end
+    assert "learned the depth operator over 3 updates" in (tmp_path / "learned" / "log.txt").read_text()
+    after = {r["update"]: r["valid_loss"] for r in learned.metrics}
+    assert after[growth.update + 3] != {r["update"]: r["valid_loss"] for r in plain.metrics}[growth.update + 3]
+    with pytest.raises(
+        ValueError,
+        match=r"--learned-growth learns a mix of blocks after a depth growth; the growth at 0.5 \(k=2\) widens \(k\)",
+    ):
+        kwiden.pretrain(
+            english, tmp_path / "bad", model="gpt", config=TINY_GPT, learned_growth=3, **{**run, "grow": "0.5:k=2"}
+        )
+    with pytest.raises(
+        ValueError, match=r"--learned-growth 40: the growth at update \d+ has \d+ updates before the end"
+    ):
+        kwiden.pretrain(english, tmp_path / "bad", model="gpt", config=TINY_GPT, learned_growth=40, **run)
+    with pytest.raises(ValueError, match=r"--learned-growth must be a whole number of at least 0"):
+        kwiden.pretrain(english, tmp_path / "bad", model="gpt", config=TINY_GPT, learned_growth=-1, **run)
+
+
 def test_from_a_checkpoint_goes_on_and_grows(english, tmp_path):
     first = kwiden.pretrain(english, tmp_path / "first", model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
     more = kwiden.pretrain(english, tmp_path / "more", from_checkpoint=str(first.final), grow="0.5:k=2", **TINY_RUN)

@@ -1,0 +1,65 @@
+"""The learned depth operator (LiGO): it starts as the exact growth, learns
+only its mix on the loss, leaves the source alone, and refuses width growth."""
+
+import keras
+import numpy as np
+import pytest
+
+import kwiden
+from kwiden.growth.learned import DepthOperator, learn_depth_operator
+from kwiden.testing import assert_exact, numpy_outputs, padded_batch
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def causal_batches(count, vocab_size=97, seed=0):
+    ids = np.random.default_rng(seed).integers(1, vocab_size, (count, 4, 10))
+    return [(window[:, :-1], window[:, 1:]) for window in ids]
+
+
+@pytest.mark.backends
+def test_the_operator_starts_as_the_exact_growth_and_learns_only_its_mix(gpt):
+    small = gpt(num_hidden_layers=2)
+    big = kwiden.grow(small, depth=2)
+    inputs = padded_batch(segments=False)
+    operator = DepthOperator(small, big)
+    # one (4 blocks × 2 blocks) mix for each kind of block weight, and no other weight
+    kinds = {
+        v.path.removeprefix("Transformer-0-") for v in small.trainable_variables if v.path.startswith("Transformer-0-")
+    }
+    assert len(operator.trainable_variables) == len(kinds) == 16
+    assert all(tuple(v.shape) == (4, 2) for v in operator.trainable_variables)
+    np.testing.assert_allclose(numpy_outputs(operator, inputs), numpy_outputs(big, inputs), rtol=1e-6, atol=1e-6)
+
+    source = [keras.ops.convert_to_numpy(w).copy() for w in small.weights]
+    grown = {v.path: keras.ops.convert_to_numpy(v).copy() for v in big.trainable_variables}
+    batches = causal_batches(12)
+    losses = learn_depth_operator(small, big, batches, LOSS, learning_rate=0.05)
+    assert len(losses) == 12 and losses[-1] < losses[0]
+    for before, after in zip(source, small.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(after), before)
+    # outside the blocks nothing moves; in them, each weight is its grown value plus the learned mix
+    after = {v.path: keras.ops.convert_to_numpy(v) for v in big.trainable_variables}
+    changed = {path for path, value in grown.items() if not np.array_equal(after[path], value)}
+    assert changed and all(p.startswith("Transformer-") for p in changed)
+    # the grown model now computes what the learned operator computes, and lower on the batches it learned on
+    big.compile(loss=LOSS)
+    x, y = batches[0]
+    assert big.evaluate(x, y, verbose=0) < losses[0]
+
+
+def test_a_growth_that_widens_is_refused(gpt):
+    small = gpt(num_hidden_layers=1)
+    big = kwiden.grow(small, 2, depth=2)
+    with pytest.raises(
+        ValueError, match=r"needs a depth-only growth: 'Transformer-0-.*' .* Grow width and depth at different points"
+    ):
+        DepthOperator(small, big)
+
+
+def test_the_exact_growth_it_starts_from_is_exact(gpt):
+    small = gpt(num_hidden_layers=1)
+    big = kwiden.grow(small, depth=3)
+    assert_exact(small, big, padded_batch(segments=False))
+    learn_depth_operator(small, big, causal_batches(2), LOSS, learning_rate=0.0)  # a rate of 0: the mix stays 0
+    assert_exact(small, big, padded_batch(segments=False))
