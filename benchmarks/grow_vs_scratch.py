@@ -31,7 +31,8 @@ on a larger machine) and corpus:
    then run on every seed, and every other run uses it. `--scratch wsd:4e-3`
    takes a pair tuned before instead.
 2. The grown recipes (`--recipes`, `--grow`: `kwiden.pretrain`'s `--grow`
-   specs, with `@rewind` or `@rewarm` for its `after_growth`) on every seed
+   specs, with `@rewind` or `@rewarm` for its `after_growth` and
+   `@learned=N` for its `learned_growth`, LiGO's operator) on every seed
    at the full budget, equal FLOPs (small models charged). For BERT,
    `allow_approximate=True` is added to each depth growth.
 3. The saving as a user budgets it: the recipes of `--fraction-recipes`
@@ -145,6 +146,7 @@ SWEEP = [
     "0.8:depth=2@rewind",
     "0.8:depth=2@rewarm",
     "0.8:k=2@rewarm",
+    "0.8:depth=2@learned=100",
 ]
 GROUPS = {
     "main": MAIN,
@@ -153,6 +155,18 @@ GROUPS = {
     "all": MAIN + [r for r in ABLATIONS if r not in MAIN],
     "none": [],
 }
+
+
+def pretrain_options(recipe):
+    """`(grow, after_growth, learned_growth)` of "0.8:depth=2@rewind@learned=100"."""
+    grow, *suffixes = recipe.split("@")
+    after_growth, learned_growth = "continue", 0
+    for suffix in suffixes:
+        if suffix.startswith("learned="):
+            learned_growth = int(suffix.removeprefix("learned="))
+        else:
+            after_growth = suffix
+    return grow, after_growth, learned_growth
 
 
 @dataclasses.dataclass
@@ -266,7 +280,8 @@ class Bench:
         mlm = {"with_mlm": True} if self.args.model == "bert" else {}
         return kwiden.build_transformer_model(dict(config, vocab_size=VOCAB), model=self.args.model, **mlm)
 
-    def run(self, paths, corpus_name, label, config, grow, budget, schedule, lr, seed, valid_fraction, after_growth):
+    def run(self, paths, corpus_name, label, config, grow, budget, schedule, lr, seed, valid_fraction, after_growth,
+            learned_growth=0):  # fmt: skip
         args = self.args
         name = f"{args.model}-{corpus_name}-{config['hidden_size']}x{config['num_hidden_layers']}/"
         name += f"{slug(label)}-b{budget}-{schedule}-lr{lr:g}-seed{seed}"
@@ -282,7 +297,7 @@ class Bench:
                 result = kwiden.pretrain(
                     paths, folder, model=args.model, config=config, budget=budget, seq_len=args.seq_len,
                     batch_size=args.batch_size, lr=lr, schedule=schedule, decay_fraction=args.decay_fraction,
-                    grow=grow, after_growth=after_growth, valid_fraction=valid_fraction, eval_every=max(1, budget // args.evaluations),
+                    grow=grow, after_growth=after_growth, learned_growth=learned_growth, valid_fraction=valid_fraction, eval_every=max(1, budget // args.evaluations),
                     seed=seed, verbose=0,
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - a recipe pretrain refuses is reported, not fatal
@@ -350,10 +365,10 @@ class Bench:
         )
 
         def runner(label, recipe, schedule, lr, seed, run_config=config, run_budget=budget):
-            grow, _, after_growth = recipe.partition("@")  # "0.5:depth=2@rewind": pretrain's after_growth
+            grow, after_growth, learned_growth = pretrain_options(recipe)
             grow = bert_spec(grow) if args.model == "bert" else grow
             return self.run(paths, corpus_name, label, run_config, grow, run_budget, schedule, lr, seed,
-                            valid_fraction, after_growth or "continue")  # fmt: skip
+                            valid_fraction, after_growth, learned_growth)  # fmt: skip
 
         tune_seeds = args.seeds[: args.tune_seeds]
         say("scratch runs (the rates tuned on seed" + "s" * (len(tune_seeds) > 1) + f" {_join(tune_seeds)}):")

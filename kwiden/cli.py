@@ -12,7 +12,7 @@ from fractions import Fraction
 
 from kwiden.files import replaced_atomically
 from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
-from kwiden.optimizers.schedules import AFTER_GROWTH
+from kwiden.optimizers.schedules import AFTER_GROWTH, SCHEDULES
 
 
 def _grow(args):
@@ -138,7 +138,7 @@ PRETRAIN_FLAGS = (
     ("--accum-steps", dict(type=int, default=1, help="micro-batches an update")),
     ("--lr", dict(type=float, default=1e-3, help="peak learning rate")),
     ("--warmup", dict(type=int, help="updates of linear warmup (default: 5%% of --budget)")),
-    ("--schedule", dict(choices=["wsd", "cosine", "constant"], default="wsd", help="after the warmup")),
+    ("--schedule", dict(choices=SCHEDULES, default="wsd", help="after the warmup")),
     ("--decay-fraction", dict(type=float, default=0.2, help="wsd: the share of updates that decay to 0")),
     (
         "--after-growth",

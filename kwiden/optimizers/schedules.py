@@ -112,6 +112,8 @@ class PiecewiseLinear(keras.optimizers.schedules.LearningRateSchedule):
         return {"learning_rate": self.learning_rate, "schedule": {str(s): v for s, v in self.points}}
 
 
+# The rate schedules `kwiden.pretrain` names (each a `WarmupDecay`), and what the rate does after a growth.
+SCHEDULES = ("wsd", "cosine", "constant")
 AFTER_GROWTH = ("continue", "rewind", "rewarm")
 
 

@@ -31,9 +31,11 @@ class RunFolder:
             raise ValueError(f"--output-dir {self.folder} is a file; give a folder (it is made if missing).")
         self.verbose = verbose
 
-    def claim(self, arguments):
+    def claim(self, arguments, defaults=None):
         """Record the run's `arguments`; a folder holding a run with other
-        arguments is refused, naming the first that differs."""
+        arguments is refused, naming the first that differs. An argument its
+        record lacks (a kwiden before it had one) counts at its value in
+        `defaults`, which is what that run did."""
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / RUN_FILE
         if path.is_file():
@@ -41,6 +43,7 @@ class RunFolder:
                 before = json.loads(path.read_text("utf-8"))["arguments"]
             except (ValueError, KeyError, TypeError):
                 raise ValueError(f"{path} is not a run record kwiden wrote; give another --output-dir.") from None
+            before = {**{n: v for n, v in (defaults or {}).items() if n in arguments}, **before}
             for name in sorted(set(before) | set(arguments)):
                 if before.get(name) != arguments.get(name):
                     flag = "--" + name.replace("_", "-")

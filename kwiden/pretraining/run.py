@@ -3,6 +3,7 @@ the way, at the compute of the target trained from scratch."""
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import math
 import pathlib
@@ -15,14 +16,13 @@ from kwiden.distribution import layout_map
 from kwiden.models.config import read_config_file
 from kwiden.models.family import family_of, get_family
 from kwiden.optimizers import AfterGrowth, WarmupDecay
-from kwiden.optimizers.schedules import AFTER_GROWTH
+from kwiden.optimizers.schedules import AFTER_GROWTH, SCHEDULES
 from kwiden.pretraining import objectives, tokens, vocabulary
 from kwiden.pretraining.outputs import RunFolder
 from kwiden.pretraining.trainer import Stage, Trainer
 
 CAUSAL_FAMILIES = ("gpt", "llama", "qwen2", "mistral")
 MASKED_FAMILIES = ("bert", "roformer")
-SCHEDULES = ("wsd", "cosine", "constant")
 # Arguments that do not change what a run computes: a run resumed with others is the same run.
 NOT_RECORDED = ("verbose",)
 
@@ -146,7 +146,7 @@ def pretrain(
     folder = RunFolder(output_dir, verbose=bool(verbose))
     _check_numbers(arguments)
     arguments = _recorded(arguments)
-    resumed = folder.claim(arguments)
+    resumed = folder.claim(arguments, _recorded_defaults())
     policy = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy(_precision(precision))
@@ -245,6 +245,15 @@ def _check_numbers(a):
     if a["config"] is None and a["from_checkpoint"] is None:
         raise ValueError("Give the target model: --config config.json (with --model), or --from CHECKPOINT.")
     recipe.parse(a["grow"])
+
+
+def _recorded_defaults():
+    """`pretrain`'s defaults, as run.json would record them."""
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(pretrain).parameters.items()
+        if name not in NOT_RECORDED and parameter.default is not inspect.Parameter.empty
+    }
 
 
 def _recorded(a):

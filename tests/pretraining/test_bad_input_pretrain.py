@@ -211,3 +211,14 @@ def test_a_run_inside_its_corpus_folder_does_not_read_itself(english, tmp_path):
 def test_whole_word_masks_of_bytes(english, tmp_path):
     result = pretrain(english, tmp_path, model="bert", config=TINY_BERT, whole_word_mask=True, budget=2, grow="none")
     assert result.updates == 2
+
+
+def test_a_run_recorded_before_an_argument_existed_resumes_at_its_default(english, tmp_path):
+    pretrain(english, tmp_path / "run", budget=2, grow="none")
+    record = tmp_path / "run" / "run.json"
+    recorded = json.loads(record.read_text())
+    del recorded["arguments"]["learned_growth"], recorded["arguments"]["after_growth"]  # as an older kwiden wrote it
+    record.write_text(json.dumps(recorded))
+    assert pretrain(english, tmp_path / "run", budget=2, grow="none").updates == 2  # resumed, done
+    with pytest.raises(ValueError, match=r"holds a run made with --learned-growth 0, not 1"):
+        pretrain(english, tmp_path / "run", budget=2, grow="none", learned_growth=1)
