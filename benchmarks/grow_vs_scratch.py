@@ -32,7 +32,8 @@ on a larger machine) and corpus:
    takes a pair tuned before instead.
 2. The grown recipes (`--recipes`, `--grow`: `kwiden.pretrain`'s `--grow`
    specs, with `@rewind` or `@rewarm` for its `after_growth` and
-   `@learned=N` for its `learned_growth`, LiGO's operator) on every seed
+   `@learned=N` or `@learned=N:RATE` for its `learned_growth`, LiGO's
+   operator, and its rate) on every seed
    at the full budget, equal FLOPs (small models charged). For BERT,
    `allow_approximate=True` is added to each depth growth.
 3. The saving as a user budgets it: the recipes of `--fraction-recipes`
@@ -158,15 +159,17 @@ GROUPS = {
 
 
 def pretrain_options(recipe):
-    """`(grow, after_growth, learned_growth)` of "0.8:depth=2@rewind@learned=100"."""
+    """`grow` and pretrain's other options of "0.8:depth=2@rewind@learned=100:3e-2"
+    (`after_growth`, `learned_growth` and its rate)."""
     grow, *suffixes = recipe.split("@")
-    after_growth, learned_growth = "continue", 0
+    options = dict(after_growth="continue")
     for suffix in suffixes:
         if suffix.startswith("learned="):
-            learned_growth = int(suffix.removeprefix("learned="))
+            steps, _, rate = suffix.removeprefix("learned=").partition(":")
+            options.update(learned_growth=int(steps), **({"learned_growth_lr": float(rate)} if rate else {}))
         else:
-            after_growth = suffix
-    return grow, after_growth, learned_growth
+            options["after_growth"] = suffix
+    return grow, options
 
 
 @dataclasses.dataclass
@@ -280,8 +283,7 @@ class Bench:
         mlm = {"with_mlm": True} if self.args.model == "bert" else {}
         return kwiden.build_transformer_model(dict(config, vocab_size=VOCAB), model=self.args.model, **mlm)
 
-    def run(self, paths, corpus_name, label, config, grow, budget, schedule, lr, seed, valid_fraction, after_growth,
-            learned_growth=0):  # fmt: skip
+    def run(self, paths, corpus_name, label, config, grow, budget, schedule, lr, seed, valid_fraction, options):
         args = self.args
         name = f"{args.model}-{corpus_name}-{config['hidden_size']}x{config['num_hidden_layers']}/"
         name += f"{slug(label)}-b{budget}-{schedule}-lr{lr:g}-seed{seed}"
@@ -297,7 +299,7 @@ class Bench:
                 result = kwiden.pretrain(
                     paths, folder, model=args.model, config=config, budget=budget, seq_len=args.seq_len,
                     batch_size=args.batch_size, lr=lr, schedule=schedule, decay_fraction=args.decay_fraction,
-                    grow=grow, after_growth=after_growth, learned_growth=learned_growth, valid_fraction=valid_fraction, eval_every=max(1, budget // args.evaluations),
+                    grow=grow, **options, valid_fraction=valid_fraction, eval_every=max(1, budget // args.evaluations),
                     seed=seed, verbose=0,
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - a recipe pretrain refuses is reported, not fatal
@@ -365,10 +367,10 @@ class Bench:
         )
 
         def runner(label, recipe, schedule, lr, seed, run_config=config, run_budget=budget):
-            grow, after_growth, learned_growth = pretrain_options(recipe)
+            grow, options = pretrain_options(recipe)
             grow = bert_spec(grow) if args.model == "bert" else grow
             return self.run(paths, corpus_name, label, run_config, grow, run_budget, schedule, lr, seed,
-                            valid_fraction, after_growth, learned_growth)  # fmt: skip
+                            valid_fraction, options)  # fmt: skip
 
         tune_seeds = args.seeds[: args.tune_seeds]
         say("scratch runs (the rates tuned on seed" + "s" * (len(tune_seeds) > 1) + f" {_join(tune_seeds)}):")

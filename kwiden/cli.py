@@ -153,6 +153,7 @@ PRETRAIN_FLAGS = (
         "--learned-growth",
         dict(type=int, default=0, metavar="UPDATES", help="after each depth growth, learn a mix of blocks (LiGO)"),
     ),
+    ("--learned-growth-lr", dict(type=float, default=1e-2, help="the learned mix's Adam rate")),
     ("--whole-word-mask", dict(action="store_true", help="mask whole words (Chinese words by jieba)")),
     ("--valid-fraction", dict(type=float, default=0.01, help="the end of the corpus held out")),
     ("--eval-every", dict(type=int, help="updates between evaluations (default: 20 a run)")),

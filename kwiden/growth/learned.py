@@ -98,6 +98,7 @@ def learn_depth_operator(small, big, batches, loss, learning_rate=LEARNING_RATE,
     """Learn the depth mix of `big` (grown in depth from `small`) on `batches`
     (`(x, y)` pairs, one a micro-step) and set `big`'s weights to it.
 
+    `learning_rate`: the operator's Adam rate.
     Returns the training losses, one a batch. `small` is not modified; the
     grown model is called without dropout while the operator learns.
 

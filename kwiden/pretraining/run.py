@@ -64,6 +64,7 @@ def pretrain(
     after_growth="continue",
     grow="auto",
     learned_growth=0,
+    learned_growth_lr=1e-2,
     whole_word_mask=False,
     valid_fraction=0.01,
     eval_every=None,
@@ -122,6 +123,8 @@ def pretrain(
             model's, as LiGO does (arXiv 2303.00980;
             `kwiden.growth.learned`), each charged as an update of the grown
             model; 0 (default): none.
+        learned_growth_lr: the learned operator's Adam rate (its mixing
+            weights are of order one).
         whole_word_mask: mask whole words (Chinese words found by jieba).
         valid_fraction: the end of the corpus held out for validation.
         eval_every: updates between evaluations (default: 20 a run).
@@ -230,8 +233,10 @@ def _check_numbers(a):
     for name in ("warmup", "eval_every", "save_every", "build_vocab"):
         if a[name] is not None:
             at_least(name, 0 if name == "warmup" else 1)
-    if not (isinstance(a["lr"], (int, float)) and math.isfinite(a["lr"]) and a["lr"] > 0):
-        raise ValueError(f"--lr must be a positive number, got {a['lr']!r}.")
+    for name in ("lr", "learned_growth_lr"):
+        value = a[name]
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value!r}.")
     if a["schedule"] not in SCHEDULES:
         raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {a['schedule']!r}.")
     if a["after_growth"] not in AFTER_GROWTH:

@@ -274,7 +274,9 @@ class Trainer:
             for u in range(update, update + steps)
             for m in range(accum)
         )
-        losses = learn_depth_operator(small, big, batches, self.objective.losses(), accum_steps=accum)
+        losses = learn_depth_operator(
+            small, big, batches, self.objective.losses(), self.a["learned_growth_lr"], accum_steps=accum
+        )
         big.optimizer.iterations.assign(big.optimizer.iterations + steps * accum)
         self.folder.log(f"update {update}: learned the depth operator over {steps} updates (loss {losses[0]:.4f} "
                         f"→ {losses[-1]:.4f})")  # fmt: skip

@@ -213,6 +213,8 @@ def test_a_learned_depth_operator_spends_updates_of_the_grown_model(english, tmp
         kwiden.pretrain(english, tmp_path / "bad", model="gpt", config=TINY_GPT, learned_growth=40, **run)
     with pytest.raises(ValueError, match=r"--learned-growth must be a whole number of at least 0"):
         kwiden.pretrain(english, tmp_path / "bad", model="gpt", config=TINY_GPT, learned_growth=-1, **run)
+    with pytest.raises(ValueError, match=r"--learned-growth-lr must be a positive number, got 0"):
+        kwiden.pretrain(english, tmp_path / "bad", model="gpt", config=TINY_GPT, learned_growth_lr=0, **run)
 
 
 def test_from_a_checkpoint_goes_on_and_grows(english, tmp_path):
