@@ -278,8 +278,9 @@ class Trainer:
             small, big, batches, self.objective.losses(), self.a["learned_growth_lr"], accum_steps=accum
         )
         big.optimizer.iterations.assign(big.optimizer.iterations + steps * accum)
-        self.folder.log(f"update {update}: learned the depth operator over {steps} updates (loss {losses[0]:.4f} "
-                        f"→ {losses[-1]:.4f})")  # fmt: skip
+        ends = max(1, len(losses) // 10)  # batch losses are noisy: the first and last tenth's means
+        self.folder.log(f"update {update}: learned the depth operator over {steps} updates (training loss "
+                        f"{np.mean(losses[:ends]):.4f} → {np.mean(losses[-ends:]):.4f})")  # fmt: skip
         return losses
 
     @contextlib.contextmanager
