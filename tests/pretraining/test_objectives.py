@@ -105,16 +105,18 @@ def test_growth_points_are_placed_at_equal_flops():
 
 
 @pytest.mark.parametrize(
-    "tokens, says",
+    "tokens, says, table",
     [
-        (2_000_000, "larger than compute-optimal. For the lowest loss on this compute, train a smaller target"),
-        (20_000_000, "about compute-optimal"),
-        (100_000_000, "smaller than compute-optimal"),
+        (2_000_000, "larger than compute-optimal. For the lowest loss on this compute, train a smaller target",
+         "the small model it starts from, trained alone on the same compute, ended lower"),
+        (20_000_000, "about compute-optimal", "the small model it starts from"),
+        (56_000_000, "smaller than compute-optimal", "ended below both the target from scratch and the small model"),
+        (100_000_000, "smaller than compute-optimal", "the target from scratch ended lowest"),
     ],
-)
-def test_advice_places_the_target_against_the_compute_optimal_size(tokens, says):
+)  # fmt: skip
+def test_advice_places_the_target_against_the_compute_optimal_size(tokens, says, table):
     text = recipe.advice(1_000_000, tokens, 6 * 1_000_000 * tokens)
     assert f"{tokens / 1e6:.1f} tokens per parameter" in text and says in text
-    assert text.endswith(recipe.MEASURED)
+    assert text.endswith(recipe.measured(tokens / 1e6)) and table in text
     optimal = f"at about {(tokens / 20) ** 0.5 * 1000:,.0f} parameters"  # √(C / 120) with C = 6·N·D
     assert optimal in text
