@@ -49,25 +49,25 @@ class DepthOperator(keras.Model):
             key = _block_key(variable.path)
             if key is not None:
                 small_blocks.setdefault(key[1], {})[key[0]] = keras.ops.convert_to_numpy(variable)
-        # A bound method is not tracked: the big model's weights stay out of this model's.
+        # Functions are not tracked: the big model's weights stay out of this model's, and are read, not copied
+        # (they do not change while the operator learns).
         self._call_big = big.stateless_call
-        self._big_non_trainable = big.non_trainable_variables
-        self._grown, self._mixed = [], []
+        self._big_values = lambda: [v.value for v in big.trainable_variables]
+        self._big_non_trainable = lambda: [v.value for v in big.non_trainable_variables]
+        self._mixed = []
         self._coefficients = {}
         big_blocks = 1 + max((_block_key(v.path) or (-1,))[0] for v in big.trainable_variables)
         for variable in big.trainable_variables:
-            grown = keras.ops.convert_to_numpy(variable)
-            self._grown.append(keras.ops.convert_to_tensor(grown))
             key = _block_key(variable.path)
             if key is None:
                 self._mixed.append(None)
                 continue
             index, kind = key
             sources = small_blocks.get(kind)
-            if sources is None or any(s.shape != grown.shape for s in sources.values()):
+            if sources is None or any(s.shape != tuple(variable.shape) for s in sources.values()):
                 raise ValueError(
                     f"The learned depth operator mixes the small model's blocks into the grown one's, so it needs a "
-                    f"depth-only growth: '{variable.path}' {grown.shape} has no small-model weight of its shape "
+                    f"depth-only growth: '{variable.path}' {tuple(variable.shape)} has no small-model weight of its shape "
                     f"({kind}). Grow width and depth at different points."
                 )
             if kind not in self._coefficients:
@@ -81,7 +81,7 @@ class DepthOperator(keras.Model):
     def grown_weights(self):
         """The grown model's trainable weights the coefficients make."""
         weights = []
-        for grown, mixed in zip(self._grown, self._mixed):
+        for grown, mixed in zip(self._big_values(), self._mixed):
             if mixed is None:
                 weights.append(grown)
                 continue
@@ -90,7 +90,7 @@ class DepthOperator(keras.Model):
         return weights
 
     def call(self, inputs):
-        outputs, _ = self._call_big(self.grown_weights(), [v.value for v in self._big_non_trainable], inputs)
+        outputs, _ = self._call_big(self.grown_weights(), self._big_non_trainable(), inputs)
         return outputs
 
 
@@ -117,6 +117,6 @@ def learn_depth_operator(small, big, batches, loss, learning_rate=LEARNING_RATE,
     operator = DepthOperator(small, big)
     operator.compile(Adam(learning_rate, accum_steps=accum_steps), loss)
     losses = [float(np.asarray(operator.train_on_batch(x, y)).reshape(-1)[0]) for x, y in batches]
-    for variable, value in zip(big.trainable_variables, operator.grown_weights()):
+    for variable, value in zip(big.trainable_variables, operator.grown_weights()):  # all computed before any is set
         variable.assign(value)
     return losses

@@ -35,7 +35,7 @@ class RunFolder:
         """Record the run's `arguments`; a folder holding a run with other
         arguments is refused, naming the first that differs. An argument its
         record lacks (a kwiden before it had one) counts at its value in
-        `defaults`, which is what that run did."""
+        `defaults`: what that kwiden did."""
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / RUN_FILE
         if path.is_file():
@@ -73,14 +73,19 @@ class RunFolder:
         with open(self.folder / LOG_FILE, "a", encoding="utf-8") as file:
             file.write(line + "\n")
 
-    def metrics(self, until=None):
-        """The metrics lines written so far, those after update `until` dropped (and the file rewritten so)."""
+    def metrics(self, until=None, regrow=False):
+        """The metrics lines written so far, those after update `until` dropped (and the file rewritten so);
+        `regrow`: also the growth's lines at `until`, which a run resumed before that growth writes again."""
         path = self.folder / METRICS_FILE
         if not path.is_file():
             return []
         rows = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
         if until is not None:
-            kept = [row for row in rows if row["update"] <= until]
+            kept = [
+                row
+                for row in rows
+                if row["update"] < until or (row["update"] == until and not (regrow and row.get("grew")))
+            ]
             if len(kept) != len(rows):
                 with replaced_atomically(path) as temporary:
                     temporary.write_text("".join(json.dumps(row) + "\n" for row in kept), "utf-8")

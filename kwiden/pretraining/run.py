@@ -3,7 +3,6 @@ the way, at the compute of the target trained from scratch."""
 
 import contextlib
 import dataclasses
-import inspect
 import json
 import math
 import pathlib
@@ -25,6 +24,8 @@ CAUSAL_FAMILIES = ("gpt", "llama", "qwen2", "mistral")
 MASKED_FAMILIES = ("bert", "roformer")
 # Arguments that do not change what a run computes: a run resumed with others is the same run.
 NOT_RECORDED = ("verbose",)
+# Arguments added after run.json was first written, with what a run recorded without them did: it resumes so.
+ADDED_LATER = dict(after_growth="continue", learned_growth=0, learned_growth_lr=1e-2)
 
 
 @dataclasses.dataclass
@@ -149,7 +150,7 @@ def pretrain(
     folder = RunFolder(output_dir, verbose=bool(verbose))
     _check_numbers(arguments)
     arguments = _recorded(arguments)
-    resumed = folder.claim(arguments, _recorded_defaults())
+    resumed = folder.claim(arguments, ADDED_LATER)
     policy = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy(_precision(precision))
@@ -179,7 +180,7 @@ def _pretrain(folder, a, verbose):
     per_update = [tokens_per_update * s.flops_per_token for s in stages]
     warmup = a["warmup"] if a["warmup"] is not None else round(0.05 * a["budget"])
     total = recipe.place(growths, a["budget"], per_update, warmup)
-    _check_learned_growth(a["learned_growth"], growths, total)
+    _check_learned_growth(a, growths, total)
     advice = recipe.advice(stages[-1].parameters, a["budget"] * tokens_per_update, a["budget"] * per_update[-1])
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
@@ -198,17 +199,30 @@ def _pretrain(folder, a, verbose):
     return PretrainResult(**trainer.run(), recipe=why, advice=advice)
 
 
-def _check_learned_growth(steps, growths, total):
-    """The learned depth operator mixes blocks of one width, and its updates come before the next growth."""
+def _check_learned_growth(a, growths, total):
+    """The learned depth operator mixes blocks of one width, after a depth growth, before the next growth, and
+    spends updates a re-warm would spend on the grown model."""
+    steps = a["learned_growth"]
     if not steps:
         return
+    if not growths:
+        raise ValueError(
+            f"--learned-growth {steps} learns a mix of blocks after a depth growth, but this run does not grow "
+            f"(--grow {a['grow']}): give a depth growth (such as --grow 0.8:depth=2), or --learned-growth 0."
+        )
+    if a["after_growth"] == "rewarm" or any(g.arguments.get("rewarm") for g in growths):
+        raise ValueError(
+            f"--learned-growth {steps} spends the first updates after each growth on the learned operator, which "
+            "a re-warm (--after-growth rewarm, or rewarm= in --grow) would spend too: give one or the other."
+        )
     bounds = [g.update for g in growths[1:]] + [total]
     for growth, bound in zip(growths, bounds):
         widens = [name for name in ("k", "ffn_factor") if growth.arguments.get(name, 1) != 1]
         if widens or "depth" not in growth.arguments:
+            chosen = " (what --grow auto chose for this target)" if a["grow"] == "auto" else ""
             raise ValueError(
-                f"--learned-growth learns a mix of blocks after a depth growth; the growth at {growth.fraction:g} "
-                f"({', '.join(f'{k}={v}' for k, v in growth.arguments.items())}) "
+                f"--learned-growth learns a mix of blocks after a depth growth; the growth at {growth.fraction:g}"
+                f"{chosen} ({', '.join(f'{k}={v}' for k, v in growth.arguments.items())}) "
                 f"{'widens (' + ', '.join(widens) + ')' if widens else 'is not one'}: give depth-only growths "
                 "(such as --grow 0.8:depth=2), or --learned-growth 0."
             )
@@ -250,15 +264,6 @@ def _check_numbers(a):
     if a["config"] is None and a["from_checkpoint"] is None:
         raise ValueError("Give the target model: --config config.json (with --model), or --from CHECKPOINT.")
     recipe.parse(a["grow"])
-
-
-def _recorded_defaults():
-    """`pretrain`'s defaults, as run.json would record them."""
-    return {
-        name: parameter.default
-        for name, parameter in inspect.signature(pretrain).parameters.items()
-        if name not in NOT_RECORDED and parameter.default is not inspect.Parameter.empty
-    }
 
 
 def _recorded(a):

@@ -193,7 +193,8 @@ class Trainer:
         else:
             model, update, growths_done, seconds = restored
             self.folder.log(f"resuming from the backup at update {update}")
-            self.folder.metrics(until=update)
+            regrow = growths_done < len(self.growths) and self.growths[growths_done].update == update
+            self.folder.metrics(until=update, regrow=regrow)
         rows = self.folder.metrics()
         if not rows:
             rows.append(self.record(model, 0, [], seconds))
@@ -204,8 +205,7 @@ class Trainer:
                                                unit="update", dynamic_ncols=True) as progress:  # fmt: skip
             while update < self.total:
                 if growths_done < len(self.growths) and self.growths[growths_done].update == update:
-                    small = model
-                    model = self._grow(model, update, growths_done, seconds)
+                    small, model = model, self._grow(model, update, growths_done, seconds)
                     growths_done += 1
                     rows.append(self.record(model, update, [], seconds, grew=True))
                     if self.a["learned_growth"]:
@@ -215,6 +215,7 @@ class Trainer:
                         update += self.a["learned_growth"]
                         progress.update(self.a["learned_growth"])
                         rows.append(self.record(model, update, learned, seconds))
+                    del small  # the source and its optimizer need not live on to the next growth
                     self.save(model, update, growths_done, seconds)
                 start = time.perf_counter()
                 for micro_step in range(self.a["accum_steps"]):
@@ -277,6 +278,11 @@ class Trainer:
         losses = learn_depth_operator(
             small, big, batches, self.objective.losses(), self.a["learned_growth_lr"], accum_steps=accum
         )
+        if not np.all(np.isfinite(losses)):
+            raise ValueError(
+                f"The learned depth operator's training loss became {losses[-1]} after the growth at update "
+                f"{update}: give a lower --learned-growth-lr, in a new --output-dir (or this one, emptied)."
+            )
         big.optimizer.iterations.assign(big.optimizer.iterations + steps * accum)
         ends = max(1, len(losses) // 10)  # batch losses are noisy: the first and last tenth's means
         self.folder.log(f"update {update}: learned the depth operator over {steps} updates (training loss "

@@ -57,9 +57,20 @@ def test_a_growth_that_widens_is_refused(gpt):
         DepthOperator(small, big)
 
 
-def test_the_exact_growth_it_starts_from_is_exact(gpt):
+def test_setting_the_weights_keeps_an_unmoved_mix_exact(gpt):
     small = gpt(num_hidden_layers=1)
     big = kwiden.grow(small, depth=3)
-    assert_exact(small, big, padded_batch(segments=False))
     learn_depth_operator(small, big, causal_batches(2), LOSS, learning_rate=0.0)  # a rate of 0: the mix stays 0
     assert_exact(small, big, padded_batch(segments=False))
+
+
+def test_a_deeper_growth_mixes_every_block_of_the_small_model(gpt):
+    small = gpt(num_hidden_layers=2)
+    big = kwiden.grow(small, depth=3)
+    operator = DepthOperator(small, big)
+    assert all(tuple(v.shape) == (6, 2) for v in operator.trainable_variables)
+    batches = causal_batches(12)
+    losses = learn_depth_operator(small, big, batches, LOSS, learning_rate=0.05, accum_steps=2)
+    assert losses[-1] < losses[0]
+    big.compile(loss=LOSS)
+    assert big.evaluate(*batches[0], verbose=0) < losses[0]

@@ -186,7 +186,7 @@ def test_the_rate_after_a_growth_is_rewound_or_rewarmed(english, tmp_path, after
 
 
 def test_a_learned_depth_operator_spends_updates_of_the_grown_model(english, tmp_path):
-    run = {**TINY_RUN, "budget": 20, "eval_every": 1, "grow": "0.5:depth=2"}
+    run = {**TINY_RUN, "budget": 20, "eval_every": 1, "grow": "0.5:depth=2", "accum_steps": 2}
     plain = kwiden.pretrain(english, tmp_path / "plain", model="gpt", config=TINY_GPT, **run)
     learned = kwiden.pretrain(english, tmp_path / "learned", model="gpt", config=TINY_GPT, learned_growth=3, **run)
     [growth] = learned.growths
@@ -194,7 +194,8 @@ def test_a_learned_depth_operator_spends_updates_of_the_grown_model(english, tmp
     assert (learned.updates, learned.flops) == (plain.updates, plain.flops)
     updates = [r["update"] for r in learned.metrics]
     assert growth.update + 1 not in updates and growth.update + 3 in updates
-    assert int(keras.ops.convert_to_numpy(learned.model.optimizer.iterations)) == learned.updates  # in step
+    # in step: the optimizer counts 2 micro-steps an update, the operator's updates among them
+    assert int(keras.ops.convert_to_numpy(learned.model.optimizer.iterations)) == 2 * learned.updates
     rates = {r["update"]: r["lr"] for r in learned.metrics}
     assert rates[learned.updates] == 0.0  # the WSD decay still ends at the run's end
     assert "learned the depth operator over 3 updates" in (tmp_path / "learned" / "log.txt").read_text()
@@ -215,6 +216,41 @@ def test_a_learned_depth_operator_spends_updates_of_the_grown_model(english, tmp
         kwiden.pretrain(english, tmp_path / "bad", model="gpt", config=TINY_GPT, learned_growth=-1, **run)
     with pytest.raises(ValueError, match=r"--learned-growth-lr must be a positive number, got 0"):
         kwiden.pretrain(english, tmp_path / "bad", model="gpt", config=TINY_GPT, learned_growth_lr=0, **run)
+    with pytest.raises(ValueError, match=r"--learned-growth 3 .* but this run does not grow \(--grow none\)"):
+        kwiden.pretrain(
+            english, tmp_path / "bad", model="gpt", config=TINY_GPT, learned_growth=3, **{**run, "grow": "none"}
+        )
+    with pytest.raises(
+        ValueError, match=r"which a re-warm \(--after-growth rewarm, or rewarm= in --grow\) would spend"
+    ):
+        kwiden.pretrain(english, tmp_path / "bad", model="gpt", config=TINY_GPT, learned_growth=3, after_growth="rewarm",
+                        warmup=2, **run)  # fmt: skip
+
+
+def test_a_run_killed_while_the_operator_learns_resumes_to_identical_weights(english, tmp_path, monkeypatch):
+    from kwiden.pretraining import trainer
+
+    run = dict(model="gpt", config=TINY_GPT, **{**TINY_RUN, "budget": 20, "eval_every": 1}, grow="0.5:depth=2",
+               learned_growth=3)  # fmt: skip
+    whole = kwiden.pretrain(english, tmp_path / "whole", **run)
+    real = trainer.learn_depth_operator
+
+    def killed(*args, **kwargs):
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(trainer, "learn_depth_operator", killed)
+    with pytest.raises(SystemExit):
+        kwiden.pretrain(english, tmp_path / "killed", **run)
+    monkeypatch.setattr(trainer, "learn_depth_operator", real)
+    resumed = kwiden.pretrain(english, tmp_path / "killed", **run)
+    grew = whole.growths[0].update
+    assert f"resuming from the backup at update {grew}" in (tmp_path / "killed" / "log.txt").read_text()
+    for a, b in zip(whole.model.weights, resumed.model.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
+    # the growth's row is written once, not again by the resumed run
+    assert [(r["update"], r.get("grew")) for r in resumed.metrics] == [
+        (r["update"], r.get("grew")) for r in whole.metrics
+    ]
 
 
 def test_from_a_checkpoint_goes_on_and_grows(english, tmp_path):
