@@ -66,8 +66,8 @@ def parse(spec):
     options = {option.name: option for option in taken_by(GROW) if option.name not in TRAINER_GIVES}
     growths = []
     for item in spec.split():
-        fraction_text, colon, arguments_text = item.partition(":")
-        if not colon or not arguments_text:
+        fraction_text, colon, pairs_text = item.partition(":")
+        if not colon or not pairs_text:
             raise ValueError(f'--grow {spec!r}: {item!r} is not FRACTION:ARG=VALUE (e.g. "0.5:k=2").')
         try:
             fraction = float(fractions.Fraction(fraction_text))
@@ -78,7 +78,7 @@ def parse(spec):
                 f"--grow {spec!r}: growth points are fractions of the run's updates, between 0 and 1; got {fraction_text}."
             )
         arguments = {}
-        for pair in arguments_text.split(","):
+        for pair in pairs_text.split(","):
             name, equals, value = pair.partition("=")
             if name in ABSOLUTE:
                 raise ValueError(
@@ -203,7 +203,7 @@ def _undo(config, growth):
         value = fractions.Fraction(config[key]) / factor
         if value.denominator != 1 or value < 1:
             raise ValueError(
-                f"--grow: the growth at {growth.fraction:g} ({_text(arguments)}) would need a smaller model with "
+                f"--grow: the growth at {growth.fraction:g} ({arguments_text(arguments)}) would need a smaller model with "
                 f"{key} {config[key]} / {factor} = {float(value):.3g}; the target's {key} must divide by it. Choose "
                 "factors the target's sizes divide by, or another target."
             )
@@ -220,7 +220,8 @@ def _undo(config, growth):
     return smaller
 
 
-def _text(arguments):
+def arguments_text(arguments):
+    """`kwiden.grow`'s arguments as a `--grow` spec writes them: "k=2, depth=2"."""
     return ", ".join(f"{name}={value}" for name, value in arguments.items())
 
 

@@ -222,7 +222,7 @@ def _check_learned_growth(a, growths, total):
             chosen = " (what --grow auto chose for this target)" if a["grow"] == "auto" else ""
             raise ValueError(
                 f"--learned-growth learns a mix of blocks after a depth growth; the growth at {growth.fraction:g}"
-                f"{chosen} ({', '.join(f'{k}={v}' for k, v in growth.arguments.items())}) "
+                f"{chosen} ({recipe.arguments_text(growth.arguments)}) "
                 f"{'widens (' + ', '.join(widens) + ')' if widens else 'is not one'}: give depth-only growths "
                 "(such as --grow 0.8:depth=2), or --learned-growth 0."
             )

@@ -11,7 +11,7 @@ import time
 import keras
 import numpy as np
 
-from kwiden import naming
+from kwiden import naming, recipe
 from kwiden.builder import build_transformer_model
 from kwiden.compute import flops_per_token
 from kwiden.files import replaced_atomically
@@ -68,9 +68,7 @@ class Stage:
         stages = [cls.of(model, objective.seq_len, keep=True)]
         for growth in growths:
             shape_only = {k: v for k, v in growth.arguments.items() if k not in OPTIMIZER_ARGUMENTS}
-            where = (
-                f"--grow: the growth at {growth.fraction:g} ({', '.join(f'{k}={v}' for k, v in shape_only.items())})"
-            )
+            where = f"--grow: the growth at {growth.fraction:g} ({recipe.arguments_text(shape_only)})"
             try:
                 model = grow(model, **shape_only)
             except ValueError as error:  # GrowthError too
@@ -262,7 +260,7 @@ class Trainer:
         self.save(model, update, growths_done, seconds)  # before: a growth that fails loses nothing
         arguments = {"seed": (self.a["seed"] * 100_003 + update) % 2**31, **growth.arguments}
         big, optimizer = grow(model, optimizer=model.optimizer, **arguments)
-        self.folder.log(f"update {update}: grew ({', '.join(f'{k}={v}' for k, v in growth.arguments.items())}) to "
+        self.folder.log(f"update {update}: grew ({recipe.arguments_text(growth.arguments)}) to "
                         f"{self.stages[growths_done + 1].describe()}")  # fmt: skip
         return self.seed_dropout(self.compile(big, optimizer), update)
 
