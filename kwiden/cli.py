@@ -11,6 +11,7 @@ import zipfile
 from fractions import Fraction
 
 from kwiden.files import replaced_atomically
+from kwiden.growth.learned import LEARNING_RATE as LEARNED_GROWTH_LR
 from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
 from kwiden.optimizers.schedules import AFTER_GROWTH, SCHEDULES
 
@@ -153,7 +154,7 @@ PRETRAIN_FLAGS = (
         "--learned-growth",
         dict(type=int, default=0, metavar="UPDATES", help="after each depth growth, learn a mix of blocks (LiGO)"),
     ),
-    ("--learned-growth-lr", dict(type=float, default=1e-2, help="the learned mix's Adam rate")),
+    ("--learned-growth-lr", dict(type=float, default=LEARNED_GROWTH_LR, help="the learned mix's Adam rate")),
     ("--whole-word-mask", dict(action="store_true", help="mask whole words (Chinese words by jieba)")),
     ("--valid-fraction", dict(type=float, default=0.01, help="the end of the corpus held out")),
     ("--eval-every", dict(type=int, help="updates between evaluations (default: 20 a run)")),

@@ -56,7 +56,7 @@ class DepthOperator(keras.Model):
         self._big_non_trainable = lambda: [v.value for v in big.non_trainable_variables]
         self._mixed = []
         self._coefficients = {}
-        big_blocks = 1 + max((_block_key(v.path) or (-1,))[0] for v in big.trainable_variables)
+        big_blocks = naming.count_blocks(layer.name for layer in big.layers)
         for variable in big.trainable_variables:
             key = _block_key(variable.path)
             if key is None:

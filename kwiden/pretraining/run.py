@@ -12,6 +12,7 @@ import keras
 from kwiden import recipe
 from kwiden.builder import build_transformer_model
 from kwiden.distribution import layout_map
+from kwiden.growth.learned import LEARNING_RATE as LEARNED_GROWTH_LR
 from kwiden.models.config import read_config_file
 from kwiden.models.family import family_of, get_family
 from kwiden.optimizers import AfterGrowth, WarmupDecay
@@ -25,7 +26,7 @@ MASKED_FAMILIES = ("bert", "roformer")
 # Arguments that do not change what a run computes: a run resumed with others is the same run.
 NOT_RECORDED = ("verbose",)
 # Arguments added after run.json was first written, with what a run recorded without them did: it resumes so.
-ADDED_LATER = dict(after_growth="continue", learned_growth=0, learned_growth_lr=1e-2)
+ADDED_LATER = dict(after_growth="continue", learned_growth=0, learned_growth_lr=LEARNED_GROWTH_LR)
 
 
 @dataclasses.dataclass
@@ -65,7 +66,7 @@ def pretrain(
     after_growth="continue",
     grow="auto",
     learned_growth=0,
-    learned_growth_lr=1e-2,
+    learned_growth_lr=LEARNED_GROWTH_LR,
     whole_word_mask=False,
     valid_fraction=0.01,
     eval_every=None,
