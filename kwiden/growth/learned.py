@@ -116,7 +116,7 @@ def learn_depth_operator(small, big, batches, loss, learning_rate=LEARNING_RATE,
     """
     operator = DepthOperator(small, big)
     operator.compile(Adam(learning_rate, accum_steps=accum_steps), loss)
-    losses = [float(np.asarray(operator.train_on_batch(x, y)).reshape(-1)[0]) for x, y in batches]
+    losses = [float(operator.train_on_batch(x, y, return_dict=True)["loss"]) for x, y in batches]
     for variable, value in zip(big.trainable_variables, operator.grown_weights()):  # all computed before any is set
         variable.assign(value)
     return losses

@@ -281,6 +281,8 @@ def _recorded(a):
         recorded["model"] = "gpt"
     if recorded["config"] is not None and not isinstance(recorded["config"], dict):
         recorded["config"] = read_config_file(recorded["config"])
+    if not recorded["learned_growth"]:  # no operator learns: its rate changes nothing, so it does not refuse a resume
+        recorded["learned_growth_lr"] = LEARNED_GROWTH_LR
     return json.loads(json.dumps(recorded))
 
 

@@ -159,7 +159,7 @@ class Trainer:
     def evaluate(self, model):
         losses, weights = [], []
         for x, y in self.valid_batches:
-            losses.append(float(np.asarray(model.test_on_batch(x, y)).reshape(-1)[0]))
+            losses.append(float(model.test_on_batch(x, y, return_dict=True)["loss"]))
             targets = y if self.objective.kind == objectives.CAUSAL else y[1]
             weights.append(np.sum(targets != objectives.IGNORED))
         return float(np.average(losses, weights=weights))
@@ -220,7 +220,7 @@ class Trainer:
                     x, y = objectives.training_batch(
                         self.objective, self.train, self.a["batch_size"], self.a["seed"], update, micro_step
                     )
-                    train_losses.append(float(np.asarray(model.train_on_batch(x, y)).reshape(-1)[0]))
+                    train_losses.append(float(model.train_on_batch(x, y, return_dict=True)["loss"]))
                 took = time.perf_counter() - start
                 seconds += took
                 update += 1

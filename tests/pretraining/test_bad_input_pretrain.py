@@ -222,3 +222,10 @@ def test_a_run_recorded_before_an_argument_existed_resumes_at_its_default(englis
     assert pretrain(english, tmp_path / "run", budget=2, grow="none").updates == 2  # resumed, done
     with pytest.raises(ValueError, match=r"holds a run made with --learned-growth 0, not 1"):
         pretrain(english, tmp_path / "run", budget=2, grow="none", learned_growth=1)
+
+
+def test_a_rate_that_changes_nothing_does_not_refuse_a_resume(english, tmp_path):
+    pretrain(english, tmp_path / "run", budget=2, grow="none")
+    assert pretrain(english, tmp_path / "run", budget=2, grow="none", learned_growth_lr=0.5).updates == 2
+    with pytest.raises(ValueError, match=r"--learned-growth-lr must be a positive number, got -1.0"):
+        pretrain(english, tmp_path / "run", budget=2, grow="none", learned_growth_lr=-1.0)
