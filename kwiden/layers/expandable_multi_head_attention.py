@@ -243,7 +243,7 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
                 "(scores need one scale per head). Grow the number of heads instead: heads='count'."
             )
         config = {**self.get_config(), "head_size": self.head_size * growth.k, "output_dim": output_dim}
-        if self.rotary is not None:
+        if self.rotary is not None and growth.k != 1:  # at k=1 (depth growth) the heads and their schedule stay
             if growth.rope == "exact":  # each pair's copies turn as the pair did
                 config["rotary_frequencies"] = np.repeat(self.rotary.frequencies, growth.k).tolist()
             else:

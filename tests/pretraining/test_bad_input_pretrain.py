@@ -158,6 +158,12 @@ def test_rotary_targets_grow_more_heads_so_that_final_can_say_them(english, tmp_
     assert (result.final / "model.safetensors").is_file()
     with pytest.raises(ValueError, match=r"widens rotary heads, .* add heads=count"):
         pretrain(english, tmp_path / "wide", model="llama", config=llama, grow="0.5:k=2")
+    even = {**llama, "num_hidden_layers": 2}  # auto deepens: the heads and their frequencies stay as they were
+    result = pretrain(english, tmp_path / "deep", model="llama", config=even, budget=6)
+    assert "depth ×2" in (tmp_path / "deep" / "log.txt").read_text()
+    ids = np.random.default_rng(0).integers(1, 256, (2, 16))
+    loaded = kwiden.build_transformer_model(checkpoint_path=result.final)
+    np.testing.assert_allclose(loaded.predict(ids, verbose=0), result.model.predict(ids, verbose=0), rtol=1e-5, atol=1e-5)
 
 
 def test_tokenizer_files_and_corpora_that_would_mislead(english, tmp_path):
