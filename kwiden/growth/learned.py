@@ -34,6 +34,27 @@ def _block_key(path):
     return None if index is None else (index, naming.renumbered(path, 0))
 
 
+def _check_models(small, big):
+    for name, model in (("small", small), ("big", big)):
+        if not isinstance(model, keras.Model):
+            hint = (
+                ": pass its .model (grow(..., optimizer=) returns the model and its optimizer)"
+                if hasattr(model, "optimizer")
+                else ""
+            )
+            raise ValueError(
+                f"The learned depth operator's `{name}` must be a Keras model, got {type(model).__name__}{hint}."
+            )
+    small_blocks = naming.count_blocks(layer.name for layer in small.layers)
+    big_blocks = naming.count_blocks(layer.name for layer in big.layers)
+    if not 0 < small_blocks < big_blocks:
+        raise ValueError(
+            f"The learned depth operator mixes the blocks of `small` ({small_blocks}) into those of `big` "
+            f"({big_blocks}), which must be deeper: pass the small model first and the model kwiden.grow(small, "
+            "depth=...) made from it second."
+        )
+
+
 class DepthOperator(keras.Model):
     """The grown model with its block weights as `G + c·S` (see the module).
 
@@ -43,7 +64,10 @@ class DepthOperator(keras.Model):
     """
 
     def __init__(self, small, big, **kwargs):
-        super().__init__(**kwargs)
+        # float32 mixing: under a mixed policy the sum is taken on the weights as stored, not on rounded copies
+        # (the grown model's own layers still compute in its policy).
+        super().__init__(dtype="float32", **kwargs)
+        _check_models(small, big)
         small_blocks = {}
         for variable in small.trainable_variables:
             key = _block_key(variable.path)
@@ -110,10 +134,16 @@ def learn_depth_operator(small, big, batches, loss, learning_rate=LEARNING_RATE,
     >>> big = kwiden.grow(small, depth=2)
     >>> ids = np.random.default_rng(0).integers(0, 50, (4, 9))
     >>> losses = learn_depth_operator(small, big, [(ids[:, :-1], ids[:, 1:])] * 3,
-    ...     keras.losses.SparseCategoricalCrossentropy())
+    ...     keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     >>> len(losses)
     3
     """
+    batches = list(batches)
+    if len(batches) % accum_steps:
+        raise ValueError(
+            f"learn_depth_operator: {len(batches)} batches do not make whole updates of accum_steps={accum_steps} "
+            "(the last update's gradients would be accumulated and never applied): give a multiple of accum_steps."
+        )
     operator = DepthOperator(small, big)
     operator.compile(Adam(learning_rate, accum_steps=accum_steps), loss)
     losses = [float(operator.train_on_batch(x, y, return_dict=True)["loss"]) for x, y in batches]

@@ -74,3 +74,33 @@ def test_a_deeper_growth_mixes_every_block_of_the_small_model(gpt):
     assert losses[-1] < losses[0]
     big.compile(loss=LOSS)
     assert big.evaluate(*batches[0], verbose=0) < losses[0]
+
+
+def test_under_a_mixed_policy_the_mix_is_taken_on_the_stored_weights(gpt):
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        small = gpt(num_hidden_layers=1)
+        big = kwiden.grow(small, depth=2)
+        grown = [keras.ops.convert_to_numpy(v).copy() for v in big.trainable_variables]
+        losses = learn_depth_operator(small, big, causal_batches(2), LOSS, learning_rate=0.0)
+        assert all(np.isfinite(losses))
+        for before, variable in zip(grown, big.trainable_variables):  # float32 as stored, not rounded to bfloat16
+            assert variable.dtype == "float32"
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), before)
+        losses = learn_depth_operator(small, big, causal_batches(1) * 6, LOSS, learning_rate=0.05)  # one batch, learned
+        assert losses[-1] < losses[0]
+    finally:
+        keras.config.set_dtype_policy(policy)
+
+
+def test_misuse_is_refused_saying_what_to_pass(gpt):
+    small = gpt(num_hidden_layers=1)
+    big = kwiden.grow(small, depth=2)
+    with pytest.raises(ValueError, match=r"blocks of `small` \(2\) into those of `big` \(1\), which must be deeper"):
+        learn_depth_operator(big, small, causal_batches(1), LOSS)
+    result = kwiden.grow(small, depth=2, optimizer=keras.optimizers.Adam())
+    with pytest.raises(ValueError, match=r"`big` must be a Keras model, got GrowthResult: pass its .model"):
+        learn_depth_operator(small, result, causal_batches(1), LOSS)
+    with pytest.raises(ValueError, match=r"3 batches do not make whole updates of accum_steps=2"):
+        learn_depth_operator(small, big, causal_batches(3), LOSS, accum_steps=2)

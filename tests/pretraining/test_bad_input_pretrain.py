@@ -163,7 +163,9 @@ def test_rotary_targets_grow_more_heads_so_that_final_can_say_them(english, tmp_
     assert "depth ×2" in (tmp_path / "deep" / "log.txt").read_text()
     ids = np.random.default_rng(0).integers(1, 256, (2, 16))
     loaded = kwiden.build_transformer_model(checkpoint_path=result.final)
-    np.testing.assert_allclose(loaded.predict(ids, verbose=0), result.model.predict(ids, verbose=0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        loaded.predict(ids, verbose=0), result.model.predict(ids, verbose=0), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_tokenizer_files_and_corpora_that_would_mislead(english, tmp_path):
