@@ -61,6 +61,24 @@ class RunFolder:
             temporary.write_text(json.dumps(dict(arguments=arguments), indent=1, ensure_ascii=False), "utf-8")
         return False
 
+    def check_tokens(self, token_file):
+        """Refuse a resumed run whose corpus no longer gives the tokens it began with (a file added,
+        removed or edited); the first call records them."""
+        path = self.folder / RUN_FILE
+        record = json.loads(path.read_text("utf-8"))
+        began = record.get("tokens")
+        now = dict(count=len(token_file), digest=token_file.digest)
+        if began is None:
+            with replaced_atomically(path) as temporary:
+                temporary.write_text(json.dumps({**record, "tokens": now}, indent=1, ensure_ascii=False), "utf-8")
+        elif began != now:
+            raise ValueError(
+                f"--output-dir {self.folder} holds a run that began on other text: its corpus gave "
+                f"{began['count']:,} tokens then and gives {now['count']:,} {'other ' * (began['count'] == now['count'])}"
+                "tokens now (a file added, removed or edited). Resume it on the files it began with, or give "
+                "another --output-dir for a new run."
+            )
+
     def release(self):
         """Undo `claim` for a run refused before it trained: its record, log and built vocabulary
         (the token file stays, keyed by what it was made from)."""

@@ -171,6 +171,7 @@ def _pretrain(folder, a, verbose):
     start_model, family = _start(a, checkpoint)
     objective = _objective(family, a, corpus_tokenizer)
     token_file = tokens.tokenized(a["corpus"], corpus_tokenizer, folder.folder, a["whole_word_mask"], verbose)
+    folder.check_tokens(token_file)
     train, valid = objectives.split(token_file, objective, a["valid_fraction"])
     folder.log(
         f"corpus: {len(token_file):,} tokens ({corpus_tokenizer.source}, vocabulary {corpus_tokenizer.vocab_size:,}), "

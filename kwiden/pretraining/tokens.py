@@ -99,6 +99,11 @@ class TokenFile:
     def __len__(self):
         return len(self.ids)
 
+    @property
+    def digest(self):
+        """The SHA-256 of the token stream: equal for equal tokens, whatever the files' times."""
+        return self.index.get("digest") or hashlib.sha256(np.asarray(self.ids).tobytes()).hexdigest()
+
 
 def tokenized(paths, tokenizer, run_folder, whole_words=False, verbose=True):
     """The corpus `paths` as a `TokenFile` under `run_folder/tokens/`, made
@@ -114,12 +119,13 @@ def tokenized(paths, tokenizer, run_folder, whole_words=False, verbose=True):
     index.unlink(missing_ok=True)  # the index is written last: without it the token files are unfinished
     (folder / "word_starts.bin").unlink(missing_ok=True)
     dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
-    count, text_seen = 0, [False]
+    count, text_seen, digest = 0, [False], hashlib.sha256()
     with open(folder / "ids.bin", "wb") as ids_out:
         words_out = open(folder / "word_starts.bin", "wb") if whole_words else None
         try:
             for ids, starts in _token_batches(files, tokenizer, whole_words, verbose, text_seen):
                 ids_out.write(ids.astype(dtype).tobytes())
+                digest.update(ids.astype(dtype).tobytes())
                 if words_out is not None:
                     words_out.write(starts.astype(np.uint8).tobytes())
                 count += len(ids)
@@ -129,7 +135,10 @@ def tokenized(paths, tokenizer, run_folder, whole_words=False, verbose=True):
     if count == 0 or not text_seen[0]:
         raise ValueError(f"The corpus ({', '.join(map(str, files[:3]))}{' …' * (len(files) > 3)}) holds no text.")
     with replaced_atomically(index) as temporary:
-        temporary.write_text(json.dumps(dict(key=key, count=count, dtype=np.dtype(dtype).name), indent=1), "utf-8")
+        temporary.write_text(
+            json.dumps(dict(key=key, count=count, dtype=np.dtype(dtype).name, digest=digest.hexdigest()), indent=1),
+            "utf-8",
+        )
     return TokenFile(folder)
 
 

@@ -3,6 +3,7 @@ failure mid-run leaves: the last backup loadable, no half-written final/."""
 
 import gzip
 import json
+import os
 
 import keras
 import numpy as np
@@ -237,3 +238,21 @@ def test_a_rate_that_changes_nothing_does_not_refuse_a_resume(english, tmp_path)
     assert pretrain(english, tmp_path / "run", budget=2, grow="none", learned_growth_lr=0.5).updates == 2
     with pytest.raises(ValueError, match=r"--learned-growth-lr must be a positive number, got -1.0"):
         pretrain(english, tmp_path / "run", budget=2, grow="none", learned_growth_lr=-1.0)
+
+
+def test_a_run_resumed_on_other_text_is_refused(english, tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text(english.read_text()[:8000])
+    pretrain(corpus, tmp_path / "run", budget=2, grow="none")
+    (corpus / "b.txt").write_text("more text, added after the run began\n" * 20)
+    with pytest.raises(
+        ValueError, match=r"holds a run that began on other text: its corpus gave [\d,]+ tokens then and gives"
+    ):
+        pretrain(corpus, tmp_path / "run", budget=2, grow="none")
+    (corpus / "b.txt").unlink()
+    os.utime(corpus / "a.txt", ns=(1, 1))  # a new time, the same text: the same tokens, resumed
+    assert pretrain(corpus, tmp_path / "run", budget=2, grow="none").updates == 2
+    (corpus / "a.txt").write_text(english.read_text()[1:8001])  # as many bytes, other ones
+    with pytest.raises(ValueError, match=r"gives [\d,]+ other tokens now \(a file added, removed or edited\)"):
+        pretrain(corpus, tmp_path / "run", budget=2, grow="none")
