@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import numbers
 import pathlib
 
 import keras
@@ -236,31 +237,49 @@ def _check_learned_growth(a, growths, total):
 
 
 def _check_numbers(a):
-    def at_least(name, smallest, value=None):
-        value = a[name] if value is None else value
-        if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
-            raise ValueError(
-                f"--{name.replace('_', '-')} must be a whole number of at least {smallest}, got {value!r}."
-            )
+    """Refuse numbers of the wrong kind or range, naming the flag; NumPy scalars become Python numbers
+    (run.json keeps them)."""
+
+    def flag(name):
+        return "--" + name.replace("_", "-")
+
+    def whole(name, smallest, largest=None):
+        value = a[name]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, numbers.Integral)
+            or value < smallest
+            or (largest is not None and value > largest)
+        ):
+            span = f"from {smallest} to {largest}" if largest is not None else f"of at least {smallest}"
+            raise ValueError(f"{flag(name)} must be a whole number {span}, got {value!r}.")
+        a[name] = int(value)
+
+    def real(name, low, high, high_included):
+        value = a[name]
+        fits = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+        if not (fits and low < value and (value <= high if high_included else value < high)):
+            span = "a positive number" if high == math.inf else f"in (0, {high}{']' if high_included else ')'}"
+            raise ValueError(f"{flag(name)} must be {span}, got {value!r}.")
+        a[name] = float(value)
 
     for name in ("budget", "seq_len", "batch_size", "accum_steps"):
-        at_least(name, 1 if name != "seq_len" else 4)
-    at_least("learned_growth", 0)
+        whole(name, 1 if name != "seq_len" else 4)
+    whole("learned_growth", 0)
+    whole("seed", 0, 2**32 - 1)
     for name in ("warmup", "eval_every", "save_every", "build_vocab"):
         if a[name] is not None:
-            at_least(name, 0 if name == "warmup" else 1)
+            whole(name, 0 if name == "warmup" else 1)
     for name in ("lr", "learned_growth_lr"):
-        value = a[name]
-        if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value!r}.")
+        real(name, 0, math.inf, False)
+    real("decay_fraction", 0, 1, True)
+    real("valid_fraction", 0, 1, False)
     if a["schedule"] not in SCHEDULES:
         raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {a['schedule']!r}.")
     if a["after_growth"] not in AFTER_GROWTH:
         raise ValueError(f"--after-growth must be one of {', '.join(AFTER_GROWTH)}, got {a['after_growth']!r}.")
     if a["after_growth"] == "rewarm" and a["warmup"] == 0:
         raise ValueError("--after-growth rewarm re-warms over --warmup updates: give --warmup of at least 1.")
-    if not 0 < a["decay_fraction"] <= 1:
-        raise ValueError(f"--decay-fraction must be in (0, 1], got {a['decay_fraction']!r}.")
     if a["tokenizer"] is not None and a["build_vocab"] is not None:
         raise ValueError("Give --tokenizer or --build-vocab, not both.")
     if a["config"] is None and a["from_checkpoint"] is None:

@@ -256,3 +256,23 @@ def test_a_run_resumed_on_other_text_is_refused(english, tmp_path):
     (corpus / "a.txt").write_text(english.read_text()[1:8001])  # as many bytes, other ones
     with pytest.raises(ValueError, match=r"gives [\d,]+ other tokens now \(a file added, removed or edited\)"):
         pretrain(corpus, tmp_path / "run", budget=2, grow="none")
+
+
+def test_numbers_of_the_wrong_kind_are_refused_naming_the_flag_and_numpy_numbers_are_taken(english, tmp_path):
+    refused = [
+        (dict(valid_fraction="0.1"), r"--valid-fraction must be in \(0, 1\), got '0.1'"),
+        (dict(valid_fraction=1.0), r"--valid-fraction must be in \(0, 1\), got 1.0"),
+        (dict(decay_fraction="0.2"), r"--decay-fraction must be in \(0, 1\], got '0.2'"),
+        (dict(seed=-1), r"--seed must be a whole number from 0 to 4294967295, got -1"),
+        (dict(seed=1.5), r"--seed must be a whole number from 0 to 4294967295, got 1.5"),
+        (dict(seed=None), r"--seed must be a whole number from 0 to 4294967295, got None"),
+        (dict(learned_growth=np.float64(2.0)), r"--learned-growth must be a whole number of at least 0"),
+    ]
+    for arguments, message in refused:
+        with pytest.raises(ValueError, match=message):
+            pretrain(english, tmp_path / "run", budget=2, grow="none", **arguments)
+    numpy_numbers = dict(budget=np.int64(2), lr=np.float64(3e-3), seed=np.int32(0), decay_fraction=np.float32(0.25))
+    assert pretrain(english, tmp_path / "run", grow="none", **numpy_numbers).updates == 2  # the folder was left free
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["arguments"]
+    assert (recorded["budget"], recorded["lr"], recorded["seed"], recorded["decay_fraction"]) == (2, 3e-3, 0, 0.25)
+    assert pretrain(english, tmp_path / "run", budget=2, grow="none", decay_fraction=0.25).updates == 2  # the same run
