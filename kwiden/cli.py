@@ -152,7 +152,12 @@ PRETRAIN_FLAGS = (
     ("--grow", dict(default="auto", help='auto, none, or growths such as "0.33:k=2 0.67:depth=2"')),
     (
         "--learned-growth",
-        dict(type=int, default=0, metavar="UPDATES", help="after each depth growth, learn a mix of blocks (LiGO)"),
+        dict(
+            type=int,
+            default=0,
+            metavar="UPDATES",
+            help="after each growth (depth-only growths), learn a mix of blocks (LiGO)",
+        ),
     ),
     ("--learned-growth-lr", dict(type=float, default=LEARNED_GROWTH_LR, help="the learned mix's Adam rate")),
     ("--whole-word-mask", dict(action="store_true", help="mask whole words (Chinese words by jieba)")),

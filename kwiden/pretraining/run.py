@@ -183,7 +183,7 @@ def _pretrain(folder, a, verbose):
     per_update = [tokens_per_update * s.flops_per_token for s in stages]
     warmup = a["warmup"] if a["warmup"] is not None else round(0.05 * a["budget"])
     total = recipe.place(growths, a["budget"], per_update, warmup)
-    _check_learned_growth(a, growths, total)
+    _check_learned_growth(a, growths, stages, total)
     advice = recipe.advice(stages[-1].parameters, a["budget"] * tokens_per_update, a["budget"] * per_update[-1])
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
@@ -202,7 +202,7 @@ def _pretrain(folder, a, verbose):
     return PretrainResult(**trainer.run(), recipe=why, advice=advice)
 
 
-def _check_learned_growth(a, growths, total):
+def _check_learned_growth(a, growths, stages, total):
     """The learned depth operator mixes blocks of one width, after a depth growth, before the next growth, and
     spends updates a re-warm would spend on the grown model."""
     steps = a["learned_growth"]
@@ -219,9 +219,9 @@ def _check_learned_growth(a, growths, total):
             "a re-warm (--after-growth rewarm, or rewarm= in --grow) would spend too: give one or the other."
         )
     bounds = [g.update for g in growths[1:]] + [total]
-    for growth, bound in zip(growths, bounds):
+    for growth, bound, before, after in zip(growths, bounds, stages, stages[1:]):
         widens = [name for name in ("k", "ffn_factor") if growth.arguments.get(name, 1) != 1]
-        if widens or "depth" not in growth.arguments:
+        if widens or after.num_layers <= before.num_layers:
             chosen = " (what --grow auto chose for this target)" if a["grow"] == "auto" else ""
             raise ValueError(
                 f"--learned-growth learns a mix of blocks after a depth growth; the growth at {growth.fraction:g}"
