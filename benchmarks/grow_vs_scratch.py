@@ -193,17 +193,30 @@ class Run:
         """Training seconds, as pretrain counts them (evaluations and saves left out)."""
         return self.metrics[-1]["seconds"]
 
-    @property
-    def jump(self):
-        """The largest rise of the validation loss from a growth to 100 updates later (linear between evaluations)."""
-        rises = []
+    def _after_growths(self):
+        """For each growth followed by 100 updates: (its row, the evaluations up to 100 updates later as
+        (update, loss), the loss 100 updates later, linear between evaluations)."""
+        windows = []
         for index, row in enumerate(self.metrics):
             if row.get("grew"):
                 later = [r for r in self.metrics[index + 1 :] if r["update"] > row["update"]]
                 if later and later[-1]["update"] >= row["update"] + 100:
                     updates = [row["update"]] + [r["update"] for r in later]
                     losses = [row["valid_loss"]] + [r["valid_loss"] for r in later]
-                    rises.append(float(np.interp(row["update"] + 100, updates, losses)) - row["valid_loss"])
+                    within = [(u, v) for u, v in zip(updates[1:], losses[1:]) if u <= row["update"] + 100]
+                    windows.append((row, within, float(np.interp(row["update"] + 100, updates, losses))))
+        return windows
+
+    @property
+    def jump(self):
+        """The largest rise of the validation loss from a growth to 100 updates later (linear between evaluations)."""
+        rises = [at_100 - row["valid_loss"] for row, _, at_100 in self._after_growths()]
+        return max(rises) if rises else None
+
+    @property
+    def peak(self):
+        """The largest rise of the validation loss at an evaluation within the 100 updates after a growth."""
+        rises = [max(v for _, v in within) - row["valid_loss"] for row, within, _ in self._after_growths() if within]
         return max(rises) if rises else None
 
     def flops_to_reach(self, loss):
@@ -457,7 +470,7 @@ class Bench:
         for label, runs in groups:
             done = [r for r in runs if r.error is None]
             if not done:
-                rows.append((label, "failed", "-", "-", "-", "-", "-", "-"))
+                rows.append((label, "failed", "-", "-", "-", "-", "-", "-", "-"))
                 continue
             reached = [(r, r.flops_to_reach(targets[r.seed])) for r in done]
             reached = [(r, cost) for r, cost in reached if cost is not None]
@@ -471,6 +484,7 @@ class Bench:
                     "never" if not reached else spread(savings, 1, "%+.1f") + "%",
                     f"{len(reached)}/{len(runs)}",
                     "-" if done[0].jump is None else spread([r.jump for r in done], 3, "%+.3f"),
+                    "-" if done[0].peak is None else spread([r.peak for r in done], 3, "%+.3f"),
                     f"{statistics.mean(r.seconds for r in done):.0f}",
                 )
             )
@@ -480,11 +494,22 @@ class Bench:
             f"{_join(args.seeds)}; target: each seed's scratch final loss (mean {statistics.mean(targets.values()):.4f})"
         )
         say(f"\n{title}\n")
-        header = ("run", "final loss", "FLOPs", "FLOPs to target", "first crossing", "reached", "jump", "train s")
+        header = (
+            "run",
+            "final loss",
+            "FLOPs",
+            "FLOPs to target",
+            "first crossing",
+            "reached",
+            "jump",
+            "peak",
+            "train s",
+        )
         say(table(rows, header))
         say("(mean ± standard deviation over seeds; first crossing: the FLOPs at which the validation curve first")
         say(" reaches that seed's scratch final loss, against scratch's own first arrival, over the seeds that do;")
-        say(" jump: the validation loss 100 updates after a growth minus at the growth, the largest of the run's)")
+        say(" jump: the validation loss 100 updates after a growth minus at the growth, the largest of the run's;")
+        say(" peak: the highest evaluation within those 100 updates minus at the growth)")
         if fractions:
             mean_target = statistics.mean(targets.values())
             rows = []
