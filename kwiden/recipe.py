@@ -28,9 +28,9 @@ MEASURED = (
     (
         38,  # between the 20 and 56 measured
         "Measured from 2 to 20 tokens per parameter (36k to 438k parameters), --grow auto ended below the target "
-        "from scratch and reached its final loss on about 70% of the compute, but the small model it starts from, "
-        "trained alone on the same compute, ended lower: grow for the larger model, not for a lower loss on this "
-        "budget.",
+        "from scratch and reached its final loss on about 70% of the compute in most cells, but the small model it "
+        "starts from, trained alone on the same compute, ended lower: grow for the larger model, not for a lower "
+        "loss on this budget.",
     ),
     (
         67,  # between the 56 and 80 measured
