@@ -34,7 +34,8 @@ def _block_key(path):
     return None if index is None else (index, naming.renumbered(path, 0))
 
 
-def _check_models(small, big):
+def _grown_blocks(small, big):
+    """The number of blocks of `big`, once `small` and `big` are checked to be a model and a deeper one."""
     for name, model in (("small", small), ("big", big)):
         if not isinstance(model, keras.Model):
             hint = (
@@ -53,6 +54,7 @@ def _check_models(small, big):
             f"({big_blocks}), which must be deeper: pass the small model first and the model kwiden.grow(small, "
             "depth=...) made from it second."
         )
+    return big_blocks
 
 
 class DepthOperator(keras.Model):
@@ -67,7 +69,7 @@ class DepthOperator(keras.Model):
         # float32 mixing: under a mixed policy the sum is taken on the weights as stored, not on rounded copies
         # (the grown model's own layers still compute in its policy).
         super().__init__(dtype="float32", **kwargs)
-        _check_models(small, big)
+        big_blocks = _grown_blocks(small, big)
         small_blocks = {}
         for variable in small.trainable_variables:
             key = _block_key(variable.path)
@@ -80,7 +82,6 @@ class DepthOperator(keras.Model):
         self._big_non_trainable = lambda: [v.value for v in big.non_trainable_variables]
         self._mixed = []
         self._coefficients = {}
-        big_blocks = naming.count_blocks(layer.name for layer in big.layers)
         for variable in big.trainable_variables:
             key = _block_key(variable.path)
             if key is None:

@@ -57,20 +57,21 @@ class RunFolder:
                 f"--output-dir {self.folder} already holds files that are not a kwiden pretraining run; "
                 "give an empty or new folder."
             )
-        with replaced_atomically(path) as temporary:
-            temporary.write_text(json.dumps(dict(arguments=arguments), indent=1, ensure_ascii=False), "utf-8")
+        self._write_record(dict(arguments=arguments))
         return False
+
+    def _write_record(self, record):
+        with replaced_atomically(self.folder / RUN_FILE) as temporary:
+            temporary.write_text(json.dumps(record, indent=1, ensure_ascii=False), "utf-8")
 
     def check_tokens(self, token_file):
         """Refuse a resumed run whose corpus no longer gives the tokens it began with (a file added,
         removed or edited); the first call records them."""
-        path = self.folder / RUN_FILE
-        record = json.loads(path.read_text("utf-8"))
+        record = json.loads((self.folder / RUN_FILE).read_text("utf-8"))
         began = record.get("tokens")
         now = dict(count=len(token_file), digest=token_file.digest)
         if began is None:
-            with replaced_atomically(path) as temporary:
-                temporary.write_text(json.dumps({**record, "tokens": now}, indent=1, ensure_ascii=False), "utf-8")
+            self._write_record({**record, "tokens": now})
         elif began != now:
             raise ValueError(
                 f"--output-dir {self.folder} holds a run that began on other text: its corpus gave "

@@ -102,7 +102,7 @@ class TokenFile:
     @property
     def digest(self):
         """The SHA-256 of the token stream: equal for equal tokens, whatever the files' times."""
-        return self.index.get("digest") or hashlib.sha256(np.asarray(self.ids).tobytes()).hexdigest()
+        return self.index.get("digest") or hashlib.sha256(memoryview(self.ids)).hexdigest()  # an older index
 
 
 def tokenized(paths, tokenizer, run_folder, whole_words=False, verbose=True):
@@ -124,8 +124,9 @@ def tokenized(paths, tokenizer, run_folder, whole_words=False, verbose=True):
         words_out = open(folder / "word_starts.bin", "wb") if whole_words else None
         try:
             for ids, starts in _token_batches(files, tokenizer, whole_words, verbose, text_seen):
-                ids_out.write(ids.astype(dtype).tobytes())
-                digest.update(ids.astype(dtype).tobytes())
+                stored = ids.astype(dtype).tobytes()
+                ids_out.write(stored)
+                digest.update(stored)
                 if words_out is not None:
                     words_out.write(starts.astype(np.uint8).tobytes())
                 count += len(ids)
