@@ -14,10 +14,12 @@ from kwiden.growth.options import GROW, taken_by
 # grow once, late, at 80% of the run's updates (the small model takes the cheap updates, the target the last,
 # decaying ones); depth ×2 where it is exact (Pre-LN), which ended lowest, else width ×2 with width-aware rates
 # (each grown tensor's step scaled by its growth, as μP scales rates with width: without them the loss rose
-# after a late width growth); grow's defaults for the rest (second moments grown, first moments at zero).
+# after a late width growth) and splits of spread 2, not grow's 3: at the highest stable rate, spread 3 made BERT's
+# loss rise for a few dozen updates after the growth, by up to 0.1 (docs/growth-that-pays.md#no-spike); grow's
+# defaults for the rest (second moments grown, first moments at zero).
 AUTO_FRACTION = 0.8
 AUTO_DEPTH = dict(depth=2)
-AUTO_WIDTH = dict(k=2, scale_learning_rates=True)
+AUTO_WIDTH = dict(k=2, scale_learning_rates=True, spread=2.0)
 # Compute-optimal training spends about 20 tokens per parameter (Hoffmann et al. 2022, "Chinchilla").
 OPTIMAL_TOKENS_PER_PARAMETER = 20
 # Below this many tokens per parameter the target is well beyond compute-optimal for its budget.
@@ -43,7 +45,7 @@ MEASURED = (
         math.inf,
         "Measured at 80 tokens per parameter (36k parameters), the target from scratch ended lowest for GPT, 0.02 "
         "to 0.04 below --grow auto; for BERT it tied the small model alone and --grow auto ended above both (one "
-        "seed of three diverged after the width growth): for the lowest loss on this budget, --grow none.",
+        "seed of three collapsed before its growth): for the lowest loss on this budget, --grow none.",
     ),
 )
 # Arguments that set a size outright: the small model cannot be found from them.
@@ -146,8 +148,8 @@ def auto(target_config):
     more_heads = f", heads ×2 ({heads // 2} → {heads}, rotary)" if rotary else ""
     reason = "Post-LN, whose depth growth is not exact" if post_ln else f"{layers} blocks do not halve"
     return [Growth(AUTO_FRACTION, growth)], (
-        f"width ×2 {when}, from a {hidden // 2}-wide model{more_heads}, with width-aware learning rates ({reason}; "
-        "docs/growth-that-pays.md#the-sweep)"
+        f"width ×2 {when}, from a {hidden // 2}-wide model{more_heads}, with width-aware learning rates and "
+        f"splits of spread 2 ({reason}; docs/growth-that-pays.md#the-sweep)"
     )
 
 

@@ -123,7 +123,10 @@ def grow(
             (docs/optimizer-state.md#learning-rate-multipliers): with plain
             copies and `optimizer_state="grown"` training then follows the
             small model's trajectory exactly. Off by default: measured, it
-            slows the grown model down.
+            slows the grown model down after an early growth. A late width
+            growth at a high rate rises for a few dozen updates without it:
+            there pass `scale_learning_rates=True, spread=2`, as `--grow auto`
+            does (docs/growth-that-pays.md#no-spike).
         optimizer_state: what the grown slots hold: `"grown_v"` (default) the
             grown second moments everywhere (a new block's zeroed output
             weights take those of the weights they copy) and zero first

@@ -7,7 +7,7 @@ copies) jumps there."""
 
 import numpy as np
 import pytest
-from conftest import TINY_GPT
+from conftest import TINY_BERT, TINY_GPT
 
 import kwiden
 
@@ -30,28 +30,31 @@ def jumps(result):
     return out
 
 
-def pretrain(english, folder, grow, schedule):
-    return kwiden.pretrain(english, folder, model="gpt", config=TINY_GPT, grow=grow, schedule=schedule, **RUN)
+def pretrain(english, folder, grow, schedule, model="gpt"):
+    config = TINY_BERT if model == "bert" else TINY_GPT
+    return kwiden.pretrain(english, folder, model=model, config=config, grow=grow, schedule=schedule, **RUN)
 
 
-# Each run grows early and late. Width late, where the old state jumped, under every schedule; auto
-# (depth ×2 at 80%) and width early under WSD, pretrain's default schedule.
+# Each run grows early and late. Width late, where the old state jumped, under every schedule; auto under
+# WSD, pretrain's default schedule: depth ×2 at 80% for GPT, width ×2 at 80% (width-aware rates, spread 2)
+# for Post-LN BERT; width early under WSD.
 RUNS = [
-    ("0.25:depth=2 0.75:k=2", "constant"),
-    ("0.25:depth=2 0.75:k=2", "cosine"),
-    ("0.25:depth=2 0.75:k=2", "wsd"),
-    ("0.25:k=2 0.75:depth=2", "wsd"),
-    ("auto", "wsd"),
+    ("0.25:depth=2 0.75:k=2", "constant", "gpt"),
+    ("0.25:depth=2 0.75:k=2", "cosine", "gpt"),
+    ("0.25:depth=2 0.75:k=2", "wsd", "gpt"),
+    ("0.25:k=2 0.75:depth=2", "wsd", "gpt"),
+    ("auto", "wsd", "gpt"),
+    ("auto", "wsd", "bert"),
 ]
 
 
-@pytest.mark.parametrize("grow, schedule", RUNS)
-def test_no_loss_spike_after_growth(english, tmp_path, grow, schedule):
-    result = pretrain(english, tmp_path, grow, schedule)
+@pytest.mark.parametrize("grow, schedule, model", RUNS)
+def test_no_loss_spike_after_growth(english, tmp_path, grow, schedule, model):
+    result = pretrain(english, tmp_path, grow, schedule, model)
     assert result.growths
     for update, at, later in jumps(result):
         assert later <= at + SLACK, (
-            f"--grow {grow!r}, {schedule}: the validation loss {AFTER} updates after the growth at update {update} "
+            f"{model}, --grow {grow!r}, {schedule}: the validation loss {AFTER} updates after the growth at update {update} "
             f"is {later:.4f}, above {at:.4f} at the growth"
         )
 
