@@ -31,11 +31,12 @@ class RunFolder:
             raise ValueError(f"--output-dir {self.folder} is a file; give a folder (it is made if missing).")
         self.verbose = verbose
 
-    def claim(self, arguments, defaults=None):
+    def claim(self, arguments, defaults=None, free=()):
         """Record the run's `arguments`; a folder holding a run with other
         arguments is refused, naming the first that differs. An argument its
         record lacks (a kwiden before it had one) counts at its value in
-        `defaults`: what that kwiden did."""
+        `defaults`: what that kwiden did. The arguments named in `free` change
+        nothing the run computes: they may differ, and the record takes the new ones."""
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / RUN_FILE
         if path.is_file():
@@ -44,13 +45,16 @@ class RunFolder:
             except (ValueError, KeyError, TypeError):
                 raise ValueError(f"{path} is not a run record kwiden wrote; give another --output-dir.") from None
             before = {**{n: v for n, v in (defaults or {}).items() if n in arguments}, **before}
-            for name in sorted(set(before) | set(arguments)):
+            for name in sorted((set(before) | set(arguments)) - set(free)):
                 if before.get(name) != arguments.get(name):
                     flag = "--" + name.replace("_", "-")
                     raise ValueError(
                         f"--output-dir {self.folder} holds a run made with {flag} {before.get(name)!r}, not "
                         f"{arguments.get(name)!r}: run the same command to resume it, or give another --output-dir."
                     )
+            if any(before.get(name) != arguments.get(name) for name in free):
+                record = json.loads(path.read_text("utf-8"))
+                self._write_record({**record, "arguments": arguments})
             return True
         if any(p.name not in LEFT_BY_A_REFUSED_RUN for p in self.folder.iterdir()):
             raise ValueError(

@@ -26,6 +26,8 @@ CAUSAL_FAMILIES = ("gpt", "llama", "qwen2", "mistral")
 MASKED_FAMILIES = ("bert", "roformer")
 # Arguments that do not change what a run computes: a run resumed with others is the same run.
 NOT_RECORDED = ("verbose",)
+# Recorded, but how often a run evaluates and backs up changes none of its updates: a resume may change them.
+HOW_OFTEN = ("eval_every", "save_every")
 # Arguments added after run.json was first written, with what a run recorded without them did: it resumes so.
 ADDED_LATER = dict(after_growth="continue", learned_growth=0, learned_growth_lr=LEARNED_GROWTH_LR)
 
@@ -152,7 +154,7 @@ def pretrain(
     folder = RunFolder(output_dir, verbose=bool(verbose))
     _check_numbers(arguments)
     arguments = _recorded(arguments)
-    resumed = folder.claim(arguments, ADDED_LATER)
+    resumed = folder.claim(arguments, ADDED_LATER, free=HOW_OFTEN)
     policy = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy(_precision(precision))

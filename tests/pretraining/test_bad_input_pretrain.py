@@ -240,6 +240,16 @@ def test_a_rate_that_changes_nothing_does_not_refuse_a_resume(english, tmp_path)
         pretrain(english, tmp_path / "run", budget=2, grow="none", learned_growth_lr=-1.0)
 
 
+def test_a_resume_may_evaluate_and_back_up_at_other_intervals(english, tmp_path):
+    pretrain(english, tmp_path / "run", budget=4, grow="none", eval_every=2)
+    again = pretrain(english, tmp_path / "run", budget=4, grow="none", eval_every=1, save_every=2)
+    assert again.updates == 4
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["arguments"]
+    assert (recorded["eval_every"], recorded["save_every"]) == (1, 2)
+    with pytest.raises(ValueError, match=r"holds a run made with --budget 4, not 5"):
+        pretrain(english, tmp_path / "run", budget=5, grow="none", eval_every=1)
+
+
 def test_a_run_resumed_on_other_text_is_refused(english, tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
