@@ -91,7 +91,9 @@ def test_a_masked_run_with_its_own_vocabulary_fine_tunes_on_clue(chinese, tmp_pa
     assert done["predictions"].is_file() and 0 <= done["dev_accuracy"] <= 1
 
 
-def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, monkeypatch):
+# A resume may evaluate and back up at other intervals: neither changes an update.
+@pytest.mark.parametrize("resumed_with", [{}, {"eval_every": 1, "save_every": 3}])
+def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, monkeypatch, resumed_with):
     run = dict(model="gpt", config={**TINY_GPT, "hidden_dropout_prob": 0.1}, save_every=4, **TINY_RUN)
     whole = kwiden.pretrain(english, tmp_path / "whole", **run)
     grew = whole.growths[0].update
@@ -109,11 +111,17 @@ def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, monkeypatc
         kwiden.pretrain(english, tmp_path / "killed", **run)
     assert not (tmp_path / "killed" / "final").exists()
     monkeypatch.setattr(keras.Model, "train_on_batch", real)
-    resumed = kwiden.pretrain(english, tmp_path / "killed", **run)
+    resumed = kwiden.pretrain(english, tmp_path / "killed", **{**run, **resumed_with})
     assert f"resuming from the backup at update {grew}" in (tmp_path / "killed" / "log.txt").read_text()
     for a, b in zip(whole.model.weights, resumed.model.weights):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
-    assert [r["update"] for r in resumed.metrics] == [r["update"] for r in whole.metrics]
+    updates = [r["update"] for r in resumed.metrics]
+    if resumed_with:  # the rows before the backup as made, every update after it
+        assert updates == [r["update"] for r in whole.metrics if r["update"] <= grew] + list(
+            range(grew + 1, whole.updates + 1)
+        )
+    else:
+        assert updates == [r["update"] for r in whole.metrics]
 
 
 def test_ctrl_c_saves_a_backup_first(english, tmp_path, monkeypatch):
