@@ -41,7 +41,8 @@ class RunFolder:
         path = self.folder / RUN_FILE
         if path.is_file():
             try:
-                before = json.loads(path.read_text("utf-8"))["arguments"]
+                record = json.loads(path.read_text("utf-8"))
+                before = record["arguments"]
             except (ValueError, KeyError, TypeError):
                 raise ValueError(f"{path} is not a run record kwiden wrote; give another --output-dir.") from None
             before = {**{n: v for n, v in (defaults or {}).items() if n in arguments}, **before}
@@ -53,7 +54,6 @@ class RunFolder:
                         f"{arguments.get(name)!r}: run the same command to resume it, or give another --output-dir."
                     )
             if any(before.get(name) != arguments.get(name) for name in free):
-                record = json.loads(path.read_text("utf-8"))
                 self._write_record({**record, "arguments": arguments})
             return True
         if any(p.name not in LEFT_BY_A_REFUSED_RUN for p in self.folder.iterdir()):
