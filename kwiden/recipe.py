@@ -12,14 +12,14 @@ from kwiden.growth.options import GROW, taken_by
 
 # What `auto` does, chosen from the sweep of benchmarks/grow_vs_scratch.py (docs/growth-that-pays.md#the-sweep):
 # grow once, late, at 80% of the run's updates (the small model takes the cheap updates, the target the last,
-# decaying ones); depth ×2 where it is exact (Pre-LN), which ended lowest, else width ×2 with width-aware rates
-# (each grown tensor's step scaled by its growth, as μP scales rates with width: without them the loss rose
-# after a late width growth) and splits of spread 2, not grow's 3: at the highest stable rate, spread 3 made BERT's
-# loss rise for a few dozen updates after the growth, by up to 0.13 (docs/growth-that-pays.md#no-spike); grow's
-# defaults for the rest (second moments grown, first moments at zero).
+# decaying ones); depth ×2 where it is exact (Pre-LN), which ended lowest, else width ×2 with grow's defaults
+# (width-aware rates: each grown tensor's step scaled by its growth, as μP scales rates with width, without which
+# the loss rose after a late width growth; splits of spread 2: at the highest stable rate, spread 3 made BERT's loss
+# rise for a few dozen updates after the growth, by up to 0.13, docs/growth-that-pays.md#no-spike; second moments
+# grown, first moments at zero), but with the width-aware rates held to the end, as measured, not relaxed.
 AUTO_FRACTION = 0.8
 AUTO_DEPTH = dict(depth=2)
-AUTO_WIDTH = dict(k=2, scale_learning_rates=True, spread=2.0)
+AUTO_WIDTH = dict(k=2, scale_learning_rates=True, spread=2.0, relax_learning_rates=0)
 # Compute-optimal training spends about 20 tokens per parameter (Hoffmann et al. 2022, "Chinchilla").
 OPTIMAL_TOKENS_PER_PARAMETER = 20
 # Below this many tokens per parameter the target is well beyond compute-optimal for its budget.

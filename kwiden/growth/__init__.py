@@ -59,10 +59,11 @@ def grow(
     ffn_factor=None,
     heads="size",
     rope="exact",
-    spread=3.0,
+    spread=2.0,
     seed=None,
     optimizer=None,
-    scale_learning_rates=False,
+    scale_learning_rates=None,
+    relax_learning_rates=1000,
     optimizer_state="grown_v",
     rewarm=0,
     depth=None,
@@ -106,8 +107,9 @@ def grow(
         spread: exact symmetry breaking (docs/symmetry.md): every linear map spreads
             each input over its copies with unequal weights `(1 + spread·u)/k`,
             so the copies of a neuron train apart from the first step while the
-            grown model still computes the same function. Default 3, the
-            value measured best for training on (docs/growth-that-pays.md);
+            grown model still computes the same function. Default 2: 3
+            trained a little better after an early growth, but made the loss
+            rise after a late one at a high rate (docs/growth-that-pays.md#no-spike);
             0 gives plain copies; at most 100 (beyond, the splits cancel in
             float32).
         seed: seed of the random splits (`spread > 0`); None draws them
@@ -119,14 +121,23 @@ def grow(
             `optimizer_state` says (docs/optimizer-state.md), ready for
             `big.compile(big_optimizer, loss)`.
         scale_learning_rates: with `optimizer` (kwiden's optimizers), give
-            each tensor its growth scale as a learning-rate multiplier
-            (docs/optimizer-state.md#learning-rate-multipliers): with plain
-            copies and `optimizer_state="grown"` training then follows the
-            small model's trajectory exactly. Off by default: measured, it
-            slows the grown model down after an early growth. A late width
-            growth at a high rate rises for a few dozen updates without it:
-            there pass `scale_learning_rates=True, spread=2`, as `--grow auto`
-            does (docs/growth-that-pays.md#no-spike).
+            each tensor its growth scale as a learning-rate multiplier, as μP
+            scales rates with width (docs/optimizer-state.md#learning-rate-multipliers):
+            with plain copies and `optimizer_state="grown"` training then
+            follows the small model's trajectory exactly. Without it, every
+            weight matrix whose input widened moves the function twice as far
+            per step at ×2, and at a high rate the loss rises after the
+            growth. None (default): on where each tensor has one multiplier,
+            off under a non-integer factor (384 → 512), where no one
+            multiplier fits a tensor; True refuses such a growth. Keras' own
+            optimizers have one rate for every tensor: for them this does
+            nothing.
+        relax_learning_rates: the updates over which those multipliers then
+            move linearly to 1, one rate for every tensor, which trained
+            better on than holding them (docs/growth-that-pays.md#no-spike);
+            default 1000, 1/(1 − β₂) for Adam's default β₂, the updates over
+            which its second moments renew; 0 holds them for good, as
+            `--grow auto` does after its late growth.
         optimizer_state: what the grown slots hold: `"grown_v"` (default) the
             grown second moments everywhere (a new block's zeroed output
             weights take those of the weights they copy) and zero first
@@ -183,7 +194,8 @@ def grow(
     """
     options = resolve(
         model, k=k, check=check, rtol=rtol, ffn_factor=ffn_factor, heads=heads, rope=rope, spread=spread, seed=seed,
-        optimizer=optimizer, scale_learning_rates=scale_learning_rates, optimizer_state=optimizer_state,
+        optimizer=optimizer, scale_learning_rates=scale_learning_rates, relax_learning_rates=relax_learning_rates,
+        optimizer_state=optimizer_state,
         rewarm=rewarm, depth=depth, new_blocks=new_blocks, num_layers=num_layers, allow_approximate=allow_approximate,
         hidden_size=hidden_size, intermediate_size=intermediate_size,
     )  # fmt: skip
@@ -205,7 +217,7 @@ def grow(
     axes = plan.walk.weight_axes()
     grown = grow_optimizer(
         options.optimizer, model, big, axes, options.scale_learning_rates, variable_sources(placed),
-        options.optimizer_state, options.rewarm,
+        options.optimizer_state, options.rewarm, options.relax_learning_rates,
     )  # fmt: skip
     return GrowthResult(big, grown)
 

@@ -36,7 +36,15 @@ class VariableSource(typing.NamedTuple):
 
 
 def grow_optimizer(
-    optimizer, small, big, axes_by_path, scale_learning_rates=True, sources=None, state=DEFAULT_STATE, rewarm=0
+    optimizer,
+    small,
+    big,
+    axes_by_path,
+    scale_learning_rates=None,
+    sources=None,
+    state=DEFAULT_STATE,
+    rewarm=0,
+    relax=0,
 ):
     """An optimizer of `optimizer`'s class for `big`, its slots grown from
     `optimizer`'s (built on `small`), its iteration count kept. For kwiden's
@@ -58,6 +66,9 @@ def grow_optimizer(
     `rewarm > 0` (kwiden's optimizers) gives the new copies a learning-rate
     multiplier that climbs from 0 to 1 over `rewarm` updates, through
     `slice_multipliers` and `slice_warmup` (docs/optimizer-state.md#per-slice-multipliers).
+    `relax > 0` (with `scale_learning_rates`) moves the step multipliers to 1
+    over `relax` updates from now, through `growth_relax`
+    (docs/optimizer-state.md#relaxing-to-one-rate).
     """
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         raise ValueError(
@@ -78,16 +89,20 @@ def grow_optimizer(
     source = {v.path: (sources or {}).get(v.path, VariableSource(v.path)) for v in big_variables}
     config = optimizer.get_config()
     if isinstance(optimizer, AccumulatingOptimizer):
-        if scale_learning_rates:
-            config["growth_scales"] = _learning_rate_scales(optimizer, big_variables, source, axes_by_path)
+        updates = int(keras.ops.convert_to_numpy(optimizer.iterations)) // optimizer.accum_steps
+        if scale_learning_rates is not False:
+            try:
+                config["growth_scales"] = _learning_rate_scales(optimizer, big_variables, source, axes_by_path, updates)
+                # This growth's relaxation replaces an earlier one, which `_learning_rate_scales` folded in.
+                config["growth_relax"] = (updates, relax) if relax else None
+            except GrowthError:
+                if scale_learning_rates:
+                    raise  # asked for; None: one rate where no one multiplier fits a tensor
         # An earlier growth's slice multipliers do not fit the grown shapes: this growth's replace them.
         config["slice_multipliers"], config["slice_warmup"] = None, None
         if rewarm:
             config["slice_multipliers"] = _new_copies(small_variables, big_variables, source, axes_by_path)
-            config["slice_warmup"] = (
-                int(keras.ops.convert_to_numpy(optimizer.iterations)) // optimizer.accum_steps,
-                rewarm,
-            )
+            config["slice_warmup"] = (updates, rewarm)
     elif rewarm:
         raise ValueError(
             f"`rewarm` needs one of kwiden's optimizers (per-slice learning rates); {type(optimizer).__name__} "
@@ -115,14 +130,20 @@ def _check_built_on(optimizer, model):
         ) from None
 
 
-def _learning_rate_scales(optimizer, big_variables, source, axes_by_path):
+def _learning_rate_scales(optimizer, big_variables, source, axes_by_path, updates):
     """`{big variable path: (c, copies)}`: each variable's growth scale, on
-    top of what earlier growths recorded (docs/optimizer-state.md#learning-rate-multipliers)."""
+    top of what earlier growths recorded, as far as their relaxation had
+    moved it to 1 by `updates` (docs/optimizer-state.md#learning-rate-multipliers)."""
+    relaxed = 0.0
+    if optimizer.growth_relax is not None:
+        start, steps = optimizer.growth_relax
+        relaxed = min(max((updates - start) / steps, 0.0), 1.0)
     scales = {}
     for variable in big_variables:
         small_path = source[variable.path].path
         axes = axes_by_path[small_path]
         c, copies = optimizer.growth_scales.get(small_path, (1.0, 1))
+        c += (1.0 - c) * relaxed
         try:
             scales[variable.path] = (c * growth_scale(axes), copies * copy_count(axes))
         except GrowthError as error:

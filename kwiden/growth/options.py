@@ -103,7 +103,7 @@ OPTIONS = (
         why="count keeps head_dim and the RoPE schedule, which LLaMA's, Mistral's and Qwen2's config.json need",
     ),
     Option("rope", "exact", "rotary frequencies when heads grow", type=str, choices=ROPE_MODES, flag="--rope"),
-    Option("spread", 3.0, "exact symmetry breaking, at most 100; 0: plain copies", type=float, flag="--spread"),
+    Option("spread", 2.0, "exact symmetry breaking, at most 100; 0: plain copies", type=float, flag="--spread"),
     Option(
         "seed",
         None,
@@ -114,7 +114,20 @@ OPTIONS = (
         why="the same command writes the same model; kwiden.grow's None draws the splits afresh",
     ),
     Option("optimizer", None, "the small model's optimizer, grown with the model", takers=(GROW,)),
-    Option("scale_learning_rates", False, "growth scales as learning-rate multipliers", takers=(GROW,), type=bool),
+    Option(
+        "scale_learning_rates",
+        None,
+        "growth scales as learning-rate multipliers (None: where each tensor has one)",
+        takers=(GROW,),
+        type=bool,
+    ),
+    Option(
+        "relax_learning_rates",
+        1000,
+        "updates over which the width-aware rates move to one rate; 0: they hold",
+        takers=(GROW,),
+        type=int,
+    ),
     Option(
         "optimizer_state",
         DEFAULT_STATE,
@@ -199,7 +212,8 @@ class GrowthOptions:
     check: object
     rtol: float | None
     optimizer: object
-    scale_learning_rates: bool
+    scale_learning_rates: bool | None
+    relax_learning_rates: int
     optimizer_state: str
     rewarm: int
     new_blocks: str
@@ -276,6 +290,13 @@ def _check_optimizer_options(options):
     if isinstance(rewarm, bool) or not isinstance(rewarm, (int, np.integer)) or rewarm < 0:
         raise ValueError(f"`rewarm` must be an integer >= 0 (updates; 0: none), got rewarm={rewarm!r}.")
     options.rewarm = int(rewarm)
+    relax = options.relax_learning_rates
+    if isinstance(relax, bool) or not isinstance(relax, (int, np.integer)) or relax < 0:
+        raise ValueError(
+            f"`relax_learning_rates` must be an integer >= 0 (updates; 0: the width-aware rates hold), "
+            f"got relax_learning_rates={relax!r}."
+        )
+    options.relax_learning_rates = int(relax)
     if options.optimizer is None and (options.rewarm or options.optimizer_state != DEFAULT_STATE):
         given = f"rewarm={options.rewarm}" if options.rewarm else f"optimizer_state={options.optimizer_state!r}"
         raise ValueError(

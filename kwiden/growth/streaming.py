@@ -77,7 +77,7 @@ def grow_checkpoint(
     ffn_factor=None,
     heads="count",
     rope="exact",
-    spread=3.0,
+    spread=2.0,
     seed=None,
     depth=None,
     num_layers=None,

@@ -73,6 +73,13 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
             linearly to 1 over the next `steps` updates (at update
             `start + n` a multiplier `m` is `m + (1 − m)·min(n/steps, 1)`),
             counted in updates, so the same under any `accum_steps`.
+        growth_relax: None (the growth scales' step multipliers hold for
+            good), or `(start, steps)`: they hold up to update `start`, then
+            move linearly to 1 over the next `steps` updates, so that a grown
+            model starts on the small model's trajectory and ends with one
+            learning rate for every tensor (docs/optimizer-state.md#relaxing-to-one-rate).
+            ε keeps its growth scale. Set by `kwiden.grow`'s
+            `relax_learning_rates`.
         **kwargs: `name`, `clipnorm`, `clipvalue`, `global_clipnorm`,
             `loss_scale_factor`, `use_ema`, … as for any Keras optimizer.
             Clipping applies to each micro-batch's gradient, and the EMA is
@@ -91,6 +98,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         growth_scales=None,
         slice_multipliers=None,
         slice_warmup=None,
+        growth_relax=None,
         **kwargs,
     ):
         if kwargs.get("gradient_accumulation_steps"):
@@ -110,6 +118,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         growth_scales = arguments.growth_scales(growth_scales)
         slice_multipliers = arguments.slice_multipliers(slice_multipliers)
         slice_warmup = arguments.slice_warmup(slice_warmup)
+        growth_relax = arguments.slice_warmup(growth_relax, "growth_relax")
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.accum_steps = accum_steps
         # Keras' attribute; kwiden applies the decay itself, once per update.
@@ -119,6 +128,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         self.growth_scales = growth_scales
         self.slice_multipliers = slice_multipliers
         self.slice_warmup = slice_warmup
+        self.growth_relax = growth_relax
         self._step_scalars = _StepScalars()
 
     def build(self, variables):
@@ -256,11 +266,24 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         if self._decays[index]:
             decay = multiplier * self.weight_decay
             self.assign_sub(variable, self.sliced(index, variable * (rate * decay)))
-        scale = multiplier * self.step_scale(variable)
+        scale = self.step_scale(variable)
+        relaxing = scale != 1.0 and self.growth_relax is not None
+        if relaxing:
+            scale = scale + (1.0 - scale) * self.relaxed(dtype)
+        scale = multiplier * scale
         step_rate = rate if step_rate is None else step_rate
-        if scale != 1.0:
+        if relaxing or scale != 1.0:
             step_rate = step_rate * scale
         self.assign_sub(variable, self.sliced(index, step * step_rate))
+
+    def relaxed(self, dtype):
+        """How far the growth scales have moved to 1: 0 up to `growth_relax`'s
+        start, 1 from `steps` updates later on."""
+        start, steps = self.growth_relax
+        return self.per_step(
+            ("relaxed", dtype),
+            lambda: ops.clip(ops.cast(self.updates_done + 1 - start, dtype) / steps, 0.0, 1.0),
+        )
 
     def sliced(self, index, delta):
         """`delta` times the variable's slice multipliers (at this update
@@ -294,6 +317,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
                 k: [None if v is None else list(v) for v in vectors] for k, vectors in self.slice_multipliers.items()
             },
             slice_warmup=None if self.slice_warmup is None else list(self.slice_warmup),
+            growth_relax=None if self.growth_relax is None else list(self.growth_relax),
         )
         return config
 

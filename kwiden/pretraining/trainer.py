@@ -28,7 +28,7 @@ STATE_FILE = "state.json"
 EVALUATIONS = 20
 WEIGHT_DECAY = 0.01
 # `grow`'s arguments about the optimizer, left out where a growth is tried on a model without one.
-OPTIMIZER_ARGUMENTS = ("optimizer_state", "rewarm", "scale_learning_rates")
+OPTIMIZER_ARGUMENTS = ("optimizer_state", "rewarm", "scale_learning_rates", "relax_learning_rates")
 
 
 @dataclasses.dataclass

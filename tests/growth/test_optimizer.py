@@ -13,7 +13,7 @@ LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 # Plain copies, grown state and per-tensor multipliers: the growth whose training
 # follows the small model's trajectory (docs/optimizer-state.md), not grow's default.
-FOLLOW = dict(spread=0.0, optimizer_state="grown", scale_learning_rates=True)
+FOLLOW = dict(spread=0.0, optimizer_state="grown", scale_learning_rates=True, relax_learning_rates=0)
 
 
 def lm_batch(seed=3):
@@ -324,8 +324,9 @@ def test_rewarm_needs_a_kwiden_optimizer(gpt):
 
 @pytest.mark.parametrize("family", ["gpt", "bert"])
 def test_the_default_recipe_is_exact_at_growth(family, request):
-    """grow(small, 2, optimizer=...) with nothing else: spread 3, source-slice
-    state, no per-tensor multipliers, and the grown model still exact."""
+    """grow(small, 2, optimizer=...) with nothing else: spread 2, width-aware
+    multipliers relaxing to one rate over 1000 updates from the growth, and
+    the grown model still exact."""
     small = request.getfixturevalue(family)()
     inputs = padded_batch(segments=family == "bert")
     optimizer = optimizers.AdamW(1e-3)
@@ -333,7 +334,13 @@ def test_the_default_recipe_is_exact_at_growth(family, request):
     big, grown = kwiden.grow(small, 2, optimizer=optimizer)
     report = kwiden.verify(small, big, inputs, rtol=1e-5)
     assert report.ok, str(report)
-    assert grown.growth_scales == {} and grown.slice_multipliers == {}
+    inner = "Transformer-0-FeedForward/inner_kernel"
+    path = next(v.path for v in big.trainable_variables if v.path.endswith(inner))
+    c, copies = grown.growth_scales[path]
+    assert c < 1 and copies == 4  # both axes doubled: smaller steps, four copies of each element
+    held = kwiden.grow(small, 2, optimizer=optimizer, relax_learning_rates=0)[1]
+    assert held.growth_scales == grown.growth_scales and held.growth_relax is None
+    assert grown.growth_relax == (0, 1000) and grown.slice_multipliers == {}
     # Spread, not plain copies: the two copies of an FFN input row differ.
     kernel = big.get_layer("Transformer-0-FeedForward").inner_kernel.numpy()
     assert not np.allclose(kernel[0], kernel[1])

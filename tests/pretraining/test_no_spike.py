@@ -62,7 +62,9 @@ def test_no_loss_spike_after_growth(english, tmp_path, grow, schedule, model):
 
 
 def test_the_old_state_spikes_here(english, tmp_path):
-    """The check can fail: zero moments on the new copies jump after a late growth on this run."""
-    result = pretrain(english, tmp_path, "0.75:k=2,optimizer_state=source", "constant")
+    """The check can fail: zero moments on the new copies, with one rate and spread 3 (grow's defaults before
+    the state was grown), jump after a late growth on this run."""
+    old = "0.75:k=2,optimizer_state=source,scale_learning_rates=False,spread=3"
+    result = pretrain(english, tmp_path, old, "constant")
     [(update, at, later)] = jumps(result)
     assert later > at + SLACK, f"source state after the growth at update {update}: {at:.4f} -> {later:.4f}"
