@@ -87,7 +87,9 @@ def main():
     rows = []
     for name, options, noise, scale in variants:
         start = time.perf_counter()
-        big, optimizer = kwiden.grow(small, 2, seed=1, optimizer=small.optimizer, scale_learning_rates=scale, **options)
+        big, optimizer = kwiden.grow(
+            small, 2, seed=1, optimizer=small.optimizer, scale_learning_rates=scale, relax_learning_rates=0, **options
+        )
         if noise:
             add_noise(big, noise, seed=2)
         big.compile(optimizer, LOSS)
