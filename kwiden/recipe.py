@@ -148,8 +148,8 @@ def auto(target_config):
     more_heads = f", heads ×2 ({heads // 2} → {heads}, rotary)" if rotary else ""
     reason = "Post-LN, whose depth growth is not exact" if post_ln else f"{layers} blocks do not halve"
     return [Growth(AUTO_FRACTION, growth)], (
-        f"width ×2 {when}, from a {hidden // 2}-wide model{more_heads}, with width-aware learning rates and "
-        f"splits of spread {AUTO_WIDTH['spread']:g} ({reason}; docs/growth-that-pays.md#the-sweep, #no-spike)"
+        f"width ×2 {when}, from a {hidden // 2}-wide model{more_heads}, with width-aware learning rates held "
+        f"to the end and splits of spread {AUTO_WIDTH['spread']:g} ({reason}; docs/growth-that-pays.md#the-sweep, #no-spike)"
     )
 
 

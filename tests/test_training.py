@@ -171,10 +171,13 @@ def test_auto_schedule_starts_small_grows_to_the_target_and_spends_the_budget(mo
     assert abs(update - 0.8 * schedule.steps) <= 1
     if model == "bert":  # Post-LN: width, whose growth is exact
         assert (
-            arguments == {"k": 2, "scale_learning_rates": True, "spread": 2.0}
+            arguments == {"k": 2, "scale_learning_rates": True, "spread": 2.0, "relax_learning_rates": 0}
             and schedule.start_config["hidden_size"] == 16
         )
-        assert "width ×2 at 80%" in schedule.why and "width-aware learning rates and splits of spread 2" in schedule.why
+        assert (
+            "width ×2 at 80%" in schedule.why
+            and "width-aware learning rates held to the end and splits of spread 2" in schedule.why
+        )
     else:  # Pre-LN: depth
         assert arguments == {"depth": 2} and schedule.start_config["num_hidden_layers"] == 1
         assert "depth ×2 at 80%" in schedule.why
