@@ -112,7 +112,8 @@ def _value(option, text, spec):
     try:
         value = (option.type or str)(text)
     except (ValueError, ZeroDivisionError):
-        raise ValueError(f"--grow {spec!r}: {option.name}={text} is not a {option.type.__name__}.") from None
+        kind = {int: "an integer", float: "a number", fractions.Fraction: "a fraction"}.get(option.type, "a value")
+        raise ValueError(f"--grow {spec!r}: {option.name}={text} is not {kind}.") from None
     if option.choices is not None and value not in option.choices:
         raise ValueError(f"--grow {spec!r}: {option.name}={text}; it takes {', '.join(map(str, option.choices))}.")
     if isinstance(value, fractions.Fraction) and value.denominator == 1:

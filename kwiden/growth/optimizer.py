@@ -143,7 +143,8 @@ def _learning_rate_scales(optimizer, big_variables, source, axes_by_path, update
         small_path = source[variable.path].path
         axes = axes_by_path[small_path]
         c, copies = optimizer.growth_scales.get(small_path, (1.0, 1))
-        c += (1.0 - c) * relaxed
+        if relaxed:
+            c, copies = optimizer.relaxed_growth(c, copies, relaxed)
         try:
             scales[variable.path] = (c * growth_scale(axes), copies * copy_count(axes))
         except GrowthError as error:

@@ -266,24 +266,33 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         if self._decays[index]:
             decay = multiplier * self.weight_decay
             self.assign_sub(variable, self.sliced(index, variable * (rate * decay)))
-        scale = self.step_scale(variable)
-        relaxing = scale != 1.0 and self.growth_relax is not None
-        if relaxing:
-            scale = scale + (1.0 - scale) * self.relaxed(dtype)
-        scale = multiplier * scale
+        scale = self.relax(self.step_scale(variable), dtype)
+        if multiplier != 1.0:
+            scale = scale * multiplier
         step_rate = rate if step_rate is None else step_rate
-        if relaxing or scale != 1.0:
+        if not (isinstance(scale, float) and scale == 1.0):
             step_rate = step_rate * scale
         self.assign_sub(variable, self.sliced(index, step * step_rate))
 
-    def relaxed(self, dtype):
-        """How far the growth scales have moved to 1: 0 up to `growth_relax`'s
-        start, 1 from `steps` updates later on."""
+    def relax(self, scale, dtype):
+        """A growth's step multiplier `scale` as `growth_relax` has moved it
+        to 1 by this update (`scale` itself without a relaxation)."""
+        if self.growth_relax is None or scale == 1.0:
+            return scale
         start, steps = self.growth_relax
-        return self.per_step(
+        relaxed = self.per_step(
             ("relaxed", dtype),
             lambda: ops.clip(ops.cast(self.updates_done + 1 - start, dtype) / steps, 0.0, 1.0),
         )
+        return scale + (1.0 - scale) * relaxed
+
+    def relaxed_growth(self, c, copies, relaxed):
+        """`(c, copies)` whose step multiplier is this growth's moved to 1 by
+        the fraction `relaxed`, and whose ε scale `c·copies` is kept: how a
+        later growth takes in an earlier one's relaxation (Adam-like steps
+        scale with `c`; SGDM and RAdam override)."""
+        moved = c + (1.0 - c) * relaxed
+        return moved, c * copies / moved
 
     def sliced(self, index, delta):
         """`delta` times the variable's slice multipliers (at this update

@@ -121,7 +121,8 @@ def multipliers(value, name="lr_multipliers"):
 
 
 def growth_scales(value, name="growth_scales"):
-    """`{variable path: (c, copies)}` with `c` finite and > 0, `copies` an integer >= 1."""
+    """`{variable path: (c, copies)}` with `c` and `copies` finite and > 0
+    (`copies` is a whole number but where a relaxation was folded in)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -134,7 +135,7 @@ def growth_scales(value, name="growth_scales"):
             raise ValueError(f"`{name}` values must be pairs (c, copies), got {name}[{path!r}]={scale!r}.") from None
         scales[str(path)] = (
             number(c, f"{name}[{path!r}][0]", above=0),
-            integer(copies, f"{name}[{path!r}][1]", at_least=1),
+            number(copies, f"{name}[{path!r}][1]", above=0),
         )
     return scales
 

@@ -43,7 +43,7 @@ class RAdam(Adam):
         # After growth the adaptive step shrinks with the tensor (c) and the
         # momentum step like SGD's (c²·K); see `step_scale`.
         c, copies = self.growth_of(variable)
-        step = ops.where(rectify, adaptive * c, m_hat * (c * c * copies))
+        step = ops.where(rectify, adaptive * self.relax(c, dtype), m_hat * self.relax(c * c * copies, dtype))
         self.move(variable, step, learning_rate)
 
     def _scalars(self, t, dtype):
@@ -66,6 +66,12 @@ class RAdam(Adam):
 
     def step_scale(self, variable):
         return 1.0  # applied per branch in update_step
+
+    def relaxed_growth(self, c, copies, relaxed):
+        # Both branches relaxed: the adaptive one's c and the momentum one's c²·K.
+        moved = c + (1.0 - c) * relaxed
+        momentum = c * c * copies + (1.0 - c * c * copies) * relaxed
+        return moved, momentum / (moved * moved)
 
     def get_config(self):
         return {**super().get_config(), "rectify_threshold": self.rectify_threshold}

@@ -63,5 +63,10 @@ class SGDM(AccumulatingOptimizer):
         c, copies = self.growth_of(variable)
         return c * c * copies
 
+    def relaxed_growth(self, c, copies, relaxed):
+        # The step multiplier is c²·K: relax it, keep K (SGDM has no ε).
+        moved = c * c * copies + (1.0 - c * c * copies) * relaxed
+        return (moved / copies) ** 0.5, copies
+
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}

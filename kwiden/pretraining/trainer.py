@@ -27,8 +27,9 @@ BACKUP = "backup"
 STATE_FILE = "state.json"
 EVALUATIONS = 20
 WEIGHT_DECAY = 0.01
-# `grow`'s arguments about the optimizer, left out where a growth is tried on a model without one.
-OPTIMIZER_ARGUMENTS = ("optimizer_state", "rewarm", "scale_learning_rates", "relax_learning_rates")
+# `grow`'s arguments about the optimizer, left out where a growth is tried on a model without one
+# (`relax_learning_rates` is checked there: `grow` takes it without one).
+OPTIMIZER_ARGUMENTS = ("optimizer_state", "rewarm", "scale_learning_rates")
 
 
 @dataclasses.dataclass

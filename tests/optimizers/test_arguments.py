@@ -180,7 +180,7 @@ def test_nesterov_with_numpy_accumulation_is_refused():
         ),
         (
             lambda: optimizers.Adam(growth_scales={"dense/kernel": (0.5, 0)}),
-            r"`growth_scales\['dense/kernel'\]\[1\]` must be an integer >= 1, got .*=0\.",
+            r"`growth_scales\['dense/kernel'\]\[1\]` must be > 0 and finite, got .*=0\.",
         ),
     ],
 )

@@ -79,27 +79,67 @@ def test_growth_relax_is_saved_and_checked():
         optimizers.Adam(growth_relax=(0, 0))
 
 
+@pytest.mark.parametrize("make", [optimizers.Adam, optimizers.SGDM, optimizers.RAdam], ids=["Adam", "SGDM", "RAdam"])
+def test_fully_relaxed_a_grown_tensor_steps_as_a_plain_one(make):
+    """Relaxed at once (over 1 update), a tensor grown with c = 1/2 from 2
+    copies (so ε is unchanged too) moves exactly as one never grown; held, it
+    does not (RAdam in both its momentum and its rectified steps)."""
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(3, 4)).astype("float32")
+    grads = [rng.normal(size=(3, 4)).astype("float32") for _ in range(8)]
+    moved = {}
+    for relax in (None, (0, 1)):
+        grown, plain = keras.Variable(start, name="grown"), keras.Variable(start, name="plain")
+        optimizer = make(0.01, growth_scales={grown.path: (0.5, 2)}, growth_relax=relax)
+        for g in grads:
+            optimizer.apply([keras.ops.convert_to_tensor(g)] * 2, [grown, plain])
+        moved[relax] = keras.ops.convert_to_numpy(grown), keras.ops.convert_to_numpy(plain)
+    np.testing.assert_allclose(*moved[(0, 1)], rtol=1e-6, atol=1e-7)
+    assert not np.allclose(*moved[None], rtol=1e-3, atol=0)
+
+
 def gpt():
     config = dict(vocab_size=40, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
     return kwiden.build_transformer_model(config, model="gpt")
 
 
-def test_a_later_growth_starts_from_the_relaxed_multipliers():
+STEP = {"Adam": lambda c, copies: c, "SGDM": lambda c, copies: c * c * copies}
+
+
+@pytest.mark.parametrize("name", ["Adam", "SGDM"])
+def test_a_later_growth_starts_from_the_relaxed_multipliers(name):
     """Grown at update 0 relaxing over 4 updates, trained 2, grown again:
-    the second growth's multiplier is its own times the first's halfway to 1."""
+    the second growth's step multiplier is its own times the first's halfway
+    to 1, for Adam (whose ε keeps both growths' scales) and SGDM (c²·K)."""
+    make = getattr(optimizers, name)
     small = gpt()
-    optimizer = optimizers.Adam(1e-3)
+    optimizer = make(1e-3)
     optimizer.build(small.trainable_variables)
     middle, grown = kwiden.grow(small, 2, optimizer=optimizer, relax_learning_rates=4, seed=0)
     assert grown.growth_relax == (0, 4)
     grown.iterations.assign(2)
     big, twice = kwiden.grow(middle, 2, optimizer=grown, relax_learning_rates=0, seed=0)
+    fresh = make(1e-3)
+    fresh.build(middle.trainable_variables)
+    own = kwiden.grow(middle, 2, optimizer=fresh, relax_learning_rates=0, seed=0)[1]  # the second growth alone
     inner = "Transformer-0-FeedForward/inner_kernel"
     path = next(v.path for v in big.trainable_variables if v.path.endswith(inner))
-    c, copies = grown.growth_scales[path]
-    twice_c, twice_copies = twice.growth_scales[path]
-    np.testing.assert_allclose(twice_c, (c + (1 - c) * 0.5) * c, rtol=1e-12)
-    assert twice_copies == copies * copies and twice.growth_relax is None
+    first, second, both = (STEP[name](*o.growth_scales[path]) for o in (grown, own, twice))
+    assert first != 1.0
+    np.testing.assert_allclose(both, (first + (1 - first) * 0.5) * second, rtol=1e-12)
+    if name == "Adam":
+        (c1, k1), (c2, k2), (c, k) = (o.growth_scales[path] for o in (grown, own, twice))
+        np.testing.assert_allclose(c * k, c1 * k1 * c2 * k2, rtol=1e-12)  # ε's scale
+    assert twice.growth_relax is None
+
+
+def test_a_non_integer_growth_gets_no_multipliers_by_default():
+    small = gpt()
+    optimizer = optimizers.Adam(1e-3)
+    optimizer.build(small.trainable_variables)
+    grown = kwiden.grow(small, hidden_size=12, intermediate_size=24, heads="count", optimizer=optimizer,
+                        allow_approximate=True)[1]  # fmt: skip
+    assert grown.growth_scales == {} and grown.growth_relax is None
 
 
 @pytest.mark.parametrize("relax", [-1, 2.5, True, "1000"])

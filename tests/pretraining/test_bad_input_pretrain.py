@@ -80,6 +80,12 @@ def test_growth_schedules_that_cannot_reach_the_target(english, tmp_path):
         pretrain(english, tmp_path / "e", grow="0.6:k=2 0.3:depth=2")
     with pytest.raises(ValueError, match=r"fractions of the run's updates, between 0 and 1; got 1.5"):
         pretrain(english, tmp_path / "f", grow="1.5:k=2")
+    # Refused before any training, not at the growth.
+    with pytest.raises(
+        ValueError, match=r"the growth at 0.5 \(k=2, relax_learning_rates=-5\): `relax_learning_rates` must"
+    ):
+        pretrain(english, tmp_path / "g", grow="0.5:k=2,relax_learning_rates=-5")
+    assert not (tmp_path / "g" / "metrics.jsonl").exists()
 
 
 def test_an_output_folder_of_another_run_is_refused_naming_the_argument(english, tmp_path):

@@ -95,6 +95,9 @@ def test_the_growth_spec_and_undoing_it():
         recipe.parse("0.5")
     with pytest.raises(ValueError, match=r"optimizer_state=fresh; it takes"):
         recipe.parse("0.5:optimizer_state=fresh")
+    assert recipe.parse("0.8:k=2,relax_learning_rates=300")[0].arguments == {"k": 2, "relax_learning_rates": 300}
+    with pytest.raises(ValueError, match=r"relax_learning_rates=1e3 is not an integer"):
+        recipe.parse("0.8:k=2,relax_learning_rates=1e3")
 
 
 def test_growth_points_are_placed_at_equal_flops():
