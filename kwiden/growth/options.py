@@ -290,6 +290,13 @@ def _check_optimizer_options(options):
     if isinstance(rewarm, bool) or not isinstance(rewarm, (int, np.integer)) or rewarm < 0:
         raise ValueError(f"`rewarm` must be an integer >= 0 (updates; 0: none), got rewarm={rewarm!r}.")
     options.rewarm = int(rewarm)
+    scale = options.scale_learning_rates
+    if not (scale is None or isinstance(scale, (bool, np.bool_))):
+        raise ValueError(
+            "`scale_learning_rates` must be None (width-aware rates where each tensor has one multiplier), True "
+            f"or False, got scale_learning_rates={scale!r}."
+        )
+    options.scale_learning_rates = None if scale is None else bool(scale)
     relax = options.relax_learning_rates
     if isinstance(relax, bool) or not isinstance(relax, (int, np.integer)) or relax < 0:
         raise ValueError(

@@ -148,3 +148,10 @@ def test_bad_relax_learning_rates(relax):
     optimizer = optimizers.Adam(1e-3)
     with pytest.raises(ValueError, match=r"`relax_learning_rates` must be an integer >= 0 \(updates; 0: the width"):
         kwiden.grow(small, 2, optimizer=optimizer, relax_learning_rates=relax)
+
+
+@pytest.mark.parametrize("scale", [0, 1, "False"])
+def test_bad_scale_learning_rates(scale):
+    optimizer = optimizers.Adam(1e-3)
+    with pytest.raises(ValueError, match=r"`scale_learning_rates` must be None \(width-aware rates where each tensor"):
+        kwiden.grow(gpt(), 2, optimizer=optimizer, scale_learning_rates=scale)
