@@ -9,6 +9,7 @@ import pytest
 
 import kwiden
 from kwiden import optimizers
+from kwiden.expansion import GrowthError
 
 pytestmark = pytest.mark.backends
 
@@ -137,9 +138,13 @@ def test_a_non_integer_growth_gets_no_multipliers_by_default():
     small = gpt()
     optimizer = optimizers.Adam(1e-3)
     optimizer.build(small.trainable_variables)
-    grown = kwiden.grow(small, hidden_size=12, intermediate_size=24, heads="count", optimizer=optimizer,
-                        allow_approximate=True)[1]  # fmt: skip
+    with pytest.warns(UserWarning, match="the grown model is approximate"):  # LayerNorm under 8 -> 12
+        grown = kwiden.grow(small, hidden_size=12, intermediate_size=24, heads="count", optimizer=optimizer,
+                            allow_approximate=True)[1]  # fmt: skip
     assert grown.growth_scales == {} and grown.growth_relax is None
+    with pytest.warns(UserWarning, match="approximate"), pytest.raises(GrowthError, match=r"no one learning-rate"):
+        kwiden.grow(small, hidden_size=12, intermediate_size=24, heads="count", optimizer=optimizer,
+                    allow_approximate=True, scale_learning_rates=True)  # fmt: skip
 
 
 @pytest.mark.parametrize("relax", [-1, 2.5, True, "1000"])
