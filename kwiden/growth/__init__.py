@@ -123,8 +123,9 @@ def grow(
         scale_learning_rates: with `optimizer` (kwiden's optimizers), give
             each tensor its growth scale as a learning-rate multiplier, as μP
             scales rates with width (docs/optimizer-state.md#learning-rate-multipliers):
-            with plain copies and `optimizer_state="grown"` training then
-            follows the small model's trajectory exactly. Without it, every
+            with plain copies, `optimizer_state="grown"` and
+            `relax_learning_rates=0` training then follows the small model's
+            trajectory exactly. Without it, every
             weight matrix whose input widened moves the function twice as far
             per step at ×2, and at a high rate the loss rises after the
             growth. None (default): on where each tensor has one multiplier,
@@ -134,7 +135,7 @@ def grow(
             nothing.
         relax_learning_rates: the updates over which those multipliers then
             move linearly to 1, one rate for every tensor, which trained
-            better on than holding them (docs/growth-that-pays.md#no-spike);
+            better than holding them (docs/growth-that-pays.md#no-spike);
             default 1000, 1/(1 − β₂) for Adam's default β₂, the updates over
             which its second moments renew; 0 holds them for good, as
             `--grow auto` does after its late growth.
