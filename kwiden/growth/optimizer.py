@@ -134,10 +134,7 @@ def _learning_rate_scales(optimizer, big_variables, source, axes_by_path, update
     """`{big variable path: (c, copies)}`: each variable's growth scale, on
     top of what earlier growths recorded, as far as their relaxation had
     moved it to 1 by `updates` (docs/optimizer-state.md#learning-rate-multipliers)."""
-    relaxed = 0.0
-    if optimizer.growth_relax is not None:
-        start, steps = optimizer.growth_relax
-        relaxed = min(max((updates - start) / steps, 0.0), 1.0)
+    relaxed = optimizer.relaxed_after(updates)
     scales = {}
     for variable in big_variables:
         small_path = source[variable.path].path

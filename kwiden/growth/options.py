@@ -20,6 +20,7 @@ from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE
 from kwiden.expansion import HEAD_MODES, ROPE_MODES, Growth
 from kwiden.growth.optimizer import DEFAULT_STATE, STATES
 from kwiden.growth.plan import hidden_size_of, intermediate_size_of
+from kwiden.optimizers import arguments
 from kwiden.verify import check_inputs
 
 # What depth growth's new blocks are: the block with its residual branches ending in zeros (exact), the
@@ -286,10 +287,7 @@ def _check_optimizer_options(options):
         raise ValueError(
             f"`optimizer_state` must be one of {', '.join(map(repr, STATES))}, got optimizer_state={options.optimizer_state!r}."
         )
-    rewarm = options.rewarm
-    if isinstance(rewarm, bool) or not isinstance(rewarm, (int, np.integer)) or rewarm < 0:
-        raise ValueError(f"`rewarm` must be an integer >= 0 (updates; 0: none), got rewarm={rewarm!r}.")
-    options.rewarm = int(rewarm)
+    options.rewarm = arguments.integer(options.rewarm, "rewarm", at_least=0, hint="updates; 0: none")
     scale = options.scale_learning_rates
     if not (scale is None or isinstance(scale, (bool, np.bool_))):
         raise ValueError(
@@ -297,13 +295,9 @@ def _check_optimizer_options(options):
             f"or False, got scale_learning_rates={scale!r}."
         )
     options.scale_learning_rates = None if scale is None else bool(scale)
-    relax = options.relax_learning_rates
-    if isinstance(relax, bool) or not isinstance(relax, (int, np.integer)) or relax < 0:
-        raise ValueError(
-            f"`relax_learning_rates` must be an integer >= 0 (updates; 0: the width-aware rates hold), "
-            f"got relax_learning_rates={relax!r}."
-        )
-    options.relax_learning_rates = int(relax)
+    options.relax_learning_rates = arguments.integer(
+        options.relax_learning_rates, "relax_learning_rates", at_least=0, hint="updates; 0: the width-aware rates hold"
+    )
     if options.optimizer is None and (options.rewarm or options.optimizer_state != DEFAULT_STATE):
         given = f"rewarm={options.rewarm}" if options.rewarm else f"optimizer_state={options.optimizer_state!r}"
         raise ValueError(

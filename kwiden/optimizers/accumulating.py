@@ -279,12 +279,23 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
         to 1 by this update (`scale` itself without a relaxation)."""
         if self.growth_relax is None or scale == 1.0:
             return scale
-        start, steps = self.growth_relax
-        relaxed = self.per_step(
-            ("relaxed", dtype),
-            lambda: ops.clip(ops.cast(self.updates_done + 1 - start, dtype) / steps, 0.0, 1.0),
-        )
+        relaxed = self.per_step(("relaxed", dtype), lambda: self.ramp(self.growth_relax, dtype))
         return scale + (1.0 - scale) * relaxed
+
+    def ramp(self, window, dtype):
+        """How far a `(start, steps)` window (`slice_warmup`, `growth_relax`)
+        has moved its multipliers to 1 on this update: 0 up to `start`, 1
+        from `steps` updates later on."""
+        start, steps = window
+        return ops.clip(ops.cast(self.updates_done + 1 - start, dtype) / steps, 0.0, 1.0)
+
+    def relaxed_after(self, updates):
+        """`ramp` of `growth_relax` on the last of `updates` updates done, as
+        a float (0 without a relaxation): where a later growth finds it."""
+        if self.growth_relax is None:
+            return 0.0
+        start, steps = self.growth_relax
+        return min(max((updates - start) / steps, 0.0), 1.0)
 
     def relaxed_growth(self, c, copies, relaxed):
         """`(c, copies)` whose step multiplier is this growth's moved to 1 by
@@ -308,10 +319,7 @@ class AccumulatingOptimizer(keras.optimizers.Optimizer):
                 scaled = scaled * ops.convert_to_tensor(vector.reshape(shape), delta.dtype)
         if self.slice_warmup is None:
             return scaled
-        start, steps = self.slice_warmup
-        done = ops.cast(self.updates_done + 1 - start, delta.dtype)
-        progress = ops.clip(done / steps, 0.0, 1.0)
-        return scaled + (delta - scaled) * progress
+        return scaled + (delta - scaled) * self.ramp(self.slice_warmup, delta.dtype)
 
     def get_config(self):
         config = super().get_config()
