@@ -131,8 +131,8 @@ def grow(
             growth. None (default): on where each tensor has one multiplier,
             off under a non-integer factor (384 → 512), where no one
             multiplier fits a tensor; True refuses such a growth. Keras' own
-            optimizers have one rate for every tensor: for them this does
-            nothing.
+            optimizers have one rate for every tensor: None gives them one
+            rate, True is refused.
         relax_learning_rates: the updates over which those multipliers then
             move linearly to 1, one rate for every tensor, which trained
             better than holding them (docs/growth-that-pays.md#no-spike);

@@ -108,6 +108,12 @@ def grow_optimizer(
             f"`rewarm` needs one of kwiden's optimizers (per-slice learning rates); {type(optimizer).__name__} "
             "has one learning rate per model: grow with rewarm=0."
         )
+    elif scale_learning_rates:
+        raise ValueError(
+            f"`scale_learning_rates=True` needs one of kwiden's optimizers (per-tensor learning rates); "
+            f"{type(optimizer).__name__} has one learning rate per model: grow with scale_learning_rates=None "
+            "(one rate here) or pass kwiden.optimizers.Adam."
+        )
     grown = optimizer.__class__.from_config(config)
     grown.build(big_variables)
     # A copy, not the small optimizer's buffer (which JAX would donate to the big model's training).

@@ -322,6 +322,16 @@ def test_rewarm_needs_a_kwiden_optimizer(gpt):
         kwiden.grow(small, 2, optimizer=small.optimizer, rewarm=10)
 
 
+def test_width_aware_rates_asked_of_a_keras_optimizer_are_refused(gpt):
+    """Keras' Adam has one rate: `True` asks for what it cannot do, so it is
+    refused rather than ignored; the default (None) gives it one rate."""
+    small = train_small(gpt, lambda: keras.optimizers.Adam(3e-3), steps=1)
+    with pytest.raises(ValueError, match=r"`scale_learning_rates=True` needs one of kwiden's optimizers .* Adam has one"):
+        kwiden.grow(small, 2, optimizer=small.optimizer, scale_learning_rates=True)
+    big, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
+    assert isinstance(grown, keras.optimizers.Adam) and grown.iterations.numpy() == 1
+
+
 @pytest.mark.parametrize("family", ["gpt", "bert"])
 def test_the_default_recipe_is_exact_at_growth(family, request):
     """grow(small, 2, optimizer=...) with nothing else: spread 2, width-aware
