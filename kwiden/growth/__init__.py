@@ -18,7 +18,7 @@ from kwiden.expansion import Growth, GrowthError, growth_scale
 from kwiden.graph import is_keras_hub
 from kwiden.growth.check import check as check_growth
 from kwiden.growth.check import needs_check
-from kwiden.growth.optimizer import grow_optimizer, variable_sources
+from kwiden.growth.optimizer import DEFAULT_RELAX, grow_optimizer, variable_sources
 from kwiden.growth.options import GrowthOptions, resolve
 from kwiden.growth.plan import GrowthPlan, GrowthRecord, keep_record, plan_growth
 from kwiden.growth.rebuild import rebuild
@@ -63,7 +63,7 @@ def grow(
     seed=None,
     optimizer=None,
     scale_learning_rates=None,
-    relax_learning_rates=1000,
+    relax_learning_rates=DEFAULT_RELAX,
     optimizer_state="grown_v",
     rewarm=0,
     depth=None,
@@ -138,7 +138,9 @@ def grow(
             better than holding them (docs/growth-that-pays.md#no-spike);
             default 1000, 1/(1 − β₂) for Adam's default β₂, the updates over
             which its second moments renew; 0 holds them for good, as
-            `--grow auto` does after its late growth.
+            `--grow auto` does after its late growth. With
+            `scale_learning_rates=False` there is nothing to relax, and
+            another length is refused.
         optimizer_state: what the grown slots hold: `"grown_v"` (default) the
             grown second moments everywhere (a new block's zeroed output
             weights take those of the weights they copy) and zero first

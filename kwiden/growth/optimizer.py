@@ -25,6 +25,7 @@ STATES = ("grown", "grown_v", "source", "zero")
 # first moments at zero they climb from small ones, so the loss does not jump after growth under any schedule
 # (docs/growth-that-pays.md#no-spike; "source" jumped after a late growth).
 DEFAULT_STATE = "grown_v"
+DEFAULT_RELAX = 1000  # updates: 1/(1 - β₂) for Adam's default β₂
 
 
 class VariableSource(typing.NamedTuple):

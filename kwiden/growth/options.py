@@ -18,7 +18,7 @@ import numpy as np
 
 from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE
 from kwiden.expansion import HEAD_MODES, ROPE_MODES, Growth
-from kwiden.growth.optimizer import DEFAULT_STATE, STATES
+from kwiden.growth.optimizer import DEFAULT_RELAX, DEFAULT_STATE, STATES
 from kwiden.growth.plan import hidden_size_of, intermediate_size_of
 from kwiden.optimizers import arguments
 from kwiden.verify import check_inputs
@@ -124,7 +124,7 @@ OPTIONS = (
     ),
     Option(
         "relax_learning_rates",
-        1000,
+        DEFAULT_RELAX,
         "updates over which the width-aware rates move to one rate; 0: they hold",
         takers=(GROW,),
         type=int,
@@ -298,6 +298,11 @@ def _check_optimizer_options(options):
     options.relax_learning_rates = arguments.integer(
         options.relax_learning_rates, "relax_learning_rates", at_least=0, hint="updates; 0: the width-aware rates hold"
     )
+    if options.scale_learning_rates is False and options.relax_learning_rates not in (0, DEFAULT_RELAX):
+        raise ValueError(
+            f"`relax_learning_rates={options.relax_learning_rates}` relaxes width-aware learning rates, and "
+            "scale_learning_rates=False gives none: leave scale_learning_rates at None, or drop relax_learning_rates."
+        )
     if options.optimizer is None and (options.rewarm or options.optimizer_state != DEFAULT_STATE):
         given = f"rewarm={options.rewarm}" if options.rewarm else f"optimizer_state={options.optimizer_state!r}"
         raise ValueError(

@@ -326,7 +326,9 @@ def test_width_aware_rates_asked_of_a_keras_optimizer_are_refused(gpt):
     """Keras' Adam has one rate: `True` asks for what it cannot do, so it is
     refused rather than ignored; the default (None) gives it one rate."""
     small = train_small(gpt, lambda: keras.optimizers.Adam(3e-3), steps=1)
-    with pytest.raises(ValueError, match=r"`scale_learning_rates=True` needs one of kwiden's optimizers .* Adam has one"):
+    with pytest.raises(
+        ValueError, match=r"`scale_learning_rates=True` needs one of kwiden's optimizers .* Adam has one"
+    ):
         kwiden.grow(small, 2, optimizer=small.optimizer, scale_learning_rates=True)
     big, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
     assert isinstance(grown, keras.optimizers.Adam) and grown.iterations.numpy() == 1

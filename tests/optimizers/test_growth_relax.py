@@ -160,3 +160,14 @@ def test_bad_scale_learning_rates(scale):
     optimizer = optimizers.Adam(1e-3)
     with pytest.raises(ValueError, match=r"`scale_learning_rates` must be None \(width-aware rates where each tensor"):
         kwiden.grow(gpt(), 2, optimizer=optimizer, scale_learning_rates=scale)
+
+
+def test_a_relaxation_without_width_aware_rates_is_refused():
+    """A relaxation length under one rate would be ignored: say so instead."""
+    with pytest.raises(
+        ValueError, match=r"`relax_learning_rates=500` relaxes width-aware .* scale_learning_rates=False"
+    ):
+        kwiden.grow(gpt(), 2, optimizer=optimizers.Adam(1e-3), scale_learning_rates=False, relax_learning_rates=500)
+    for relax in (0, 1000):  # holding and the default say nothing wrong
+        assert kwiden.grow(gpt(), 2, optimizer=optimizers.Adam(1e-3), scale_learning_rates=False,
+                           relax_learning_rates=relax)[1].growth_relax is None  # fmt: skip
