@@ -255,7 +255,7 @@ def test_a_fresh_blocks_weights_start_with_zero_first_moments(gpt):
 
 def test_rewarm_gives_the_new_copies_a_rising_learning_rate(gpt):
     small = train_small(gpt, lambda: optimizers.Adam(3e-3))
-    big, grown = kwiden.grow(small, 2, optimizer=small.optimizer, rewarm=4, scale_learning_rates=False)
+    big, grown = kwiden.grow(small, 2, optimizer=small.optimizer, rewarm=4, scale_learning_rates=False, seed=0)
     assert grown.slice_warmup == (3, 4)  # from the 3 updates done, over 4
     inner, hidden = small.get_layer("Transformer-0-FeedForward").output_kernel.shape
     assert grown.slice_multipliers["Transformer-0-FeedForward/output_kernel"] == [
@@ -268,7 +268,7 @@ def test_rewarm_gives_the_new_copies_a_rising_learning_rate(gpt):
     big.train_on_batch(*lm_batch())  # update 4: the copies at 1/4 of the rate
     moved = big.get_layer("Transformer-0-FeedForward").output_kernel.numpy() - before
     original, copy = np.abs(moved[::2, ::2]), np.abs(moved[1::2, ::2])
-    assert np.all(copy > 0) and np.median(copy / original) < 0.5
+    assert np.all(copy > 0) and np.median(copy / original) == pytest.approx(0.25, rel=1e-3)  # (4 - 3) / 4
     restored = optimizers.Adam.from_config(grown.get_config())
     assert restored.slice_warmup == (3, 4) and restored.slice_multipliers == grown.slice_multipliers
 
