@@ -44,7 +44,11 @@ on a larger machine) and corpus:
 4. The small model alone (`auto`'s start, `grow="none"`) for the full
    budget's FLOPs: the grown model must end below it, or it bought only size.
 5. Jumps: for each grown run, the validation loss 100 updates after a growth
-   minus at the growth.
+   minus at the growth. With `--controls`, each grown run also gets its
+   control: the model it starts from trained on without growing, on the same
+   updates, schedule and batches (identical up to the growth); the table then
+   gives how far the grown run rose beyond its control over those 100
+   updates, which tells a rise the growth caused from the run's own trend.
 
 `--tokens-per-parameter 20` sets each target's budget to that many tokens per
 parameter (the compute-optimal regime); the table gives tokens per parameter
@@ -215,6 +219,18 @@ class Run:
         rises = [at_100 - row["valid_loss"] for row, _, at_100 in self._after_growths()]
         return max(rises) if rises else None
 
+    def against(self, control):
+        """`(rise, control's change, control's gap at the growth)` over the 100 updates after the growth where the
+        rise beyond `control`'s change over the same updates is largest, or None."""
+        updates = [r["update"] for r in control.metrics]
+        losses = [r["valid_loss"] for r in control.metrics]
+        pairs = [
+            (at_100 - row["valid_loss"], float(np.interp(row["update"] + 100, updates, losses) - np.interp(row["update"], updates, losses)),
+             float(np.interp(row["update"], updates, losses) - row["valid_loss"]))
+            for row, _, at_100 in self._after_growths()
+        ]  # fmt: skip
+        return max(pairs, key=lambda pair: pair[0] - pair[1]) if pairs else None
+
     @property
     def peak(self):
         """The largest rise of the validation loss at an evaluation within the 100 updates after a growth."""
@@ -314,8 +330,8 @@ class Bench:
                 result = kwiden.pretrain(
                     paths, folder, model=args.model, config=config, budget=budget, seq_len=args.seq_len,
                     batch_size=args.batch_size, lr=lr, schedule=schedule, decay_fraction=args.decay_fraction,
-                    grow=grow, **options, valid_fraction=valid_fraction, eval_every=max(1, budget // args.evaluations),
-                    seed=seed, verbose=0,
+                    grow=grow, valid_fraction=valid_fraction, seed=seed, verbose=0,
+                    **{"eval_every": max(1, budget // args.evaluations), **options},
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - a recipe pretrain refuses is reported, not fatal
                 self.say(f"  {label}, seed {seed}: FAILED: {type(error).__name__}: {error}")
@@ -381,11 +397,11 @@ class Bench:
             f"{valid_fraction:.3g} of the corpus held out; auto: {why}"
         )
 
-        def runner(label, recipe, schedule, lr, seed, run_config=config, run_budget=budget):
+        def runner(label, recipe, schedule, lr, seed, run_config=config, run_budget=budget, **more):
             grow, options = pretrain_options(recipe)
             grow = bert_spec(grow) if args.model == "bert" else grow
             return self.run(paths, corpus_name, label, run_config, grow, run_budget, schedule, lr, seed,
-                            valid_fraction, options)  # fmt: skip
+                            valid_fraction, {**options, **more})  # fmt: skip
 
         tune_seeds = args.seeds[: args.tune_seeds]
         say("scratch runs (the rates tuned on seed" + "s" * (len(tune_seeds) > 1) + f" {_join(tune_seeds)}):")
@@ -414,6 +430,12 @@ class Bench:
         groups = [(f"scratch, {schedule} lr {lr:g}", scratch)]
         for spec in args.recipe_specs:
             groups.append((f"grow {spec}", [runner(f"grow {spec}", spec, schedule, lr, s) for s in args.seeds]))
+        controls = {}
+        if args.controls:
+            say("controls: each grown run's start trained on without growing, on the same updates and schedule:")
+            for label, runs in groups[1:]:
+                controls[label] = [self.control(runner, config, label.removeprefix("grow "), run, schedule, lr, budget)
+                                   for run in runs]  # fmt: skip
         fractions = {}
         scratch_mean = _mean_final(scratch)
         for spec in args.fraction_recipes:
@@ -431,6 +453,8 @@ class Bench:
             )
         )
         self.report(groups, fractions, scratch, schedule, lr, corpus_name, hidden, layers, budget, target_cost)
+        if controls:
+            self.report_controls(groups, controls)
         self.summaries.append(
             self.summary(
                 groups,
@@ -447,6 +471,46 @@ class Bench:
                 epochs,
             )  # fmt: skip
         )
+
+    def control(self, runner, config, spec, run, schedule, lr, budget):
+        """`run`'s control: the model `spec` starts from, without growing, for `run`'s updates, with its warmup
+        and evaluations (which pretrain sets from the budget), so the two are identical up to the first growth."""
+        if run.error is not None:
+            return run
+        family_config = get_family(self.args.model).config(dict(config, vocab_size=VOCAB))
+        growths = recipe.parse(pretrain_options(spec)[0])
+        growths = recipe.auto(family_config)[0] if growths == "auto" else growths
+        start = recipe.undone(family_config, growths)
+        return runner(f"control of grow {spec}", "none", schedule, lr, run.seed, {key: start[key] for key in config},
+                      run.updates, warmup=round(0.05 * budget), eval_every=max(1, budget // self.args.evaluations))  # fmt: skip
+
+    def report_controls(self, groups, controls):
+        rows = []
+        for label, runs in groups[1:]:
+            pairs = [run.against(control) for run, control in zip(runs, controls.get(label, []))
+                     if run.error is None and control.error is None]  # fmt: skip
+            pairs = [pair for pair in pairs if pair is not None]
+            if pairs:
+                rows.append((
+                    label,
+                    spread([rise for rise, _, _ in pairs], 3, "%+.3f"),
+                    spread([change for _, change, _ in pairs], 3, "%+.3f"),
+                    spread([rise - change for rise, change, _ in pairs], 3, "%+.3f"),
+                    ", ".join(f"{rise - change:+.3f}" for rise, change, _ in pairs),
+                    f"{max(abs(gap) for _, _, gap in pairs):.1e}",
+                ))  # fmt: skip
+        if rows:
+            self.say("\nafter each growth, against its control (the start trained on without growing):\n")
+            self.say(
+                table(
+                    rows, ("run", "after 100", "control's change", "beyond control", "beyond, by seed", "gap at growth")
+                )
+            )
+            self.say("(after 100: the loss 100 updates after the growth minus at it; the control's change over the")
+            self.say(
+                " same updates; beyond: the first minus the second, the rise the growth caused; gap at growth: how"
+            )
+            self.say(" far the control's loss is from the grown run's at the growth, the largest over seeds)")
 
     def fractions_to_try(self, spec, scratch_mean, fractions):
         """The budget fractions to run, one at a time: bisecting `--fractions`
@@ -710,6 +774,11 @@ def main():
         "--fraction-recipes", type=lambda t: [x for x in t.split(";") if x], default="auto",
         help="recipes run at each budget fraction (;-separated); the first is the summary's",
     )  # fmt: skip
+    parser.add_argument(
+        "--controls",
+        action="store_true",
+        help="also train each grown run's start on without growing, to tell its rise from its trend",
+    )
     parser.add_argument("--seeds", type=numbers(int), default="0,1,2")
     parser.add_argument("--tune-seeds", type=int, default=1, help="the first N seeds tune the scratch rate")
     parser.add_argument("--evaluations", type=int, default=20, help="validation evaluations a run")
