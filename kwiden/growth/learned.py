@@ -54,6 +54,13 @@ def _grown_blocks(small, big):
             f"({big_blocks}), which must be deeper: pass the small model first and the model kwiden.grow(small, "
             "depth=...) made from it second."
         )
+    record = getattr(big, "growth_record", None)
+    if record is None or record.source is not small:
+        raise ValueError(
+            f"The learned depth operator starts from `big` as kwiden.grow made it from `small`; model '{big.name}' "
+            f"{'was grown from another model' if record is not None else 'was not grown by kwiden.grow'}: pass "
+            "kwiden.grow(small, depth=...) of this `small`."
+        )
     return big_blocks
 
 

@@ -104,3 +104,8 @@ def test_misuse_is_refused_saying_what_to_pass(gpt):
         learn_depth_operator(small, result, causal_batches(1), LOSS)
     with pytest.raises(ValueError, match=r"3 batches do not make whole updates of accum_steps=2"):
         learn_depth_operator(small, big, causal_batches(3), LOSS, accum_steps=2)
+    fresh = gpt(num_hidden_layers=2)  # deeper, but not grown from small: its blocks are not the exact growth
+    with pytest.raises(ValueError, match=r"model '.*' was not grown by kwiden.grow: pass kwiden.grow\(small, depth"):
+        learn_depth_operator(small, fresh, causal_batches(1), LOSS)
+    with pytest.raises(ValueError, match=r"was grown from another model"):
+        learn_depth_operator(gpt(num_hidden_layers=1, seed=1), big, causal_batches(1), LOSS)
