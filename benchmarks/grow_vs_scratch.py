@@ -220,16 +220,19 @@ class Run:
         return max(rises) if rises else None
 
     def against(self, control):
-        """`(rise, control's change, control's gap at the growth)` over the 100 updates after the growth where the
-        rise beyond `control`'s change over the same updates is largest, or None."""
-        updates = [r["update"] for r in control.metrics]
-        losses = [r["valid_loss"] for r in control.metrics]
-        pairs = [
-            (at_100 - row["valid_loss"], float(np.interp(row["update"] + 100, updates, losses) - np.interp(row["update"], updates, losses)),
-             float(np.interp(row["update"], updates, losses) - row["valid_loss"]))
-            for row, _, at_100 in self._after_growths()
-        ]  # fmt: skip
-        return max(pairs, key=lambda pair: pair[0] - pair[1]) if pairs else None
+        """`(rise, control's change, gap)` for the growth after which this run ends furthest above `control` 100
+        updates later: the rise from the growth, `control`'s change from this run's loss at the growth (the two
+        are one run up to it), and how far apart they were at this run's last evaluation before it (0 when they
+        were one run); None without a growth followed by 100 updates."""
+        by_update = {r["update"]: r["valid_loss"] for r in control.metrics}
+        updates, losses = list(by_update), list(by_update.values())
+        found = []
+        for row, _, at_100 in self._after_growths():
+            before = [r for r in self.metrics if r["update"] < row["update"] and r["update"] in by_update]
+            gap = abs(before[-1]["valid_loss"] - by_update[before[-1]["update"]]) if before else float("nan")
+            change = float(np.interp(row["update"] + 100, updates, losses)) - row["valid_loss"]
+            found.append((at_100 - row["valid_loss"], change, gap))
+        return max(found, key=lambda pair: pair[0] - pair[1]) if found else None
 
     @property
     def peak(self):
@@ -502,15 +505,12 @@ class Bench:
         if rows:
             self.say("\nafter each growth, against its control (the start trained on without growing):\n")
             self.say(
-                table(
-                    rows, ("run", "after 100", "control's change", "beyond control", "beyond, by seed", "gap at growth")
-                )
+                table(rows, ("run", "after 100", "control's change", "beyond control", "beyond, by seed", "gap before"))
             )
             self.say("(after 100: the loss 100 updates after the growth minus at it; the control's change over the")
-            self.say(
-                " same updates; beyond: the first minus the second, the rise the growth caused; gap at growth: how"
-            )
-            self.say(" far the control's loss is from the grown run's at the growth, the largest over seeds)")
+            self.say(" same updates, from the grown run's loss at the growth; beyond: the first minus the second, the")
+            self.say(" rise the growth caused; gap before: the two runs' largest difference at the last evaluation")
+            self.say(" before the growth, 0 where they were one run up to it)")
 
     def fractions_to_try(self, spec, scratch_mean, fractions):
         """The budget fractions to run, one at a time: bisecting `--fractions`
