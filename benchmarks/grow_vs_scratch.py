@@ -43,6 +43,7 @@ on a larger machine) and corpus:
    the validation curve first reaches each seed's scratch final loss.
 4. The small model alone (`auto`'s start, `grow="none"`) for the full
    budget's FLOPs: the grown model must end below it, or it bought only size.
+   With `--starts-alone`, so is every other recipe's own start.
 5. Jumps: for each grown run, the validation loss 100 updates after a growth
    minus at the growth. With `--controls`, each grown run also gets its
    control: the model it starts from trained on without growing, on the same
@@ -220,19 +221,20 @@ class Run:
         return max(rises) if rises else None
 
     def against(self, control):
-        """`(rise, control's change, gap)` for the growth after which this run ends furthest above `control` 100
-        updates later: the rise from the growth, `control`'s change from this run's loss at the growth (the two
-        are one run up to it), and how far apart they were at this run's last evaluation before it (0 when they
-        were one run); None without a growth followed by 100 updates."""
+        """`(rise, control's change, gap)` after this run's first growth (the two are one run up to it, and only
+        up to it): the rise from the growth to 100 updates later, `control`'s change from this run's loss at the
+        growth, and how far apart they were at this run's last evaluation before it (0 when they were one run);
+        None where the first growth is not followed by 100 updates."""
         by_update = {r["update"]: r["valid_loss"] for r in control.metrics}
         updates, losses = list(by_update), list(by_update.values())
-        found = []
+        first = next((r["update"] for r in self.metrics if r.get("grew")), None)
         for row, _, at_100 in self._after_growths():
-            before = [r for r in self.metrics if r["update"] < row["update"] and r["update"] in by_update]
-            gap = abs(before[-1]["valid_loss"] - by_update[before[-1]["update"]]) if before else float("nan")
-            change = float(np.interp(row["update"] + 100, updates, losses)) - row["valid_loss"]
-            found.append((at_100 - row["valid_loss"], change, gap))
-        return max(found, key=lambda pair: pair[0] - pair[1]) if found else None
+            if row["update"] == first:
+                before = [r for r in self.metrics if r["update"] < row["update"] and r["update"] in by_update]
+                gap = abs(before[-1]["valid_loss"] - by_update[before[-1]["update"]]) if before else float("nan")
+                change = float(np.interp(row["update"] + 100, updates, losses)) - row["valid_loss"]
+                return at_100 - row["valid_loss"], change, gap
+        return None
 
     @property
     def peak(self):
@@ -334,7 +336,7 @@ class Bench:
                     paths, folder, model=args.model, config=config, budget=budget, seq_len=args.seq_len,
                     batch_size=args.batch_size, lr=lr, schedule=schedule, decay_fraction=args.decay_fraction,
                     grow=grow, valid_fraction=valid_fraction, seed=seed, verbose=0,
-                    **{"eval_every": max(1, budget // args.evaluations), **options},
+                    **{"eval_every": max(1, budget // args.evaluations), "warmup": warmup(budget), **options},
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - a recipe pretrain refuses is reported, not fatal
                 self.say(f"  {label}, seed {seed}: FAILED: {type(error).__name__}: {error}")
@@ -448,6 +450,14 @@ class Bench:
                 fractions[spec, fraction] = [runner(label, spec, schedule, lr, s, run_budget=part) for s in args.seeds]
         target_cost = self.cost(config)
         small_budget = int(budget * target_cost // self.cost(small_config))
+        # before the small model alone, which the summary takes as the last group
+        if args.starts_alone:
+            for start in self.starts(config, small_config):
+                label = f"start {start['hidden_size']}x{start['num_hidden_layers']} alone"
+                start_budget = int(budget * target_cost // self.cost(start))
+                groups.append(
+                    (label, [runner(label, "none", schedule, lr, s, start, start_budget) for s in args.seeds])
+                )
         small_label = f"small {small_config['hidden_size']}x{small_config['num_hidden_layers']} alone"
         groups.append(
             (
@@ -475,17 +485,30 @@ class Bench:
             )  # fmt: skip
         )
 
+    def start_of(self, config, spec):
+        """The config (`config`'s keys) of the model the `--grow` spec `spec` starts from."""
+        family_config = get_family(self.args.model).config(dict(config, vocab_size=VOCAB))
+        growths = recipe.parse(pretrain_options(spec)[0])
+        growths = recipe.auto(family_config)[0] if growths == "auto" else growths
+        start = recipe.undone(family_config, growths)
+        return {key: start[key] for key in config}
+
+    def starts(self, config, small_config):
+        """The starts of `--grow`'s recipes other than `auto`'s (`small_config`, run anyway), each once."""
+        found = []
+        for spec in self.args.recipe_specs:
+            start = self.start_of(config, spec)
+            if start != small_config and start != config and start not in found:
+                found.append(start)
+        return found
+
     def control(self, runner, config, spec, run, schedule, lr, budget):
         """`run`'s control: the model `spec` starts from, without growing, for `run`'s updates, with its warmup
         and evaluations (which pretrain sets from the budget), so the two are identical up to the first growth."""
         if run.error is not None:
             return run
-        family_config = get_family(self.args.model).config(dict(config, vocab_size=VOCAB))
-        growths = recipe.parse(pretrain_options(spec)[0])
-        growths = recipe.auto(family_config)[0] if growths == "auto" else growths
-        start = recipe.undone(family_config, growths)
-        return runner(f"control of grow {spec}", "none", schedule, lr, run.seed, {key: start[key] for key in config},
-                      run.updates, warmup=round(0.05 * budget), eval_every=max(1, budget // self.args.evaluations))  # fmt: skip
+        return runner(f"control of grow {spec}", "none", schedule, lr, run.seed, self.start_of(config, spec),
+                      run.updates, warmup=warmup(budget), eval_every=max(1, budget // self.args.evaluations))  # fmt: skip
 
     def report_controls(self, groups, controls):
         rows = []
@@ -503,7 +526,7 @@ class Bench:
                     f"{max(abs(gap) for _, _, gap in pairs):.1e}",
                 ))  # fmt: skip
         if rows:
-            self.say("\nafter each growth, against its control (the start trained on without growing):\n")
+            self.say("\nafter the first growth, against its control (the start trained on without growing):\n")
             self.say(
                 table(rows, ("run", "after 100", "control's change", "beyond control", "beyond, by seed", "gap before"))
             )
@@ -657,6 +680,12 @@ SUMMARY = ("cell", "target (params)", "tokens/param (passes)", "scratch, tuned (
            "grown, equal FLOPs", "saving: smallest fraction reaching scratch", "grown − small", "train s/run")  # fmt: skip
 
 
+def warmup(budget):
+    """Every run's warmup, given here (pretrain's default, 5% of the budget) so that a control, whose budget is
+    its grown run's updates, warms up as that run did."""
+    return round(0.05 * budget)
+
+
 def saving(reached, tried):
     """The protocol's saving: 1 − the smallest fraction reached; "<" 1 − the largest tried where none was; "-" untried."""
     if reached:
@@ -779,6 +808,10 @@ def main():
         action="store_true",
         help="also train each grown run's start on without growing, to tell its rise from its trend",
     )
+    parser.add_argument(
+        "--starts-alone", action="store_true",
+        help="also train each --grow recipe's own start (where it is not auto's) alone on the whole budget",
+    )  # fmt: skip
     parser.add_argument("--seeds", type=numbers(int), default="0,1,2")
     parser.add_argument("--tune-seeds", type=int, default=1, help="the first N seeds tune the scratch rate")
     parser.add_argument("--evaluations", type=int, default=20, help="validation evaluations a run")
