@@ -16,10 +16,12 @@ from kwiden.growth.options import GROW, taken_by
 # (width-aware rates: each grown tensor's step scaled by its growth, as μP scales rates with width, without which
 # the loss rose after a late width growth; splits of spread 2: at the highest stable rate, spread 3 made BERT's loss
 # rise for a few dozen updates after the growth, by up to 0.13, docs/growth-that-pays.md#no-spike; second moments
-# grown, first moments at zero), but with the width-aware rates held to the end, as measured, not relaxed.
+# grown, first moments at zero), but with the width-aware rates held to the end, as measured, not relaxed. They are
+# asked for as None, grow's default, not True: kwiden's optimizers get them, and Keras' own, which have one rate
+# (`fit_growing` trains with those too), train on with it instead of stopping at the growth.
 AUTO_FRACTION = 0.8
 AUTO_DEPTH = dict(depth=2)
-AUTO_WIDTH = dict(k=2, scale_learning_rates=True, spread=2.0, relax_learning_rates=0)
+AUTO_WIDTH = dict(k=2, scale_learning_rates=None, spread=2.0, relax_learning_rates=0)
 # Compute-optimal training spends about 20 tokens per parameter (Hoffmann et al. 2022, "Chinchilla").
 OPTIMAL_TOKENS_PER_PARAMETER = 20
 # Below this many tokens per parameter the target is well beyond compute-optimal for its budget.

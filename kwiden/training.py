@@ -303,12 +303,16 @@ def _check_compiled(model, schedule):
             "fit_growing counts growth points in updates, and Keras' gradient_accumulation_steps counts "
             "them its own way: use kwiden.optimizers with accum_steps= instead."
         )
-    rewarming = [update for update, arguments in schedule.growths if arguments.get("rewarm")]
-    if rewarming and not isinstance(inner, AccumulatingOptimizer):
-        raise ValueError(
-            f"GrowthSchedule[{rewarming[0]}] asks for `rewarm`, which needs one of kwiden's optimizers "
-            f"(per-slice learning rates); the model is compiled with {type(inner).__name__}."
-        )
+    if isinstance(inner, AccumulatingOptimizer):
+        return
+    for asked, needs in (("rewarm", "per-slice learning rates"), ("scale_learning_rates", "per-tensor learning rates")):
+        growths = [update for update, arguments in schedule.growths if arguments.get(asked)]
+        if growths:
+            shown = "`rewarm`" if asked == "rewarm" else "`scale_learning_rates=True`"
+            raise ValueError(
+                f"GrowthSchedule[{growths[0]}] asks for {shown}, which needs one of kwiden's optimizers ({needs}); "
+                f"the model is compiled with {type(inner).__name__}."
+            )
 
 
 def _check_not_past(schedule, growths_done, done):

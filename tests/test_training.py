@@ -141,6 +141,8 @@ def test_optimizers_it_cannot_follow_are_refused_before_training(gpt, tmp_path):
     model.compile(keras.optimizers.Adam(), "mse")
     with pytest.raises(ValueError, match=r"GrowthSchedule\[3\] asks for `rewarm`, which needs one of kwiden's"):
         kwiden.fit_growing(model, batches(), {3: dict(k=2, rewarm=10)}, steps=8)
+    with pytest.raises(ValueError, match=r"GrowthSchedule\[3\] asks for `scale_learning_rates=True`, which needs one"):
+        kwiden.fit_growing(model, batches(), {3: dict(k=2, scale_learning_rates=True)}, steps=8)
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match=r"`backup_dir` .*file is a file; give a folder"):
         kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=8, backup_dir=tmp_path / "file")
@@ -171,7 +173,7 @@ def test_auto_schedule_starts_small_grows_to_the_target_and_spends_the_budget(mo
     assert abs(update - 0.8 * schedule.steps) <= 1
     if model == "bert":  # Post-LN: width, whose growth is exact
         assert (
-            arguments == {"k": 2, "scale_learning_rates": True, "spread": 2.0, "relax_learning_rates": 0}
+            arguments == {"k": 2, "scale_learning_rates": None, "spread": 2.0, "relax_learning_rates": 0}
             and schedule.start_config["hidden_size"] == 16
         )
         assert (
@@ -189,6 +191,18 @@ def test_auto_schedule_starts_small_grows_to_the_target_and_spends_the_budget(mo
     small_cost, target_cost = (kwiden.compute.flops_per_token(m, 32) for m in (small, target))
     spent = update * small_cost + (schedule.steps - update) * target_cost
     assert 200 * target_cost - target_cost < spent <= 200 * target_cost
+
+
+def test_auto_width_growth_trains_on_with_keras_own_adam():
+    """A 3-block GPT widens; with Keras' Adam (one rate) it grows and trains on at one rate."""
+    target = kwiden.testing.tiny_config(vocab_size=100, hidden_size=16, num_hidden_layers=3, intermediate_size=32)
+    schedule = kwiden.GrowthSchedule.auto(target, budget=8, model="gpt", seq_len=8)
+    assert [arguments["k"] for _, arguments in schedule.growths] == [2]
+    small = kwiden.build_transformer_model(schedule.start_config, model="gpt")
+    small.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    big, _ = kwiden.fit_growing(small, batches(), schedule, steps=schedule.steps, verbose=0)
+    assert big.get_layer("Embedding-Token").embeddings.shape == (100, 16)
+    assert isinstance(big.optimizer, keras.optimizers.Adam) and int(big.optimizer.iterations) == schedule.steps
 
 
 def test_auto_schedule_of_a_target_that_does_not_halve_grows_nothing_and_says_why():

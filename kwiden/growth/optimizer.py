@@ -110,10 +110,11 @@ def grow_optimizer(
             "has one learning rate per model: grow with rewarm=0."
         )
     elif scale_learning_rates:
+        kwiden_name = {"SGD": "SGDM"}.get(type(optimizer).__name__, type(optimizer).__name__)
         raise ValueError(
             f"`scale_learning_rates=True` needs one of kwiden's optimizers (per-tensor learning rates); "
             f"{type(optimizer).__name__} has one learning rate per model: grow with scale_learning_rates=None "
-            "(one rate here) or pass kwiden.optimizers.Adam."
+            f"(one rate here) or train with kwiden.optimizers.{kwiden_name}."
         )
     grown = optimizer.__class__.from_config(config)
     grown.build(big_variables)

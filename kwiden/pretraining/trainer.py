@@ -28,8 +28,8 @@ STATE_FILE = "state.json"
 EVALUATIONS = 20
 WEIGHT_DECAY = 0.01
 # `grow`'s arguments about the optimizer, left out where a growth is tried on a model without one
-# (`relax_learning_rates` is checked there: `grow` takes it without one).
-OPTIMIZER_ARGUMENTS = ("optimizer_state", "rewarm", "scale_learning_rates")
+# (`scale_learning_rates` and `relax_learning_rates` are checked there, together: `grow` takes them without one).
+OPTIMIZER_ARGUMENTS = ("optimizer_state", "rewarm")
 
 
 @dataclasses.dataclass

@@ -332,6 +332,9 @@ def test_width_aware_rates_asked_of_a_keras_optimizer_are_refused(gpt):
         kwiden.grow(small, 2, optimizer=small.optimizer, scale_learning_rates=True)
     big, grown = kwiden.grow(small, 2, optimizer=small.optimizer)
     assert isinstance(grown, keras.optimizers.Adam) and grown.iterations.numpy() == 1
+    small = train_small(gpt, lambda: keras.optimizers.SGD(1e-2), steps=1)
+    with pytest.raises(ValueError, match=r"SGD has one learning rate .* or train with kwiden.optimizers.SGDM\."):
+        kwiden.grow(small, 2, optimizer=small.optimizer, scale_learning_rates=True)
 
 
 @pytest.mark.parametrize("family", ["gpt", "bert"])

@@ -86,6 +86,9 @@ def test_growth_schedules_that_cannot_reach_the_target(english, tmp_path):
     ):
         pretrain(english, tmp_path / "g", grow="0.5:k=2,relax_learning_rates=-5")
     assert not (tmp_path / "g" / "metrics.jsonl").exists()
+    with pytest.raises(ValueError, match=r"the growth at 0.5 .*`relax_learning_rates=500` relaxes width-aware"):
+        pretrain(english, tmp_path / "h", grow="0.5:k=2,scale_learning_rates=False,relax_learning_rates=500")
+    assert not (tmp_path / "h" / "metrics.jsonl").exists()
 
 
 def test_an_output_folder_of_another_run_is_refused_naming_the_argument(english, tmp_path):
