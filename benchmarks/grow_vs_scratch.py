@@ -89,6 +89,7 @@ from kwiden import corpus, recipe
 from kwiden.compute import flops_per_token
 from kwiden.files import replaced_atomically
 from kwiden.models import get_family
+from kwiden.pretraining.run import default_warmup
 from kwiden.pretraining.tokens import corpus_files
 from kwiden.pretraining.vocabulary import byte_tokenizer
 
@@ -336,7 +337,7 @@ class Bench:
                     paths, folder, model=args.model, config=config, budget=budget, seq_len=args.seq_len,
                     batch_size=args.batch_size, lr=lr, schedule=schedule, decay_fraction=args.decay_fraction,
                     grow=grow, valid_fraction=valid_fraction, seed=seed, verbose=0,
-                    **{"eval_every": max(1, budget // args.evaluations), "warmup": warmup(budget), **options},
+                    **{"eval_every": max(1, budget // args.evaluations), "warmup": default_warmup(budget), **options},
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - a recipe pretrain refuses is reported, not fatal
                 self.say(f"  {label}, seed {seed}: FAILED: {type(error).__name__}: {error}")
@@ -388,9 +389,8 @@ class Bench:
             budget = max(args.evaluations, round(args.tokens_per_parameter * parameters / tokens_per_update))
         else:
             budget = args.budget
-        growths, why = recipe.auto(get_family(args.model).config(dict(config, vocab_size=VOCAB)))
-        start = recipe.undone(get_family(args.model).config(dict(config, vocab_size=VOCAB)), growths)
-        small_config = {key: start[key] for key in config}
+        _, why = recipe.auto(get_family(args.model).config(dict(config, vocab_size=VOCAB)))
+        small_config = self.start_of(config, "auto")
         corpus_tokens = text_bytes(paths)
         valid_fraction = min(args.valid_fraction, args.valid_tokens / corpus_tokens)
         tokens = budget * tokens_per_update
@@ -508,7 +508,7 @@ class Bench:
         if run.error is not None:
             return run
         return runner(f"control of grow {spec}", "none", schedule, lr, run.seed, self.start_of(config, spec),
-                      run.updates, warmup=warmup(budget), eval_every=max(1, budget // self.args.evaluations))  # fmt: skip
+                      run.updates, warmup=default_warmup(budget), eval_every=max(1, budget // self.args.evaluations))  # fmt: skip
 
     def report_controls(self, groups, controls):
         rows = []
@@ -678,12 +678,6 @@ class Bench:
 
 SUMMARY = ("cell", "target (params)", "tokens/param (passes)", "scratch, tuned (schedule, lr)", "small alone",
            "grown, equal FLOPs", "saving: smallest fraction reaching scratch", "grown − small", "train s/run")  # fmt: skip
-
-
-def warmup(budget):
-    """Every run's warmup, given here (pretrain's default, 5% of the budget) so that a control, whose budget is
-    its grown run's updates, warms up as that run did."""
-    return round(0.05 * budget)
 
 
 def saving(reached, tried):

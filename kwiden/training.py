@@ -305,10 +305,12 @@ def _check_compiled(model, schedule):
         )
     if isinstance(inner, AccumulatingOptimizer):
         return
-    for asked, needs in (("rewarm", "per-slice learning rates"), ("scale_learning_rates", "per-tensor learning rates")):
+    for asked, shown, needs in (
+        ("rewarm", "`rewarm`", "per-slice learning rates"),
+        ("scale_learning_rates", "`scale_learning_rates=True`", "per-tensor learning rates"),
+    ):
         growths = [update for update, arguments in schedule.growths if arguments.get(asked)]
         if growths:
-            shown = "`rewarm`" if asked == "rewarm" else "`scale_learning_rates=True`"
             raise ValueError(
                 f"GrowthSchedule[{growths[0]}] asks for {shown}, which needs one of kwiden's optimizers ({needs}); "
                 f"the model is compiled with {type(inner).__name__}."

@@ -28,7 +28,14 @@ MASKED_FAMILIES = ("bert", "roformer")
 NOT_RECORDED = ("verbose",)
 # Recorded, but how often a run evaluates and backs up changes none of its updates: a resume may change them.
 HOW_OFTEN = ("eval_every", "save_every")
+
+
 # Arguments added after run.json was first written, with what a run recorded without them did: it resumes so.
+def default_warmup(budget):
+    """The warmup `pretrain` gives a budget without `warmup=`: 5% of its updates."""
+    return round(0.05 * budget)
+
+
 ADDED_LATER = dict(after_growth="continue", learned_growth=0, learned_growth_lr=LEARNED_GROWTH_LR)
 
 
@@ -183,7 +190,7 @@ def _pretrain(folder, a, verbose):
     stages, growths, why = _stages(a, family, start_model, corpus_tokenizer, objective)
     tokens_per_update = a["batch_size"] * a["accum_steps"] * a["seq_len"]
     per_update = [tokens_per_update * s.flops_per_token for s in stages]
-    warmup = a["warmup"] if a["warmup"] is not None else round(0.05 * a["budget"])
+    warmup = a["warmup"] if a["warmup"] is not None else default_warmup(a["budget"])
     total = recipe.place(growths, a["budget"], per_update, warmup)
     _check_learned_growth(a, growths, stages, total)
     advice = recipe.advice(stages[-1].parameters, a["budget"] * tokens_per_update, a["budget"] * per_update[-1])
