@@ -411,6 +411,29 @@ def expand_gradient_like(value, axes, power=1):
     return result.astype(value.dtype)
 
 
+def spread_variance_factor(axes, shape, spread):
+    """How much larger, in mean square, the gradients of a tensor that writes
+    a split space are than the equal-split rule says: `1 + spread²·(c − 1)/(3c)`
+    along each `OUT` axis with `c` copies (1 where a coordinate has one copy),
+    the larger where a tensor writes two such axes, 1 without one. The readers
+    of a copy sum the downstream signals through their own `α`, whose centred
+    draw has variance `(c − 1)/(3c)` (`spread_weights`); for signals that do
+    not line up this adds `spread²` times that variance to each copy's mean
+    square (docs/optimizer-state.md#under-a-spread). An array that broadcasts
+    over the grown tensor of a small tensor of `shape`, or 1.0."""
+    _check_axes(np.broadcast_to(np.int8(0), shape), axes)
+    factor = 1.0
+    if spread == 0.0:
+        return factor
+    for axis, (spec, n) in enumerate(zip(axes, shape)):
+        if spec is None or spec[1] != OUT or spec[0].factor == 1:
+            continue
+        copies = spec[0].copies(n).astype(np.float64)
+        along = _along(1.0 + spread**2 * (copies - 1.0) / (3.0 * copies), axis, len(shape))
+        factor = np.maximum(factor, along)
+    return factor
+
+
 class GrowthError(ValueError):
     """A model that kwiden cannot grow exactly, or a grown model that is not exact."""
 

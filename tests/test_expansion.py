@@ -1,3 +1,5 @@
+import fractions
+
 import numpy as np
 import pytest
 
@@ -83,3 +85,36 @@ def test_expand_with_spread_is_exact(rng, spread):
     s_in, s_out = Space.stream(3), Space.stream(3)
     big = expand(w, [(s_in, IN), (s_out, OUT)], spread, np.random.default_rng(1))
     np.testing.assert_allclose(s_in.carry(x) @ big, s_out.carry(x @ w), rtol=1e-12)
+
+
+@pytest.mark.parametrize("k, spread", [(2, 2.0), (3, 1.0)])
+def test_spread_variance_factor_is_what_the_split_adds_to_a_copys_mean_square_signal(k, spread):
+    from kwiden.expansion import spread_variance_factor
+
+    rng = np.random.default_rng(0)
+    rows, outputs = 4000, 64
+    w, delta = rng.normal(size=(rows, outputs)), rng.normal(size=outputs)
+    space = Space.copy(k)
+    split = expand(w, [(space, IN), None], spread, np.random.default_rng(1))
+    signal = split @ delta  # the backward signal each copy of a row gets from this reader
+    plain = (w @ delta) / k  # what every copy gets under equal splits
+    # E[signal²] = plain² + spread²·(k − 1)/(3k)·Σ_p (w·δ)²/k², row by row (docs/optimizer-state.md#under-a-spread)
+    added = ((w * delta) ** 2).sum(1) / k**2
+    noise = np.repeat(added, k) * spread**2 * (k - 1) / (3 * k)
+    assert np.mean(signal**2) == pytest.approx(np.mean(np.repeat(plain, k) ** 2 + noise), rel=0.03)
+    # Signals that do not line up, as here, have Σ_p (w·δ)² = E[(w·δ)²] over rows: the factor kwiden uses.
+    factor = spread_variance_factor([None, (space, OUT)], (3, rows), spread)
+    assert factor.shape == (1, rows * k)
+    assert np.mean(signal**2) / np.mean(plain**2) == pytest.approx(float(factor.max()), rel=0.05)
+
+
+def test_spread_variance_factor_raises_only_the_tensors_that_write_a_split_space():
+    from kwiden.expansion import spread_variance_factor
+
+    stream, copies = Space.stream(2), Space.copy(2)
+    assert spread_variance_factor([(stream, IN), None], (4, 3), 2.0) == 1.0  # reads it: gradients unchanged
+    assert spread_variance_factor([(stream, IN), (copies, OUT)], (4, 3), 0.0) == 1.0  # plain copies
+    factor = spread_variance_factor([(stream, IN), (copies, OUT)], (4, 3), 2.0)
+    np.testing.assert_allclose(np.broadcast_to(factor, (8, 6)), np.full((8, 6), 1 + 4 / 6))
+    uneven = spread_variance_factor([(Space(fractions.Fraction(4, 3)), OUT)], (3,), 3.0)
+    np.testing.assert_allclose(uneven, [2.5, 2.5, 1.0, 1.0])  # one copy: α = 1, nothing added

@@ -220,7 +220,7 @@ def grow(
     axes = plan.walk.weight_axes()
     grown = grow_optimizer(
         options.optimizer, model, big, axes, options.scale_learning_rates, variable_sources(placed),
-        options.optimizer_state, options.rewarm, options.relax_learning_rates,
+        options.optimizer_state, options.rewarm, options.relax_learning_rates, options.spread,
     )  # fmt: skip
     return GrowthResult(big, grown)
 

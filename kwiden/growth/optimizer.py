@@ -12,6 +12,7 @@ from kwiden.expansion import (
     first_copies,
     growth_scale,
     outer_product,
+    spread_variance_factor,
 )
 from kwiden.keras_internals import optimizer_slots, slot_of, variable_index
 from kwiden.optimizers import AccumulatingOptimizer
@@ -46,6 +47,7 @@ def grow_optimizer(
     state=DEFAULT_STATE,
     rewarm=0,
     relax=0,
+    spread=0.0,
 ):
     """An optimizer of `optimizer`'s class for `big`, its slots grown from
     `optimizer`'s (built on `small`), its iteration count kept. For kwiden's
@@ -64,6 +66,10 @@ def grow_optimizer(
     only (a fresh weight's from the weight it copies) and starts the first
     moments at zero, so the first steps after growth are small and follow
     the gradients seen since; `"zero"` starts every slot at zero.
+    `spread`: the spread the weights were split with; the second moments of
+    the tensors that write a split space are raised by what it adds to their
+    gradients' mean square (`spread_variance_factor`), so that the copies'
+    first steps are not larger than the small model's.
     `rewarm > 0` (kwiden's optimizers) gives the new copies a learning-rate
     multiplier that climbs from 0 to 1 over `rewarm` updates, through
     `slice_multipliers` and `slice_warmup` (docs/optimizer-state.md#per-slice-multipliers).
@@ -121,7 +127,7 @@ def grow_optimizer(
     # A copy, not the small optimizer's buffer (which JAX would donate to the big model's training).
     grown.iterations.assign(keras.ops.convert_to_numpy(optimizer.iterations))
     if state != "zero":
-        _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, state)
+        _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, state, spread)
     return grown
 
 
@@ -160,9 +166,10 @@ def _learning_rate_scales(optimizer, big_variables, source, axes_by_path, update
     return scales
 
 
-def _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, state):
+def _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, state, spread):
     """Each slot of `grown` from its source variable's slot in `optimizer`,
-    grown like a gradient (first moments) or its square (second moments);
+    grown like a gradient (first moments) or its square (second moments,
+    raised for the spread);
     what `state` leaves out keeps zeros: fresh variables (but their second
     moments under "grown_v"), new copies under "source", first moments under
     "grown_v"."""
@@ -179,6 +186,8 @@ def _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_b
             slot = slot_of(optimizer, small_slots, small)
             axes = axes_by_path[origin.path]
             value = expand_gradient_like(keras.ops.convert_to_numpy(slot), axes, power)
+            if power == 2:
+                value = (value * spread_variance_factor(axes, tuple(small.shape), spread)).astype(value.dtype)
             if source_slice_only:
                 value = value * outer_product(first_copies(axes, tuple(small.shape)), value.ndim).astype(value.dtype)
             slot_of(grown, big_slots[name], variable).assign(value)

@@ -8,7 +8,7 @@ import pytest
 
 import kwiden
 from kwiden import GrowthError, Space
-from kwiden.expansion import IN, OUT, expand, expand_gradient_like
+from kwiden.expansion import IN, OUT, expand, expand_gradient_like, spread_variance_factor
 from kwiden.growth import weight_axes
 from kwiden.optimizers import Adam
 from kwiden.testing import NOTICEABLE_EPSILON as EPS
@@ -135,17 +135,20 @@ def test_optimizer_grows_under_unequal_copies_with_one_learning_rate():
     small.fit(ids, ids, epochs=1, verbose=0)
     with pytest.raises(GrowthError, match=r"no one learning-rate multiplier fits.*scale_learning_rates=False"):
         kwiden.grow(small, hidden_size=24, heads="count", optimizer=optimizer, scale_learning_rates=True)
-    big, grown = kwiden.grow(small, hidden_size=24, heads="count", optimizer=optimizer, optimizer_state="grown")
+    big, grown = kwiden.grow(
+        small, hidden_size=24, heads="count", optimizer=optimizer, optimizer_state="grown", spread=2.0, seed=0
+    )
     axes = weight_axes(small, kwiden.Growth(Fraction(3, 2), heads="count"))
     small_variables = {v.path: v for v in small.trainable_variables}
     for variable in big.trainable_variables:
         source = small_variables[variable.path]
         for slots, power in (("momentums", 1), ("velocities", 2)):
             small_slot = getattr(optimizer, slots)[optimizer._get_variable_index(source)].numpy()
+            expected = expand_gradient_like(small_slot, axes[source.path], power)
+            if power == 2:  # raised where a coordinate has two copies, not where it has one
+                expected = expected * spread_variance_factor(axes[source.path], tuple(source.shape), 2.0)
             np.testing.assert_allclose(
-                getattr(grown, slots)[grown._get_variable_index(variable)].numpy(),
-                expand_gradient_like(small_slot, axes[source.path], power),
-                rtol=1e-6,
+                getattr(grown, slots)[grown._get_variable_index(variable)].numpy(), expected, rtol=1e-6
             )
     assert int(grown.iterations) == int(optimizer.iterations)
 

@@ -153,7 +153,7 @@ def test_grown_slots_are_copied_and_scaled(gpt):
 )
 def test_keras_optimizer_state_grows_too(gpt, make, slots):
     small = train_small(gpt, make)
-    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer, optimizer_state="grown")
+    _, grown = kwiden.grow(small, 2, optimizer=small.optimizer, optimizer_state="grown", spread=2.0, seed=0)
     assert type(grown) is type(small.optimizer) and int(grown.iterations) == 3
     path = "Transformer-0-MultiHeadSelfAttention/query_kernel"  # c = 2^-0.75, K = 4
     small_index = {v.path: i for i, v in enumerate(small.optimizer._trainable_variables)}[path]
@@ -162,6 +162,7 @@ def test_keras_optimizer_state_grows_too(gpt, make, slots):
         source = getattr(small.optimizer, name)[small_index].numpy()
         target = getattr(grown, name)[big_index].numpy()
         expected = np.repeat(np.repeat(source, 2, 0), 2, 2) * (1 / (2**-0.75 * 4)) ** power
+        expected *= (1 + 2.0**2 / 6) ** (power - 1)  # the spread's share of a second moment (Keras' Adam too)
         np.testing.assert_allclose(target, expected, rtol=1e-6)
 
 
@@ -225,6 +226,22 @@ def test_grown_v_grows_the_second_moments_and_zeroes_the_first(gpt):
     np.testing.assert_array_equal(grown_v, velocity)
     assert np.all(grown_v != 0) and not np.any(momentum)
     assert int(default.iterations) == 3
+
+
+def test_a_spread_raises_the_grown_second_moments_by_what_it_adds_to_the_gradients(gpt):
+    """Every tensor of a GPT writes a split space (the stream, heads or FFN units), so each second moment is the
+    equal-split one times 1 + spread²/6 for two copies, and the first moments are the equal-split ones."""
+    small = train_small(gpt, lambda: optimizers.Adam(3e-3))
+    _, split = kwiden.grow(small, 2, optimizer=small.optimizer, optimizer_state="grown", spread=2.0, seed=0)
+    _, plain = kwiden.grow(small, 2, optimizer=small.optimizer, optimizer_state="grown", spread=0.0)
+    for variable in split._trainable_variables:
+        (momentum, velocity), (plain_momentum, plain_velocity) = (
+            slots_of(split, variable.path),
+            slots_of(plain, variable.path),
+        )
+        np.testing.assert_array_equal(momentum, plain_momentum)
+        np.testing.assert_allclose(velocity, plain_velocity * (1 + 4 / 6), rtol=1e-6, err_msg=variable.path)
+        assert np.any(velocity)
 
 
 def test_grown_v_gives_a_new_blocks_zeroed_weights_the_second_moments_they_copy(gpt):
