@@ -61,15 +61,21 @@ row per (model, corpus, size), mean ± sd over the seeds.
     python benchmarks/grow_vs_scratch.py --model bert --sizes 32x2 --tokens-per-parameter 20 --corpus zh
     python benchmarks/grow_vs_scratch.py --recipes sweep --fraction-recipes "" --seeds 0,1
 
+`--jobs N` runs N trainings at once, each in a process of its own (on a GPU
+they share the card); runs that wait on no other's result start together, and
+every budget fraction is run instead of bisected. Results do not depend on it.
+
 Each invocation writes its output to `--results` (default
 benchmarks/results/grow_vs_scratch.md, or grow_vs_scratch_quick.md with
 `--quick`) and a plot per corpus and size beside it.
 """
 
 import argparse
+import concurrent.futures
 import contextlib
 import dataclasses
 import gzip
+import multiprocessing
 import pathlib
 import re
 import shlex
@@ -78,6 +84,7 @@ import sys
 import tempfile
 import time
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from importlib import resources
 
 import keras
@@ -306,9 +313,54 @@ def slug(text):
     return re.sub(r"[^A-Za-z0-9.=]+", "_", text).strip("_")
 
 
+def train(args, paths, corpus_name, label, config, grow, budget, schedule, lr, seed, valid_fraction, options):
+    """One `kwiden.pretrain` run: `(Run's fields, the lines to report)`. Plain values, so that `--jobs` can run it
+    in a process of its own."""
+    lines = []
+    name = f"{args.model}-{corpus_name}-{config['hidden_size']}x{config['num_hidden_layers']}/"
+    name += f"{slug(label)}-b{budget}-{schedule}-lr{lr:g}-seed{seed}"
+    with contextlib.ExitStack() as stack:
+        if args.work_dir:
+            folder = args.work_dir / name
+        else:
+            folder = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="grow_vs_scratch-")))
+        start = time.perf_counter()
+        caught = stack.enter_context(warnings.catch_warnings(record=True))
+        warnings.simplefilter("always")
+        try:
+            result = kwiden.pretrain(
+                paths, folder, model=args.model, config=config, budget=budget, seq_len=args.seq_len,
+                batch_size=args.batch_size, lr=lr, schedule=schedule, decay_fraction=args.decay_fraction,
+                grow=grow, valid_fraction=valid_fraction, seed=seed, verbose=0,
+                **{"eval_every": max(1, budget // args.evaluations), "warmup": default_warmup(budget), **options},
+            )  # fmt: skip
+        except Exception as error:  # noqa: BLE001 - a recipe pretrain refuses is reported, not fatal
+            lines.append(f"  {label}, seed {seed}: FAILED: {type(error).__name__}: {error}")
+            return dict(label=label, seed=seed, metrics=[], flops=0.0, updates=0,
+                        wall=time.perf_counter() - start, error=str(error)), lines  # fmt: skip
+        run = Run(label, seed, result.metrics, result.flops, result.updates, time.perf_counter() - start)
+    kwiden_warnings = [w for w in caught if not issubclass(w.category, DeprecationWarning)]  # not numpy's, TF's
+    for first_line in dict.fromkeys(str(w.message).splitlines()[0] for w in kwiden_warnings):
+        lines.append(f"  ({label}, seed {seed}: warned: {first_line})")
+    lines.append(
+        f"  {label}, budget {budget}, seed {seed}: final valid loss {run.final:.4f}, "
+        f"{run.updates} updates, {run.flops:.4g} FLOPs ({run.seconds:.0f} s training, {run.wall:.0f} s wall)"
+    )
+    return dataclasses.asdict(run), lines
+
+
+class InProcess:
+    """`concurrent.futures`' `submit`, run here and now: `--jobs 1`."""
+
+    def submit(self, function, *arguments):
+        future = concurrent.futures.Future()
+        future.set_result(function(*arguments))
+        return future
+
+
 class Bench:
-    def __init__(self, args, say):
-        self.args, self.say = args, say
+    def __init__(self, args, say, pool):
+        self.args, self.say, self.pool = args, say, pool
         self.summaries = []
 
     def cost(self, config):
@@ -320,62 +372,58 @@ class Bench:
         mlm = {"with_mlm": True} if self.args.model == "bert" else {}
         return kwiden.build_transformer_model(dict(config, vocab_size=VOCAB), model=self.args.model, **mlm)
 
-    def run(self, paths, corpus_name, label, config, grow, budget, schedule, lr, seed, valid_fraction, options):
-        args = self.args
-        name = f"{args.model}-{corpus_name}-{config['hidden_size']}x{config['num_hidden_layers']}/"
-        name += f"{slug(label)}-b{budget}-{schedule}-lr{lr:g}-seed{seed}"
-        with contextlib.ExitStack() as stack:
-            if args.work_dir:
-                folder = args.work_dir / name
-            else:
-                folder = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="grow_vs_scratch-")))
-            start = time.perf_counter()
-            caught = stack.enter_context(warnings.catch_warnings(record=True))
-            warnings.simplefilter("always")
-            try:
-                result = kwiden.pretrain(
-                    paths, folder, model=args.model, config=config, budget=budget, seq_len=args.seq_len,
-                    batch_size=args.batch_size, lr=lr, schedule=schedule, decay_fraction=args.decay_fraction,
-                    grow=grow, valid_fraction=valid_fraction, seed=seed, verbose=0,
-                    **{"eval_every": max(1, budget // args.evaluations), "warmup": default_warmup(budget), **options},
-                )  # fmt: skip
-            except Exception as error:  # noqa: BLE001 - a recipe pretrain refuses is reported, not fatal
-                self.say(f"  {label}, seed {seed}: FAILED: {type(error).__name__}: {error}")
-                return Run(label, seed, [], 0.0, 0, time.perf_counter() - start, error=str(error))
-            run = Run(label, seed, result.metrics, result.flops, result.updates, time.perf_counter() - start)
-        kwiden_warnings = [w for w in caught if not issubclass(w.category, DeprecationWarning)]  # not numpy's, TF's
-        for first_line in dict.fromkeys(str(w.message).splitlines()[0] for w in kwiden_warnings):
-            self.say(f"  ({label}, seed {seed}: warned: {first_line})")
-        self.say(
-            f"  {label}, budget {budget}, seed {seed}: final valid loss {run.final:.4f}, "
-            f"{run.updates} updates, {run.flops:.4g} FLOPs ({run.seconds:.0f} s training, {run.wall:.0f} s wall)"
-        )
-        return run
+    def start(self, calls):
+        """Start each of `calls` (`train`'s arguments but `args`), at most `--jobs` at once; their futures."""
+        return [self.pool.submit(train, self.args, *call) for call in calls]
 
-    def tune(self, runner, seeds):
+    def collect(self, futures):
+        """The runs of `futures`, in order, each reported as it is collected."""
+        runs = []
+        for future in futures:
+            fields, lines = future.result()
+            for line in lines:
+                self.say(line)
+            runs.append(Run(**fields))
+        return runs
+
+    def runs(self, calls):
+        return self.collect(self.start(calls))
+
+    def tune(self, call, seeds):
         """`{(schedule, lr): [runs]}` over `--schedules` × `--lrs` on `seeds`,
         each schedule's range widened (×2 or ÷2, at most `--widen` times) while
-        its best rate sits at an edge of the rates tried."""
+        its best rate sits at an edge of the rates tried. Each round's runs start at once."""
         args, say = self.args, self.say
         if args.scratch:
             schedule, lr = args.scratch
-            return {(schedule, lr): [runner(f"scratch, {schedule} lr {lr:g}", "none", schedule, lr, s) for s in seeds]}
+            label = f"scratch, {schedule} lr {lr:g}"
+            return {(schedule, lr): self.runs([call(label, "none", schedule, lr, s) for s in seeds])}
         sweep = {}
-        for schedule in args.schedules:
-            lrs = sorted(args.lrs)
-            for lr in lrs:
-                sweep[schedule, lr] = [runner(f"scratch, {schedule} lr {lr:g}", "none", schedule, lr, s) for s in seeds]
-            for _ in range(args.widen):
+
+        def try_rates(pairs):
+            futures = {pair: self.start([call(f"scratch, {pair[0]} lr {pair[1]:g}", "none", *pair, s) for s in seeds])
+                       for pair in pairs}  # fmt: skip
+            sweep.update({pair: self.collect(runs) for pair, runs in futures.items()})
+
+        try_rates([(schedule, lr) for schedule in args.schedules for lr in sorted(args.lrs)])
+        widening = list(args.schedules)
+        for _ in range(args.widen):
+            more = []
+            for schedule in widening:
                 tried = sorted(lr for s, lr in sweep if s == schedule)
                 finished = {lr: runs for (s, lr), runs in sweep.items() if s == schedule and _finished(runs)}
                 if not finished:
-                    break
+                    continue
                 best = min(finished, key=lambda lr: _mean_final(finished[lr]))
                 if tried[0] < best < tried[-1]:
-                    break
+                    continue
                 lr = best * 2 if best == tried[-1] else best / 2
                 say(f"  ({schedule}: the best rate {best:g} is at the edge of those tried; trying {lr:g})")
-                sweep[schedule, lr] = [runner(f"scratch, {schedule} lr {lr:g}", "none", schedule, lr, s) for s in seeds]
+                more.append((schedule, lr))
+            if not more:
+                break
+            widening = [schedule for schedule, _ in more]
+            try_rates(more)
         return sweep
 
     def section(self, paths, corpus_name, description, hidden, layers):
@@ -402,23 +450,43 @@ class Bench:
             f"{valid_fraction:.3g} of the corpus held out; auto: {why}"
         )
 
-        def runner(label, recipe, schedule, lr, seed, run_config=config, run_budget=budget, **more):
+        def call(label, recipe, schedule, lr, seed, run_config=config, run_budget=budget, **more):
             grow, options = pretrain_options(recipe)
             grow = bert_spec(grow) if args.model == "bert" else grow
-            return self.run(paths, corpus_name, label, run_config, grow, run_budget, schedule, lr, seed,
-                            valid_fraction, {**options, **more})  # fmt: skip
+            return (paths, corpus_name, label, run_config, grow, run_budget, schedule, lr, seed, valid_fraction,
+                    {**options, **more})  # fmt: skip
 
         tune_seeds = args.seeds[: args.tune_seeds]
         say("scratch runs (the rates tuned on seed" + "s" * (len(tune_seeds) > 1) + f" {_join(tune_seeds)}):")
-        sweep = self.tune(runner, tune_seeds)
+        sweep = self.tune(call, tune_seeds)
         finished = {key: runs for key, runs in sweep.items() if _finished(runs)}
         if not finished:
             say("no scratch run finished: nothing to compare")
             return
         schedule, lr = min(finished, key=lambda key: _mean_final(finished[key]))
-        scratch = finished[schedule, lr] + [
-            runner(f"scratch, {schedule} lr {lr:g}", "none", schedule, lr, s) for s in args.seeds[args.tune_seeds :]
-        ]
+        scratch_label = f"scratch, {schedule} lr {lr:g}"
+        target_cost = self.cost(config)
+        small_budget = int(budget * target_cost // self.cost(small_config))
+        small_label = f"small {small_config['hidden_size']}x{small_config['num_hidden_layers']} alone"
+        # every run that waits on no other run's result starts now; they are collected below in the report's order
+        rest = self.start([call(scratch_label, "none", schedule, lr, s) for s in args.seeds[args.tune_seeds :]])
+        grown = {spec: self.start([call(f"grow {spec}", spec, schedule, lr, s) for s in args.seeds])
+                 for spec in args.recipe_specs}  # fmt: skip
+        pending = {
+            (spec, fraction): self.start([call(f"grow {spec} on {fraction:g} of the budget", spec, schedule, lr, s,
+                                               run_budget=max(1, round(fraction * budget))) for s in args.seeds])
+            for spec in args.fraction_recipes for fraction in self.first_fractions()
+        }  # fmt: skip
+        starts = []  # before the small model alone, which the summary takes as the last group
+        for start in self.starts(config, small_config) if args.starts_alone else []:
+            label = f"start {start['hidden_size']}x{start['num_hidden_layers']} alone"
+            start_budget = int(budget * target_cost // self.cost(start))
+            starts.append(
+                (label, self.start([call(label, "none", schedule, lr, s, start, start_budget) for s in args.seeds]))
+            )
+        small = self.start([call(small_label, "none", schedule, lr, s, small_config, small_budget) for s in args.seeds])
+
+        scratch = finished[schedule, lr] + self.collect(rest)
         rows = [
             (f"{s} lr {r:g}" + (" (best)" if (s, r) == (schedule, lr) else ""), spread([x.final for x in runs], 4))
             for (s, r), runs in sorted(finished.items())
@@ -432,39 +500,26 @@ class Bench:
             )
 
         say(f"grown runs at {schedule} lr {lr:g}:")
-        groups = [(f"scratch, {schedule} lr {lr:g}", scratch)]
-        for spec in args.recipe_specs:
-            groups.append((f"grow {spec}", [runner(f"grow {spec}", spec, schedule, lr, s) for s in args.seeds]))
+        groups = [(scratch_label, scratch)]
+        groups += [(f"grow {spec}", self.collect(futures)) for spec, futures in grown.items()]
         controls = {}
         if args.controls:
             say("controls: each grown run's start trained on without growing, on the same updates and schedule:")
             for label, runs in groups[1:]:
-                controls[label] = [self.control(runner, config, label.removeprefix("grow "), run, schedule, lr, budget)
-                                   for run in runs]  # fmt: skip
+                controls[label] = self.start([self.control(call, config, label.removeprefix("grow "), run, schedule,
+                                                           lr, budget) for run in runs if run.error is None])  # fmt: skip
+            controls = {label: self.collect(futures) for label, futures in controls.items()}
         fractions = {}
         scratch_mean = _mean_final(scratch)
         for spec in args.fraction_recipes:
             for fraction in self.fractions_to_try(spec, scratch_mean, fractions):
-                part = max(1, round(fraction * budget))
-                label = f"grow {spec} on {fraction:g} of the budget"
-                fractions[spec, fraction] = [runner(label, spec, schedule, lr, s, run_budget=part) for s in args.seeds]
-        target_cost = self.cost(config)
-        small_budget = int(budget * target_cost // self.cost(small_config))
-        # before the small model alone, which the summary takes as the last group
-        if args.starts_alone:
-            for start in self.starts(config, small_config):
-                label = f"start {start['hidden_size']}x{start['num_hidden_layers']} alone"
-                start_budget = int(budget * target_cost // self.cost(start))
-                groups.append(
-                    (label, [runner(label, "none", schedule, lr, s, start, start_budget) for s in args.seeds])
-                )
-        small_label = f"small {small_config['hidden_size']}x{small_config['num_hidden_layers']} alone"
-        groups.append(
-            (
-                small_label,
-                [runner(small_label, "none", schedule, lr, s, small_config, small_budget) for s in args.seeds],
-            )
-        )
+                futures = pending.pop((spec, fraction), None) or self.start(
+                    [call(f"grow {spec} on {fraction:g} of the budget", spec, schedule, lr, s,
+                          run_budget=max(1, round(fraction * budget))) for s in args.seeds]
+                )  # fmt: skip
+                fractions[spec, fraction] = self.collect(futures)
+        groups += [(label, self.collect(futures)) for label, futures in starts]
+        groups.append((small_label, self.collect(small)))
         self.report(groups, fractions, scratch, schedule, lr, corpus_name, hidden, layers, budget, target_cost)
         if controls:
             self.report_controls(groups, controls)
@@ -502,19 +557,18 @@ class Bench:
                 found.append(start)
         return found
 
-    def control(self, runner, config, spec, run, schedule, lr, budget):
+    def control(self, call, config, spec, run, schedule, lr, budget):
         """`run`'s control: the model `spec` starts from, without growing, for `run`'s updates, with its warmup
         and evaluations (which pretrain sets from the budget), so the two are identical up to the first growth."""
-        if run.error is not None:
-            return run
-        return runner(f"control of grow {spec}", "none", schedule, lr, run.seed, self.start_of(config, spec),
-                      run.updates, warmup=default_warmup(budget), eval_every=max(1, budget // self.args.evaluations))  # fmt: skip
+        return call(f"control of grow {spec}", "none", schedule, lr, run.seed, self.start_of(config, spec),
+                    run.updates, warmup=default_warmup(budget), eval_every=max(1, budget // self.args.evaluations))  # fmt: skip
 
     def report_controls(self, groups, controls):
         rows = []
         for label, runs in groups[1:]:
-            pairs = [run.against(control) for run, control in zip(runs, controls.get(label, []))
-                     if run.error is None and control.error is None]  # fmt: skip
+            done = [run for run in runs if run.error is None]  # the runs that have a control
+            pairs = [run.against(control) for run, control in zip(done, controls.get(label, []))
+                     if control.error is None]  # fmt: skip
             pairs = [pair for pair in pairs if pair is not None]
             if pairs:
                 rows.append((
@@ -535,9 +589,18 @@ class Bench:
             self.say(" rise the growth caused; gap before: the two runs' largest difference at the last evaluation")
             self.say(" before the growth, 0 where they were one run up to it)")
 
+    def first_fractions(self):
+        """The fractions `fractions_to_try` runs whatever the results: the middle one, or all with `--jobs`."""
+        ordered = sorted(self.args.fractions)
+        return ordered if self.args.jobs > 1 else ordered[(len(ordered) - 1) // 2 : (len(ordered) + 1) // 2]
+
     def fractions_to_try(self, spec, scratch_mean, fractions):
         """The budget fractions to run, one at a time: bisecting `--fractions`
-        (sorted) for the smallest whose mean final loss reaches `scratch_mean`."""
+        (sorted) for the smallest whose mean final loss reaches `scratch_mean`;
+        with `--jobs`, all of them (started at once, bisecting would only wait)."""
+        if self.args.jobs > 1:
+            yield from sorted(self.args.fractions)
+            return
         low, high = 0, len(self.args.fractions) - 1
         while low <= high:
             middle = (low + high) // 2
@@ -807,6 +870,10 @@ def main():
         help="also train each --grow recipe's own start (where it is not auto's) alone on the whole budget",
     )  # fmt: skip
     parser.add_argument("--seeds", type=numbers(int), default="0,1,2")
+    parser.add_argument(
+        "--jobs", type=int, default=1,
+        help="runs at once, each in a process of its own (a GPU's); every budget fraction is then run, not bisected",
+    )  # fmt: skip
     parser.add_argument("--tune-seeds", type=int, default=1, help="the first N seeds tune the scratch rate")
     parser.add_argument("--evaluations", type=int, default=20, help="validation evaluations a run")
     parser.add_argument("--valid-fraction", type=float, default=0.1, help="the end of the corpus held out")
@@ -837,8 +904,12 @@ def main():
 
     started = time.perf_counter()
     command = "python benchmarks/grow_vs_scratch.py " + shlex.join(sys.argv[1:])
-    bench = Bench(args, say)
     with contextlib.ExitStack() as stack:
+        pool = InProcess()
+        if args.jobs > 1:  # a fresh process a run: no Keras or backend state carried from one run to the next
+            spawn = multiprocessing.get_context("spawn")
+            pool = stack.enter_context(ProcessPoolExecutor(args.jobs, mp_context=spawn, max_tasks_per_child=1))
+        bench = Bench(args, say, pool)
         corpora = [(name, *corpus_paths(name, stack)) for name in args.corpus.split(",") if name]
         say(command.strip())
         say(environment(keras, np, [description for _, _, description in corpora]))
