@@ -386,18 +386,11 @@ class Bench:
             runs.append(Run(**fields))
         return runs
 
-    def runs(self, calls):
-        return self.collect(self.start(calls))
-
     def tune(self, call, seeds):
         """`{(schedule, lr): [runs]}` over `--schedules` × `--lrs` on `seeds`,
         each schedule's range widened (×2 or ÷2, at most `--widen` times) while
         its best rate sits at an edge of the rates tried. Each round's runs start at once."""
         args, say = self.args, self.say
-        if args.scratch:
-            schedule, lr = args.scratch
-            label = f"scratch, {schedule} lr {lr:g}"
-            return {(schedule, lr): self.runs([call(label, "none", schedule, lr, s) for s in seeds])}
         sweep = {}
 
         def try_rates(pairs):
@@ -458,18 +451,21 @@ class Bench:
 
         tune_seeds = args.seeds[: args.tune_seeds]
         say("scratch runs (the rates tuned on seed" + "s" * (len(tune_seeds) > 1) + f" {_join(tune_seeds)}):")
-        sweep = self.tune(call, tune_seeds)
-        finished = {key: runs for key, runs in sweep.items() if _finished(runs)}
-        if not finished:
-            say("no scratch run finished: nothing to compare")
-            return
-        schedule, lr = min(finished, key=lambda key: _mean_final(finished[key]))
+        if args.scratch:  # tuned before: its seeds start with every other run
+            (schedule, lr), sweep, tuned = args.scratch, {}, []
+        else:
+            sweep, tuned = self.tune(call, tune_seeds), tune_seeds
+            finished = {key: runs for key, runs in sweep.items() if _finished(runs)}
+            if not finished:
+                say("no scratch run finished: nothing to compare")
+                return
+            schedule, lr = min(finished, key=lambda key: _mean_final(finished[key]))
         scratch_label = f"scratch, {schedule} lr {lr:g}"
         target_cost = self.cost(config)
         small_budget = int(budget * target_cost // self.cost(small_config))
         small_label = f"small {small_config['hidden_size']}x{small_config['num_hidden_layers']} alone"
         # every run that waits on no other run's result starts now; they are collected below in the report's order
-        rest = self.start([call(scratch_label, "none", schedule, lr, s) for s in args.seeds[args.tune_seeds :]])
+        rest = self.start([call(scratch_label, "none", schedule, lr, s) for s in args.seeds[len(tuned) :]])
         grown = {spec: self.start([call(f"grow {spec}", spec, schedule, lr, s) for s in args.seeds])
                  for spec in args.recipe_specs}  # fmt: skip
         pending = {
@@ -486,18 +482,20 @@ class Bench:
             )
         small = self.start([call(small_label, "none", schedule, lr, s, small_config, small_budget) for s in args.seeds])
 
-        scratch = finished[schedule, lr] + self.collect(rest)
+        scratch = sweep.get((schedule, lr), []) + self.collect(rest)
+        if not _finished(scratch):
+            say("a scratch run failed: nothing to compare")
+            return
+        sweep.setdefault((schedule, lr), scratch[: len(tune_seeds)])
         rows = [
-            (f"{s} lr {r:g}" + (" (best)" if (s, r) == (schedule, lr) else ""), spread([x.final for x in runs], 4))
-            for (s, r), runs in sorted(finished.items())
+            (f"{s} lr {r:g}" + (" (best)" if (s, r) == (schedule, lr) else ""), final_losses(runs))
+            for (s, r), runs in sorted(sweep.items())
         ]
         say("\n" + table(rows, ("scratch: schedule, peak lr", f"final loss, seed {_join(tune_seeds)}")) + "\n")
-        inside = sorted(r for s, r in finished if s == schedule)
-        edge = not inside[0] < lr < inside[-1]
+        tried = sorted(r for s, r in sweep if s == schedule)  # a rate that diverged was tried, and lost
+        edge = not tried[0] < lr < tried[-1]
         if edge and not args.scratch:
-            say(
-                f"WARNING: the baseline's best rate {lr:g} is at the edge of those tried ({_join(inside)}): widen --lrs"
-            )
+            say(f"WARNING: the baseline's best rate {lr:g} is at the edge of those tried ({_join(tried)}): widen --lrs")
 
         say(f"grown runs at {schedule} lr {lr:g}:")
         groups = [(scratch_label, scratch)]
@@ -748,6 +746,14 @@ def saving(reached, tried):
     if reached:
         return f"{100 * (1 - min(reached)):.0f}% (at {min(reached):g})"
     return f"<{100 * (1 - max(tried)):.0f}%" if tried else "-"
+
+
+def final_losses(runs):
+    """A tuning row's cell: the final losses' spread, or why a run has none."""
+    failed = [r.error for r in runs if r.error is not None]
+    if failed:
+        return "diverged" if all("diverged" in error for error in failed) else "failed"
+    return spread([r.final for r in runs], 4)
 
 
 def _finished(runs):
