@@ -468,11 +468,13 @@ class Bench:
         rest = self.start([call(scratch_label, "none", schedule, lr, s) for s in args.seeds[len(tuned) :]])
         grown = {spec: self.start([call(f"grow {spec}", spec, schedule, lr, s) for s in args.seeds])
                  for spec in args.recipe_specs}  # fmt: skip
-        pending = {
-            (spec, fraction): self.start([call(f"grow {spec} on {fraction:g} of the budget", spec, schedule, lr, s,
-                                               run_budget=max(1, round(fraction * budget))) for s in args.seeds])
-            for spec in args.fraction_recipes for fraction in self.first_fractions()
-        }  # fmt: skip
+
+        def start_fraction(spec, fraction):
+            label = f"grow {spec} on {fraction:g} of the budget"
+            part = max(1, round(fraction * budget))
+            return self.start([call(label, spec, schedule, lr, s, run_budget=part) for s in args.seeds])
+
+        pending = {(spec, f): start_fraction(spec, f) for spec in args.fraction_recipes for f in self.first_fractions()}
         starts = []  # before the small model alone, which the summary takes as the last group
         for start in self.starts(config, small_config) if args.starts_alone else []:
             label = f"start {start['hidden_size']}x{start['num_hidden_layers']} alone"
@@ -503,18 +505,17 @@ class Bench:
         controls = {}
         if args.controls:
             say("controls: each grown run's start trained on without growing, on the same updates and schedule:")
-            for label, runs in groups[1:]:
-                controls[label] = self.start([self.control(call, config, label.removeprefix("grow "), run, schedule,
-                                                           lr, budget) for run in runs if run.error is None])  # fmt: skip
-            controls = {label: self.collect(futures) for label, futures in controls.items()}
+            started = {
+                label: self.start([self.control(call, config, label.removeprefix("grow "), run, schedule, lr, budget)
+                                   for run in runs if run.error is None])
+                for label, runs in groups[1:]
+            }  # fmt: skip
+            controls = {label: self.collect(futures) for label, futures in started.items()}
         fractions = {}
         scratch_mean = _mean_final(scratch)
         for spec in args.fraction_recipes:
             for fraction in self.fractions_to_try(spec, scratch_mean, fractions):
-                futures = pending.pop((spec, fraction), None) or self.start(
-                    [call(f"grow {spec} on {fraction:g} of the budget", spec, schedule, lr, s,
-                          run_budget=max(1, round(fraction * budget))) for s in args.seeds]
-                )  # fmt: skip
+                futures = pending.pop((spec, fraction), None) or start_fraction(spec, fraction)
                 fractions[spec, fraction] = self.collect(futures)
         groups += [(label, self.collect(futures)) for label, futures in starts]
         groups.append((small_label, self.collect(small)))
@@ -590,14 +591,15 @@ class Bench:
     def first_fractions(self):
         """The fractions `fractions_to_try` runs whatever the results: the middle one, or all with `--jobs`."""
         ordered = sorted(self.args.fractions)
-        return ordered if self.args.jobs > 1 else ordered[(len(ordered) - 1) // 2 : (len(ordered) + 1) // 2]
+        middle = (len(ordered) - 1) // 2  # the bisection's first; none of none
+        return ordered if self.args.jobs > 1 else ordered[middle : middle + 1]
 
     def fractions_to_try(self, spec, scratch_mean, fractions):
         """The budget fractions to run, one at a time: bisecting `--fractions`
         (sorted) for the smallest whose mean final loss reaches `scratch_mean`;
         with `--jobs`, all of them (started at once, bisecting would only wait)."""
         if self.args.jobs > 1:
-            yield from sorted(self.args.fractions)
+            yield from self.first_fractions()
             return
         low, high = 0, len(self.args.fractions) - 1
         while low <= high:
