@@ -10,6 +10,7 @@ says kwiden's; the lock says whether its writer is gone).
 """
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -82,7 +83,7 @@ def temporary_beside(target, suffix="", folder=False):
         yield temporary
     finally:
         try:
-            if folder:
+            if folder and not temporary.is_symlink():
                 shutil.rmtree(temporary, ignore_errors=True)
             else:
                 temporary.unlink(missing_ok=True)
@@ -189,6 +190,56 @@ def _same_file(descriptor, path):
 def _escaped(text):
     """`text` with glob's special characters matched literally."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+class FolderLock:
+    """An exclusive `flock` on a folder itself (no lock file to write or
+    leave behind), held until `release` or the process's end: the kernel
+    drops the lock of a killed process, so a killed holder never blocks the
+    next. `acquire` returns `LOCKED`, `HELD` (a live process holds it) or
+    `UNLOCKABLE` (a file system without locks)."""
+
+    def __init__(self, folder):
+        self.folder = pathlib.Path(folder)
+        self.descriptor = None
+
+    def acquire(self):
+        descriptor = os.open(self.folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        taken = _lock(descriptor)
+        if taken is HELD:
+            os.close(descriptor)
+        else:
+            self.descriptor = descriptor
+        return taken
+
+    def release(self):
+        if self.descriptor is not None:
+            os.close(self.descriptor)  # closing drops the lock
+            self.descriptor = None
+
+
+def file_digest(path):
+    """The SHA-256 of a file's bytes, read in chunks (about 0.7 s a GB where the
+    processor has SHA instructions)."""
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def append_text(path, text, what):
+    """Append `text` to the file at `path` (made if missing), refusing a link
+    there: a link planted in a folder kwiden writes must not send its lines
+    into the file it points to."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW, 0o666)
+    except OSError:
+        if os.path.islink(path):
+            raise ValueError(
+                f"{what} {path} is a link; kwiden writes there only a file of its own: remove the link."
+            ) from None
+        raise
+    with os.fdopen(descriptor, "a", encoding="utf-8") as file:
+        file.write(text)
+        file.flush()
 
 
 def read_text(path, what, wanted, in_folder=None, not_utf8="", newline=None):

@@ -100,11 +100,30 @@ def parse(spec):
                     f"--grow {spec!r}: {pair!r} is not one of kwiden.grow's arguments NAME=VALUE ({', '.join(n for n in options if n not in ABSOLUTE)})."
                 )
             arguments[name] = _value(options[name], value, spec)
+        _check_growing(arguments, item, spec)
         growths.append(Growth(fraction, arguments))
     fractions_given = [g.fraction for g in growths]
     if fractions_given != sorted(set(fractions_given)):
         raise ValueError(f"--grow {spec!r}: growth points must be strictly increasing, got {fractions_given}.")
     return growths
+
+
+# The arguments that make a model bigger; each a factor of at least 1.
+FACTORS = ("k", "ffn_factor", "depth")
+
+
+def _check_growing(arguments, item, spec):
+    """Refuse a factor below 1, and a growth in which nothing grows (it would change the run for nothing)."""
+    for name in FACTORS:
+        if name in arguments and not arguments[name] >= 1:
+            raise ValueError(
+                f"--grow {spec!r}: {name}={arguments[name]} in {item!r}: a factor must be at least 1 (2 doubles)."
+            )
+    if all(arguments.get(name, 1) == 1 for name in FACTORS):
+        raise ValueError(
+            f"--grow {spec!r}: nothing grows in {item!r} ({', '.join(FACTORS)} are 1): give a factor above 1 "
+            "(such as k=2 or depth=2), or leave the growth out."
+        )
 
 
 def _value(option, text, spec):

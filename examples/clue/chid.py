@@ -103,4 +103,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    snippets.command(main)

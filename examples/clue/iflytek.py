@@ -22,4 +22,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    snippets.command(main)

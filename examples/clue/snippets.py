@@ -11,6 +11,7 @@ import json
 import math
 import os
 import pathlib
+import sys
 from typing import Callable
 
 import keras
@@ -247,12 +248,29 @@ def text_of(task, record, where):
     return first, second
 
 
+def command(main):
+    """Run a script's `main` from the command line: a refusal (data that is
+    not what the task reads, a missing file) prints its one line, naming the
+    file and line to fix, and exits with status 1; no traceback before it."""
+    try:
+        main()
+    except (ValueError, OSError) as error:
+        print(f"{pathlib.Path(sys.argv[0]).stem}: {error}", file=sys.stderr)
+        sys.exit(1)
+
+
 def label_of(record, where):
+    """The line's label as text, as CLUE writes labels: `1` and `"1"` are one
+    label, and so are `true` and `"true"`; the predictions write it so."""
     if "label" not in record:
         raise ValueError(f"{where}: no field 'label' (the line has {', '.join(map(repr, record))}).")
     label = record["label"]
-    if not isinstance(label, (str, int, bool)):
-        raise ValueError(f"{where}: the label is {type(label).__name__} {label!r}, not a string or a number.")
+    if isinstance(label, bool):
+        return json.dumps(label)  # true, false: JSON's spelling
+    if isinstance(label, int):
+        return str(label)
+    if not isinstance(label, str):
+        raise ValueError(f"{where}: the label is {type(label).__name__} {label!r}, not a string or a whole number.")
     return label
 
 

@@ -1,6 +1,6 @@
-"""What a pretraining run leaves in its folder besides backups: `run.json`
-(its arguments, checked when the command is run again), `log.txt`,
-`metrics.jsonl`, `loss.png` and `final/`."""
+"""A pretraining run's folder: `run.json` (its arguments, checked when the
+command is run again, and what it has written), `log.txt`, `metrics.jsonl`,
+`loss.png`, `final/`, and the trainer's `backup/`, held by one call at a time."""
 
 import json
 import os
@@ -9,73 +9,199 @@ import shutil
 import warnings
 
 from kwiden.checkpoints import save_checkpoint
-from kwiden.files import TEMPORARY, replaced_atomically
+from kwiden.files import (
+    HELD,
+    LOCKED,
+    TEMPORARY,
+    FolderLock,
+    append_text,
+    replaced_atomically,
+    sweep,
+    temporary_beside,
+)  # fmt: skip
+from kwiden.messages import warn
 
 RUN_FILE = "run.json"
 LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "loss.png"
 FINAL = "final"
-# What a run refused before training may have written besides its record (`RunFolder.release` removes them),
-# and what may stay in the folder for the corrected call: those, and the token file.
-RELEASED = (LOG_FILE, METRICS_FILE, "vocab.txt")
-LEFT_BY_A_REFUSED_RUN = ("tokens", *RELEASED)
+VOCABULARY = "vocab.txt"
+TOKENS = "tokens"
+BACKUP = "backup"
+# Everything a run may write besides run.json. run.json's `written` lists those it has begun to write, recorded
+# before the first byte: kwiden removes nothing else, and of those only what a call that never trained wrote.
+OWN = (LOG_FILE, METRICS_FILE, PLOT_FILE, FINAL, VOCABULARY, TOKENS, BACKUP)
+# What a call that never trained leaves for the next: the token file, keyed by what it was made from.
+KEPT = (TOKENS,)
+# run.json's states: arguments recorded and nothing trained yet (a call that stops here, refused or killed, leaves
+# the folder to the next call, whatever its arguments); refused (nothing but `KEPT` left); training (only the
+# same call resumes it). A record without a state is an older kwiden's: training.
+CLAIMED, REFUSED, TRAINING = "claimed", "refused", "training"
 # The fields every metrics line has.
 METRICS = ("update", "tokens", "flops", "hidden_size", "num_layers", "lr", "train_loss", "valid_loss", "seconds")
 
 
 class RunFolder:
+    """A pretraining run's folder, held by one call at a time (a `flock` on
+    the folder, which the kernel drops when the process dies), with a record
+    of the run (`run.json`): its arguments, what it computes on, what it has
+    written, and whether it has trained."""
+
     def __init__(self, folder, verbose=True):
         self.folder = pathlib.Path(folder)
         if self.folder.exists() and not self.folder.is_dir():
             raise ValueError(f"--output-dir {self.folder} is a file; give a folder (it is made if missing).")
         self.verbose = verbose
+        self.record = None
+        self.lock = FolderLock(self.folder)
 
-    def claim(self, arguments, defaults=None, free=()):
-        """Record the run's `arguments`; a folder holding a run with other
-        arguments is refused, naming the first that differs. An argument its
-        record lacks (a kwiden before it had one) counts at its value in
-        `defaults`: what that kwiden did. The arguments named in `free` change
-        nothing the run computes: they may differ, and the record takes the new ones."""
+    def claim(self, arguments, defaults=None, free=(), computed_on=None):
+        """Hold the folder and record the run's `arguments`; returns whether
+        this call resumes a run that trained. Refused: a folder another process
+        holds, one with files kwiden did not write, and one holding a run with
+        other arguments (the first that differs is named) or computed on another
+        backend or precision (`computed_on`). An argument the record lacks (a
+        kwiden before it had one) counts at its value in `defaults`: what that
+        kwiden did. The arguments named in `free` change nothing the run
+        computes: they may differ, and the record takes the new ones."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / RUN_FILE
-        if path.is_file():
+        self._hold()
+        try:
+            sweep(self.folder, f"*{TEMPORARY}*", f"in {self.folder}")  # held: no live writer is in here
+            record = self._read_record()
+            if record is not None and record.get("state", TRAINING) == TRAINING:
+                arguments = self._same_run(record, arguments, defaults or {}, free, computed_on)
+                self._write_record({
+                    **record, "arguments": arguments, "computed_on": record.get("computed_on") or computed_on,
+                    "written": record.get("written", list(OWN)), "process": os.getpid(),
+                })  # fmt: skip
+                return True
+            written = self._take_over(record)
+            self._write_record(dict(arguments=arguments, state=CLAIMED, computed_on=computed_on, written=written,
+                                    process=os.getpid()))  # fmt: skip
+            return False
+        except BaseException:
+            self.unlock()
+            raise
+
+    def _hold(self):
+        taken = self.lock.acquire()
+        if taken is HELD:
             try:
-                record = json.loads(path.read_text("utf-8"))
-                before = record["arguments"]
-            except (ValueError, KeyError, TypeError):
-                raise ValueError(f"{path} is not a run record kwiden wrote; give another --output-dir.") from None
-            before = {**{n: v for n, v in (defaults or {}).items() if n in arguments}, **before}
-            for name in sorted((set(before) | set(arguments)) - set(free)):
-                if before.get(name) != arguments.get(name):
-                    flag = "--" + name.replace("_", "-")
-                    raise ValueError(
-                        f"--output-dir {self.folder} holds a run made with {flag} {before.get(name)!r}, not "
-                        f"{arguments.get(name)!r}: run the same command to resume it, or give another --output-dir."
-                    )
-            if any(before.get(name) != arguments.get(name) for name in free):
-                self._write_record({**record, "arguments": arguments})
-            return True
-        if any(p.name not in LEFT_BY_A_REFUSED_RUN for p in self.folder.iterdir()):
+                process = f"process {json.loads((self.folder / RUN_FILE).read_text('utf-8'))['process']}"
+            except (OSError, ValueError, KeyError, TypeError):
+                process = "another process"
             raise ValueError(
-                f"--output-dir {self.folder} already holds files that are not a kwiden pretraining run; "
-                "give an empty or new folder."
+                f"--output-dir {self.folder} is in use by {process} (a kwiden run holds it): wait for it to end, "
+                "or give another --output-dir."
             )
-        self._write_record(dict(arguments=arguments))
-        return False
+        if taken is not LOCKED:
+            warn(f"--output-dir {self.folder} is on a file system without locks: kwiden cannot refuse a second run "
+                 "started on it meanwhile, and two at once would mix their files. Start one at a time.")  # fmt: skip
+
+    def _read_record(self):
+        path = self.folder / RUN_FILE
+        if not (path.exists() or path.is_symlink()):
+            return None
+        try:
+            record = json.loads(path.read_text("utf-8"))
+            assert isinstance(record, dict) and isinstance(record.get("arguments", {}), dict)
+            assert record.get("state") in (None, CLAIMED, REFUSED, TRAINING)
+            assert set(record.get("written", [])) <= set(OWN)
+        except (OSError, ValueError, AssertionError):
+            raise ValueError(f"{path} is not a run record kwiden wrote; give another --output-dir.") from None
+        if record.get("state", TRAINING) != REFUSED and "arguments" not in record:
+            raise ValueError(f"{path} is not a run record kwiden wrote; give another --output-dir.")
+        return record
+
+    def _same_run(self, record, arguments, defaults, free, computed_on):
+        """The arguments to record for a resume of `record`'s run, refused where they are another run's."""
+        before = {**{n: v for n, v in defaults.items() if n in arguments}, **record["arguments"]}
+        for name in sorted((set(before) | set(arguments)) - set(free)):
+            if before.get(name) != arguments.get(name):
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"--output-dir {self.folder} holds a run made with {flag} {before.get(name)!r}, not "
+                    f"{arguments.get(name)!r}: run the same command to resume it, or give another --output-dir."
+                )
+        began = record.get("computed_on")
+        if began and computed_on and began != computed_on:
+            raise ValueError(
+                f"--output-dir {self.folder} holds a run begun on the {began['backend']} backend in "
+                f"{began['precision']}; resumed on {computed_on['backend']} in {computed_on['precision']} it would "
+                f"not end on the weights the run would have reached. Resume it with KERAS_BACKEND={began['backend']} "
+                f"(and --precision {began['precision']}), or give another --output-dir."
+            )
+        return arguments
+
+    def _take_over(self, record):
+        """What stays written when this call takes the folder: a call that never trained leaves its token
+        file (its other files are removed); an empty folder holds nothing; any other is refused."""
+        if record is None:
+            found = sorted(p.name for p in self.folder.iterdir())
+            if found:
+                raise ValueError(
+                    f"--output-dir {self.folder} holds files kwiden did not write ({', '.join(found[:8])}"
+                    f"{' …' * (len(found) > 8)}); kwiden writes a run into an empty or new folder and never touches "
+                    "what it did not write: give another --output-dir, or move those files away."
+                )
+            return []
+        written = record.get("written", [])
+        strangers = [name for name in OWN if name not in written and _present(self.folder / name)]
+        if strangers:
+            raise ValueError(
+                f"--output-dir {self.folder} holds {', '.join(strangers)}, which kwiden did not write there; "
+                "move them away, or give another --output-dir."
+            )
+        self._remove(name for name in written if name not in KEPT)
+        return [name for name in written if name in KEPT and _present(self.folder / name)]
+
+    def _remove(self, names):
+        for name in names:
+            path = self.folder / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
 
     def _write_record(self, record):
+        self.record = record
         with replaced_atomically(self.folder / RUN_FILE) as temporary:
             temporary.write_text(json.dumps(record, indent=1, ensure_ascii=False), "utf-8")
+
+    def _update_record(self, **changes):
+        self._write_record({**self.record, **changes})
+
+    @property
+    def trained(self):
+        return self.record is not None and self.record.get("state", TRAINING) == TRAINING
+
+    def starts_training(self):
+        """From here the folder is the run's: a failure keeps every file, and only the same call resumes it."""
+        if not self.trained:
+            self._update_record(state=TRAINING)
+
+    def will_write(self, name):
+        """Record that the run writes `name` (one of `OWN`) before it does; a
+        file of that name kwiden did not write is refused, never overwritten."""
+        if name in self.record["written"]:
+            return self.folder / name
+        if _present(self.folder / name):
+            raise ValueError(
+                f"--output-dir {self.folder} holds {name}, which kwiden did not write there: move it away "
+                "(the run writes its own), then run the same command again."
+            )
+        self._update_record(written=[*self.record["written"], name])
+        return self.folder / name
 
     def check_tokens(self, token_file):
         """Refuse a resumed run whose corpus no longer gives the tokens it began with (a file added,
         removed or edited); the first call records them."""
-        record = json.loads((self.folder / RUN_FILE).read_text("utf-8"))
-        began = record.get("tokens")
+        began = self.record.get("tokens")
         now = dict(count=len(token_file), digest=token_file.digest)
         if began is None:
-            self._write_record({**record, "tokens": now})
+            self._update_record(tokens=now)
         elif began != now:
             raise ValueError(
                 f"--output-dir {self.folder} holds a run that began on other text: its corpus gave "
@@ -84,41 +210,70 @@ class RunFolder:
                 "another --output-dir for a new run."
             )
 
+    def record_value(self, name, value=None):
+        """What run.json keeps under `name`; with `value`, record it."""
+        if value is not None:
+            self._update_record(**{name: value})
+        return self.record.get(name)
+
     def release(self):
-        """Undo `claim` for a run refused before it trained: its record, log and built vocabulary
-        (the token file stays, keyed by what it was made from)."""
-        for name in (RUN_FILE, *RELEASED):
-            (self.folder / name).unlink(missing_ok=True)
+        """For a call refused before it trained: remove what it recorded writing but the token file, and leave
+        the folder to the next call, whatever its arguments. A run that trained keeps everything."""
+        if self.record is not None and not self.trained:
+            self._remove(name for name in self.record["written"] if name not in KEPT)
+            kept = [name for name in self.record["written"] if name in KEPT and _present(self.folder / name)]
+            self._write_record(dict(state=REFUSED, written=kept))
+
+    def unlock(self):
+        self.lock.release()
 
     def log(self, line):
         if self.verbose:
             print(line, flush=True)
-        with open(self.folder / LOG_FILE, "a", encoding="utf-8") as file:
-            file.write(line + "\n")
+        append_text(self.will_write(LOG_FILE), line + "\n", "The log")
 
     def metrics(self, until=None, regrow=False):
         """The metrics lines written so far, those after update `until` dropped (and the file rewritten so);
-        `regrow`: also the growth's lines at `until`, which a run resumed before that growth writes again."""
+        `regrow`: also the growth's lines at `until`, which a run resumed before that growth writes again.
+        A torn last line (a disk filled while it was appended) is dropped with a warning: the run writes it
+        again from its backup; any other line that is not a metrics row is refused, naming it."""
         path = self.folder / METRICS_FILE
         if not path.is_file():
             return []
-        rows = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+        text = path.read_text("utf-8", errors="replace")
+        lines = text.splitlines()
+        rows, torn = [], False
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                assert isinstance(row, dict) and set(METRICS) <= set(row)
+            except (ValueError, AssertionError):
+                if number == len(lines) and not text.endswith("\n"):
+                    warn(f"{path}: its last line was cut short (written when the run stopped); dropped, and "
+                         "written again from the backup.")  # fmt: skip
+                    torn = True
+                    continue
+                raise ValueError(
+                    f"{path}, line {number}: not a metrics row kwiden wrote ({line[:60]!r}); restore the file, "
+                    "or delete the line (the run goes on without it)."
+                ) from None
+            rows.append(row)
+        kept = rows
         if until is not None:
             kept = [
                 row
                 for row in rows
                 if row["update"] < until or (row["update"] == until and not (regrow and row.get("grew")))
             ]
-            if len(kept) != len(rows):
-                with replaced_atomically(path) as temporary:
-                    temporary.write_text("".join(json.dumps(row) + "\n" for row in kept), "utf-8")
-            rows = kept
-        return rows
+        if torn or len(kept) != len(rows) or not text.endswith("\n"):  # a row the next one must not join
+            with replaced_atomically(path) as temporary:
+                temporary.write_text("".join(json.dumps(row) + "\n" for row in kept), "utf-8")
+        return kept
 
     def add_metrics(self, row):
-        with open(self.folder / METRICS_FILE, "a", encoding="utf-8") as file:
-            file.write(json.dumps(row) + "\n")
-            file.flush()
+        append_text(self.will_write(METRICS_FILE), json.dumps(row) + "\n", "The metrics file")
 
     def plot(self, rows, title):
         """Validation loss against FLOPs, each growth marked."""
@@ -136,31 +291,34 @@ class RunFolder:
                               fontsize=7, xytext=(3, 6), textcoords="offset points")  # fmt: skip
         axes.set(xlabel="training FLOPs", ylabel="validation loss", title=title)
         axes.title.set_fontsize(8)
-        with replaced_atomically(self.folder / PLOT_FILE) as temporary:
+        with replaced_atomically(self.will_write(PLOT_FILE)) as temporary:
             figure.savefig(temporary, dpi=110)
         plt.close(figure)
 
     def write_final(self, model, tokenizer):
-        """`final/`: a Hugging Face folder with the tokenizer, made beside it
-        and moved into place whole, so a kill never leaves half of one."""
-        final = self.folder / FINAL
-        staging = self.folder / f"{FINAL}{TEMPORARY}"
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
+        """`final/`: a Hugging Face folder with the tokenizer, made in a
+        temporary folder beside it (a random name, made exclusively) and
+        moved into place whole, so a kill never leaves half of one."""
+        final = self.will_write(FINAL)
+        with temporary_beside(final, folder=True) as staging:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.filterwarnings("always", category=UserWarning)
                 save_checkpoint(model, staging)
             tokenizer.save(staging)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        for warning in caught:  # what a Hugging Face user of final/ should know: in the log, not on the bar
-            if issubclass(warning.category, UserWarning):
-                self.log(f"final/: {warning.message}")
-        previous = self.folder / f"{FINAL}{TEMPORARY}old"
-        if final.exists():
-            shutil.rmtree(previous, ignore_errors=True)
-            os.replace(final, previous)
-        os.replace(staging, final)
-        shutil.rmtree(previous, ignore_errors=True)
+            for warning in caught:  # what a Hugging Face user of final/ should know: in the log, not on the bar
+                if issubclass(warning.category, UserWarning):
+                    self.log(f"final/: {warning.message}")
+            if final.is_symlink() or (final.exists() and not final.is_dir()):
+                raise ValueError(f"{final} is a link or a file, which kwiden did not write: remove it, then run "
+                                 "the same command again to write final/.")  # fmt: skip
+            if not final.exists():
+                os.replace(staging, final)
+                return final
+            with temporary_beside(final, folder=True) as previous:  # the old final/, removed once replaced
+                os.replace(final, previous)
+                os.replace(staging, final)
         return final
+
+
+def _present(path):
+    return path.exists() or path.is_symlink()

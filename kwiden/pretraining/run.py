@@ -12,14 +12,17 @@ import keras
 
 from kwiden import recipe
 from kwiden.builder import build_transformer_model
+from kwiden.compute import parameters_of, training_memory
 from kwiden.distribution import layout_map
+from kwiden.files import file_digest
 from kwiden.growth.learned import LEARNING_RATE as LEARNED_GROWTH_LR
+from kwiden.growth.plan import available_memory
 from kwiden.models.config import read_config_file
 from kwiden.models.family import family_of, get_family
 from kwiden.optimizers import AfterGrowth, WarmupDecay
 from kwiden.optimizers.schedules import AFTER_GROWTH, SCHEDULES
 from kwiden.pretraining import objectives, tokens, vocabulary
-from kwiden.pretraining.outputs import RunFolder
+from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder
 from kwiden.pretraining.trainer import Stage, Trainer
 
 CAUSAL_FAMILIES = ("gpt", "llama", "qwen2", "mistral")
@@ -161,17 +164,19 @@ def pretrain(
     folder = RunFolder(output_dir, verbose=bool(verbose))
     _check_numbers(arguments)
     arguments = _recorded(arguments)
-    resumed = folder.claim(arguments, ADDED_LATER, free=HOW_OFTEN)
+    # A resume must compute as the run began: another backend or precision ends on other weights.
+    computed_on = dict(backend=keras.backend.backend(), precision=_precision(precision))
+    folder.claim(arguments, ADDED_LATER, free=HOW_OFTEN, computed_on=computed_on)
     policy = keras.config.dtype_policy()
     try:
-        keras.config.set_dtype_policy(_precision(precision))
+        keras.config.set_dtype_policy(computed_on["precision"])
         with _devices(folder, arguments["batch_size"]):
             return _pretrain(folder, arguments, verbose)
-    except ValueError:
-        if not resumed:
-            folder.release()  # refused before it trained: the corrected call may have the folder
+    except BaseException:
+        folder.release()  # a call that never trained leaves the folder to the corrected one; a run that trained keeps it
         raise
     finally:
+        folder.unlock()
         keras.config.set_dtype_policy(policy)
 
 
@@ -180,6 +185,7 @@ def _pretrain(folder, a, verbose):
     corpus_tokenizer = _tokenizer(a, folder)
     start_model, family = _start(a, checkpoint)
     objective = _objective(family, a, corpus_tokenizer)
+    folder.will_write(TOKENS)
     token_file = tokens.tokenized(a["corpus"], corpus_tokenizer, folder.folder, a["whole_word_mask"], verbose)
     folder.check_tokens(token_file)
     train, valid = objectives.split(token_file, objective, a["valid_fraction"])
@@ -192,7 +198,7 @@ def _pretrain(folder, a, verbose):
     per_update = [tokens_per_update * s.flops_per_token for s in stages]
     warmup = a["warmup"] if a["warmup"] is not None else default_warmup(a["budget"])
     total = recipe.place(growths, a["budget"], per_update, warmup)
-    _check_learned_growth(a, growths, stages, total)
+    _check_learned_growth(a, growths, total)
     advice = recipe.advice(stages[-1].parameters, a["budget"] * tokens_per_update, a["budget"] * per_update[-1])
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
@@ -211,7 +217,7 @@ def _pretrain(folder, a, verbose):
     return PretrainResult(**trainer.run(), recipe=why, advice=advice)
 
 
-def _check_learned_growth(a, growths, stages, total):
+def _check_learned_growth(a, growths, total):
     """The learned depth operator mixes blocks of one width, after a depth growth, before the next growth, and
     spends updates a re-warm would spend on the grown model."""
     steps = a["learned_growth"]
@@ -228,15 +234,14 @@ def _check_learned_growth(a, growths, stages, total):
             "a re-warm (--after-growth rewarm, or rewarm= in --grow) would spend too: give one or the other."
         )
     bounds = [g.update for g in growths[1:]] + [total]
-    for growth, bound, before, after in zip(growths, bounds, stages, stages[1:]):
+    for growth, bound in zip(growths, bounds):
         widens = [name for name in ("k", "ffn_factor") if growth.arguments.get(name, 1) != 1]
-        if widens or after.num_layers <= before.num_layers:
+        if widens:  # a growth that neither widens nor deepens is refused by recipe.parse
             chosen = " (what --grow auto chose for this target)" if a["grow"] == "auto" else ""
             raise ValueError(
                 f"--learned-growth learns a mix of blocks after a depth growth; the growth at {growth.fraction:g}"
-                f"{chosen} ({recipe.arguments_text(growth.arguments)}) "
-                f"{'widens (' + ', '.join(widens) + ')' if widens else 'is not one'}: give depth-only growths "
-                "(such as --grow 0.8:depth=2), or --learned-growth 0."
+                f"{chosen} ({recipe.arguments_text(growth.arguments)}) widens ({', '.join(widens)}): give "
+                "depth-only growths (such as --grow 0.8:depth=2), or --learned-growth 0."
             )
         if growth.update + steps >= bound:
             raise ValueError(
@@ -293,6 +298,12 @@ def _check_numbers(a):
         raise ValueError("Give --tokenizer or --build-vocab, not both.")
     if a["config"] is None and a["from_checkpoint"] is None:
         raise ValueError("Give the target model: --config config.json (with --model), or --from CHECKPOINT.")
+    if a["from_checkpoint"] is not None and not pathlib.Path(a["from_checkpoint"]).is_dir():
+        state = "is not a folder" if pathlib.Path(a["from_checkpoint"]).exists() else "does not exist"
+        raise ValueError(
+            f"--from {a['from_checkpoint']} {state}: give a checkpoint folder (Hugging Face: config.json and "
+            "model.safetensors; Google: bert_config.json and bert_model.ckpt.*)."
+        )
     recipe.parse(a["grow"])
 
 
@@ -356,21 +367,35 @@ def _devices(folder, batch_size):
 
 def _tokenizer(a, folder):
     if a["build_vocab"] is not None:
-        built = folder.folder / "vocab.txt"
-        if built.is_file():  # built by this run before it was stopped
-            return vocabulary.load_tokenizer(built)
-        folder.log(f"building a WordPiece vocabulary of {a['build_vocab']} tokens on the corpus")
-        lines = (line for path in tokens.corpus_files(a["corpus"], folder.folder) for line in tokens.lines_of(path))
-        trained = vocabulary.build_vocabulary(lines, a["build_vocab"], folder.folder)
-        if trained.vocab_size != a["build_vocab"]:
-            folder.log(f"the vocabulary has {trained.vocab_size:,} tokens, not {a['build_vocab']:,}: the corpus' "
-                       "characters and words gave no more (or its alphabet, more)")  # fmt: skip
-        return trained
+        return _built_vocabulary(a, folder)
     if a["tokenizer"] is not None:
         return vocabulary.load_tokenizer(a["tokenizer"])
     if a["from_checkpoint"] is not None:
         return vocabulary.load_tokenizer(a["from_checkpoint"], flag="--from (its tokenizer)")
     return vocabulary.byte_tokenizer()
+
+
+def _built_vocabulary(a, folder):
+    """--build-vocab's vocabulary: the one this run built before it was stopped (its SHA-256 in run.json),
+    else built now."""
+    built, recorded = folder.folder / VOCABULARY, folder.record_value("vocabulary")
+    if recorded is not None:
+        if built.is_file() and not built.is_symlink() and file_digest(built) == recorded:
+            return vocabulary.load_tokenizer(built)
+        if folder.trained:
+            raise ValueError(
+                f"{built} is not the vocabulary this run built and trained on ({'changed' if built.exists() else 'gone'}"
+                " since): restore it, or give another --output-dir for a new run."
+            )
+    folder.will_write(VOCABULARY)
+    folder.log(f"building a WordPiece vocabulary of {a['build_vocab']} tokens on the corpus")
+    lines = (line for path in tokens.corpus_files(a["corpus"], folder.folder) for line in tokens.lines_of(path))
+    trained = vocabulary.build_vocabulary(lines, a["build_vocab"], folder.folder)
+    folder.record_value("vocabulary", file_digest(built))
+    if trained.vocab_size != a["build_vocab"]:
+        folder.log(f"the vocabulary has {trained.vocab_size:,} tokens, not {a['build_vocab']:,}: the corpus' "
+                   "characters and words gave no more (or its alphabet, more)")  # fmt: skip
+    return trained
 
 
 def _start(a, checkpoint):
@@ -450,6 +475,7 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
                 )
         return stages, parsed, why
     target = _target_config(a, family, corpus_tokenizer)
+    _check_memory(target, a)
     if parsed == "auto":
         parsed, why = recipe.auto(target)
     elif parsed == "none":
@@ -464,6 +490,24 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
         if wanted.weight_shapes != stages[-1].weight_shapes:
             raise ValueError(f"--grow {a['grow']!r} does not reach the target {wanted.describe()}.")
     return stages, parsed, why
+
+
+def _check_memory(target, a):
+    """Refuse, before building it, a target whose training would not fit in the memory available now."""
+    available = available_memory()
+    weights, activations = training_memory(parameters_of(target), target, a["batch_size"], a["seq_len"])
+    if available is not None and weights + activations > available:
+        raise ValueError(
+            f"The target (hidden_size {target['hidden_size']} × {target['num_hidden_layers']} blocks, about "
+            f"{parameters_of(target) / 1e9:.3g} billion parameters) needs about {_gb(weights + activations)} to train "
+            f"({_gb(weights)} for the weights, their gradients and Adam's moments; {_gb(activations)} for a batch of "
+            f"{a['batch_size']} × {a['seq_len']} tokens), and {_gb(available)} is available: give a smaller --config, "
+            "or a smaller --batch-size with more --accum-steps (the same update, in smaller pieces)."
+        )
+
+
+def _gb(size):
+    return f"{size / 1e9:.3g} GB" if size < 1e12 else f"{size / 1e12:.3g} TB"
 
 
 def _learning_rate(a, warmup, total, growth_updates):

@@ -3,6 +3,7 @@ memory-mapped token file in the run's folder, and read back on a second run:
 nanoGPT's `prepare.py`, with whole-word marks for Chinese masking."""
 
 import codecs
+import contextlib
 import gzip
 import hashlib
 import json
@@ -11,7 +12,7 @@ import zlib
 
 import numpy as np
 
-from kwiden.files import replaced_atomically
+from kwiden.files import file_digest, replaced_atomically
 
 SUFFIXES = (".txt", ".gz")
 FOLDER = "tokens"
@@ -43,6 +44,11 @@ def corpus_files(paths, run_folder=None):
             files.extend(found)
         elif path.is_file():
             files.append(path)
+        elif path.exists():
+            raise ValueError(
+                f"The corpus file {path} is not a regular file (a pipe or a device): kwiden reads the corpus "
+                "more than once (to check it, to tokenize it, and again on a resume); save it to a file and give that."
+            )
         else:
             raise ValueError(f"The corpus file {path} does not exist; give text files (.txt, .gz) or folders.")
     if not files:
@@ -107,34 +113,33 @@ class TokenFile:
 
 def tokenized(paths, tokenizer, run_folder, whole_words=False, verbose=True):
     """The corpus `paths` as a `TokenFile` under `run_folder/tokens/`, made
-    once: a second call with the same files (names, sizes, times), tokenizer
-    and word marks reads the file made before."""
+    once: a second call with the same files (paths, sizes, contents),
+    tokenizer and word marks reads the file made before."""
     files = corpus_files(paths, run_folder)
     folder = pathlib.Path(run_folder) / FOLDER
     key = _key(files, tokenizer, whole_words)
     index = folder / "index.json"
-    if index.is_file() and json.loads(index.read_text("utf-8")).get("key") == key:
+    if _made_with(index) == key:
         return TokenFile(folder)
+    if folder.is_symlink():
+        raise ValueError(f"{folder} is a link; kwiden keeps the token file in a folder of its own: remove the link.")
     folder.mkdir(parents=True, exist_ok=True)
     index.unlink(missing_ok=True)  # the index is written last: without it the token files are unfinished
     (folder / "word_starts.bin").unlink(missing_ok=True)
     dtype = np.uint16 if tokenizer.vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
     count, text_seen, digest = 0, [False], hashlib.sha256()
-    with open(folder / "ids.bin", "wb") as ids_out:
-        words_out = open(folder / "word_starts.bin", "wb") if whole_words else None
-        try:
-            for ids, starts in _token_batches(files, tokenizer, whole_words, verbose, text_seen):
-                stored = ids.astype(dtype).tobytes()
-                ids_out.write(stored)
-                digest.update(stored)
-                if words_out is not None:
-                    words_out.write(starts.astype(np.uint8).tobytes())
-                count += len(ids)
-        finally:
+    with contextlib.ExitStack() as stack:
+        ids_out = _written_beside(stack, folder / "ids.bin")
+        words_out = _written_beside(stack, folder / "word_starts.bin") if whole_words else None
+        for ids, starts in _token_batches(files, tokenizer, whole_words, verbose, text_seen):
+            stored = ids.astype(dtype).tobytes()
+            ids_out.write(stored)
+            digest.update(stored)
             if words_out is not None:
-                words_out.close()
-    if count == 0 or not text_seen[0]:
-        raise ValueError(f"The corpus ({', '.join(map(str, files[:3]))}{' …' * (len(files) > 3)}) holds no text.")
+                words_out.write(starts.astype(np.uint8).tobytes())
+            count += len(ids)
+        if count == 0 or not text_seen[0]:
+            raise ValueError(f"The corpus ({', '.join(map(str, files[:3]))}{' …' * (len(files) > 3)}) holds no text.")
     with replaced_atomically(index) as temporary:
         temporary.write_text(
             json.dumps(dict(key=key, count=count, dtype=np.dtype(dtype).name, digest=digest.hexdigest()), indent=1),
@@ -143,9 +148,26 @@ def tokenized(paths, tokenizer, run_folder, whole_words=False, verbose=True):
     return TokenFile(folder)
 
 
+def _made_with(index):
+    """The key the token file was made with, or None where there is none to read (unfinished, or damaged:
+    the tokens are then made again)."""
+    try:
+        return json.loads(index.read_text("utf-8")).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _written_beside(stack, path):
+    """A binary file open on a temporary beside `path`, closed and renamed to it when `stack` closes without
+    error (removed if it fails): a link planted at `path` is replaced, never written through."""
+    return stack.enter_context(open(stack.enter_context(replaced_atomically(path)), "wb"))
+
+
 def _key(files, tokenizer, whole_words):
-    """What the token file depends on: the files as they are now, the tokenizer, the word marks."""
-    stats = [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    """What the token file depends on: the files' paths, sizes and contents (their SHA-256: a file edited
+    in place keeping its size and time, as `touch -r`, `rsync -t` or `tar` leave it, is read again), the
+    tokenizer, the word marks."""
+    stats = [[str(f.resolve()), f.stat().st_size, file_digest(f)] for f in files]
     vocabulary = tokenizer.tokenizer.to_str() if tokenizer.kind != "bytes" else "bytes"
     digest = hashlib.sha256(vocabulary.encode("utf-8")).hexdigest()
     return dict(files=stats, tokenizer=digest, whole_words=bool(whole_words))

@@ -14,16 +14,16 @@ import numpy as np
 from kwiden import naming, recipe
 from kwiden.builder import build_transformer_model
 from kwiden.compute import flops_per_token
-from kwiden.files import replaced_atomically
+from kwiden.files import read_json, replaced_atomically
 from kwiden.growth import grow
 from kwiden.growth.learned import learn_depth_operator
 from kwiden.keras_internals import seed_generator_states
 from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
 from kwiden.pretraining import objectives
+from kwiden.pretraining.outputs import BACKUP
 from kwiden.training import load_with_optimizer
 
-BACKUP = "backup"
 STATE_FILE = "state.json"
 EVALUATIONS = 20
 WEIGHT_DECAY = 0.01
@@ -104,6 +104,7 @@ class Trainer:
         self.eval_every = a["eval_every"] or max(1, total // EVALUATIONS)
         self.tokens_per_update = a["batch_size"] * a["accum_steps"] * objective.seq_len
         self.stop_asked = False
+        self.train_losses = []  # since the last metrics row
 
     # Compute
     def flops_at(self, update):
@@ -132,16 +133,23 @@ class Trainer:
 
     # Backups
     def save(self, model, update, growths_done, seconds):
-        self.backups.mkdir(parents=True, exist_ok=True)
+        """A backup to resume from: the model with its optimizer, the position,
+        and the training losses since the last metrics row (the next row averages
+        them, resumed or not)."""
+        self.backups = self.folder.will_write(BACKUP)
+        if self.backups.is_symlink():
+            raise ValueError(f"{self.backups} is a link; kwiden keeps its backups in a folder of its own: remove it.")
+        self.backups.mkdir(exist_ok=True)
         name = f"model-{update}-{growths_done}.keras"
         with replaced_atomically(self.backups / name) as temporary:
             model.save(temporary)
         # Dropout's generators: their state is not in the .keras file.
         generators = [np.asarray(state).tolist() for state in seed_generator_states(model)]
-        state = dict(model=name, update=update, growths_done=growths_done, seconds=seconds, generators=generators)
+        state = dict(model=name, update=update, growths_done=growths_done, seconds=seconds, generators=generators,
+                     train_losses=self.train_losses)  # fmt: skip
         with replaced_atomically(self.backups / STATE_FILE) as temporary:
             temporary.write_text(json.dumps(state, indent=1), "utf-8")
-        for old in self.backups.glob("model-*.keras"):
+        for old in self.backups.glob("model-*-*.keras"):  # backup/ is the run's: only its own backups are there
             if old.name != name:
                 old.unlink(missing_ok=True)
 
@@ -150,11 +158,23 @@ class Trainer:
         path = self.backups / STATE_FILE
         if not path.is_file():
             return None
-        state = json.loads(path.read_text("utf-8"))
-        model = load_with_optimizer(self.backups / state["model"], loss=self.objective.losses())
+        state = read_json(path, f"{path}, the backup's position, is not what kwiden wrote",
+                          "restore it, or give another --output-dir")  # fmt: skip
+        try:
+            model_file = self.backups / state["model"]
+            update, growths_done, seconds = state["update"], state["growths_done"], state["seconds"]
+        except (KeyError, TypeError):
+            raise ValueError(f"{path}, the backup's position, lacks what kwiden wrote there; restore it, or give "
+                             "another --output-dir.") from None  # fmt: skip
+        if not model_file.is_file():
+            raise ValueError(f"{path} names the backup {model_file.name}, which is missing from {self.backups}; "
+                             "restore it, or give another --output-dir.")  # fmt: skip
+        model = load_with_optimizer(model_file, loss=self.objective.losses())
         for variable, value in zip(seed_generator_states(model), state.get("generators", [])):
             variable.assign(np.array(value, dtype=variable.dtype))
-        return model, state["update"], state["growths_done"], state["seconds"]
+        # A backup of an older kwiden holds no losses: the next row then averages the resumed updates' alone.
+        self.train_losses = list(state.get("train_losses", []))
+        return model, update, growths_done, seconds
 
     # Evaluation
     def evaluate(self, model):
@@ -199,7 +219,7 @@ class Trainer:
             rows.append(self.record(model, 0, [], seconds))
         from tqdm.auto import tqdm
 
-        train_losses = []
+        self.folder.starts_training()
         with self._stop_on_interrupt(), tqdm(total=self.total, initial=update, disable=not self.verbose,
                                                unit="update", dynamic_ncols=True) as progress:  # fmt: skip
             while update < self.total:
@@ -221,24 +241,27 @@ class Trainer:
                     x, y = objectives.training_batch(
                         self.objective, self.train, self.a["batch_size"], self.a["seed"], update, micro_step
                     )
-                    train_losses.append(float(model.train_on_batch(x, y, return_dict=True)["loss"]))
+                    self.train_losses.append(float(model.train_on_batch(x, y, return_dict=True)["loss"]))
                 took = time.perf_counter() - start
                 seconds += took
                 update += 1
                 stage = self.stages[growths_done]
                 progress.update(1)
                 progress.set_postfix_str(
-                    f"loss {train_losses[-1]:.3f}, {self.tokens_per_update / max(took, 1e-9):,.0f} tok/s, "
+                    f"loss {self.train_losses[-1]:.3f}, {self.tokens_per_update / max(took, 1e-9):,.0f} tok/s, "
                     f"{stage.hidden_size}×{stage.num_layers}"
                 )
-                if not np.isfinite(train_losses[-1]):
-                    raise ValueError(
-                        f"The training loss is {train_losses[-1]} at update {update}: training diverged. Give a "
-                        "lower --lr or a longer --warmup, in a new --output-dir (or this one, emptied)."
+                if not np.isfinite(self.train_losses[-1]):
+                    message = (
+                        f"The training loss is {self.train_losses[-1]} at update {update}: training diverged. Give a "
+                        f"lower --lr or a longer --warmup, in a new --output-dir; {self.folder.folder} keeps this "
+                        "run's log, metrics and last backup (the same command resumes it from there)."
                     )
+                    self.folder.log(message)
+                    raise ValueError(message)
                 if update % self.eval_every == 0 or update == self.total:
-                    rows.append(self.record(model, update, train_losses, seconds))
-                    train_losses = []
+                    rows.append(self.record(model, update, self.train_losses, seconds))
+                    self.train_losses = []
                 if self.a["save_every"] and update % self.a["save_every"] == 0:
                     self.save(model, update, growths_done, seconds)
                 if self.stop_asked:

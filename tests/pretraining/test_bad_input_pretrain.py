@@ -97,7 +97,10 @@ def test_an_output_folder_of_another_run_is_refused_naming_the_argument(english,
         pretrain(english, tmp_path, budget=2, grow="none", lr=1e-3)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "thesis.tex").write_text("mine")
-    with pytest.raises(ValueError, match=r"already holds files that are not a kwiden pretraining run"):
+    with pytest.raises(
+        ValueError,
+        match=r"other holds files kwiden did not write \(thesis\.tex\); kwiden writes a run into an empty or new folder",
+    ):
         pretrain(english, tmp_path / "other")
     assert (tmp_path / "other" / "thesis.tex").read_text() == "mine"
 

@@ -1,0 +1,315 @@
+"""The run folder is kwiden's alone: what a call may write, remove, trust and
+refuse there (docs/guarantees.md#the-run-folder). Each case failed before its
+fix: a refusal deleting the user's files, a failed run emptied of its log,
+`final/` written through a planted link, two runs at once, a foreign
+vocabulary taken, a resume on another backend, a resumed row averaging too
+few losses, a growth in which nothing grows, a corpus edited in place, a torn
+metrics line, a target too big for memory."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from conftest import TINY_BERT, TINY_GPT, TINY_RUN
+
+import kwiden
+from kwiden import recipe
+from kwiden.files import FolderLock
+from kwiden.pretraining import outputs, run, tokens
+
+
+def pretrain(corpus, folder, **changes):
+    return kwiden.pretrain(corpus, folder, **{"model": "gpt", "config": TINY_GPT, **TINY_RUN, **changes})
+
+
+def names(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def record(folder):
+    return json.loads((folder / "run.json").read_text())
+
+
+def test_a_folder_holding_files_kwiden_did_not_write_is_refused_and_left_as_it_was(english, tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    vocab = "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefgh"]) + "\n"
+    (folder / "vocab.txt").write_text(vocab)
+    (folder / "log.txt").write_text("my notes")
+    with pytest.raises(ValueError, match=r"run holds files kwiden did not write \(log\.txt, vocab\.txt\)"):
+        pretrain(english, folder, model="bert", config={**TINY_BERT, "vocab_size": 99}, tokenizer=folder / "vocab.txt")
+    assert names(folder) == ["log.txt", "vocab.txt"]
+    assert (folder / "vocab.txt").read_text() == vocab and (folder / "log.txt").read_text() == "my notes"
+
+
+def test_a_refused_call_removes_only_what_it_recorded_writing(english, tmp_path):
+    folder = tmp_path / "run"
+    with pytest.raises(ValueError, match="vocab_size 257"):
+        pretrain(english, folder, budget=2, grow="none", config={**TINY_GPT, "vocab_size": 257})
+    # Refused after it tokenized: the token file stays for the corrected call, recorded as kwiden's.
+    assert names(folder) == ["run.json", "tokens"]
+    assert record(folder) == dict(state=outputs.REFUSED, written=["tokens"])
+    (folder / "notes.txt").write_text("mine")  # put there between the two calls
+    result = pretrain(english, folder, budget=2, grow="none")
+    assert result.updates == 2 and (folder / "notes.txt").read_text() == "mine"
+    # A name kwiden writes, put there by the user after a refusal, is refused, not overwritten.
+    other = tmp_path / "other"
+    with pytest.raises(ValueError, match="vocab_size 257"):
+        pretrain(english, other, budget=2, grow="none", config={**TINY_GPT, "vocab_size": 257})
+    (other / "log.txt").write_text("my log")
+    with pytest.raises(ValueError, match=r"other holds log\.txt, which kwiden did not write there"):
+        pretrain(english, other, budget=2, grow="none")
+    assert (other / "log.txt").read_text() == "my log"
+
+
+def test_a_call_killed_before_it_trained_leaves_the_folder_to_the_corrected_one(english, tmp_path, monkeypatch):
+    folder = tmp_path / "run"
+
+    def killed(*args, **kwargs):
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(outputs.RunFolder, "release", lambda self: None)  # kill -9: nothing is cleaned up
+    monkeypatch.setattr(tokens, "tokenized", killed)
+    with pytest.raises(SystemExit):
+        pretrain(english, folder, budget=2, grow="none", lr=1.0)
+    assert record(folder)["state"] == outputs.CLAIMED
+    monkeypatch.undo()
+    assert pretrain(english, folder, budget=2, grow="none").updates == 2  # another --lr: the folder was free
+
+
+def test_a_run_that_trained_and_failed_keeps_its_files_and_resumes(english, tmp_path, monkeypatch):
+    folder = tmp_path / "run"
+    run_arguments = dict(grow="none", save_every=2, warmup=0)
+    real = keras.Model.train_on_batch
+    calls = {"n": 0}
+
+    def diverging(self, *args, **kwargs):
+        calls["n"] += 1
+        return {"loss": np.float32("nan")} if calls["n"] == 5 else real(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "train_on_batch", diverging)
+    with pytest.raises(ValueError, match=r"training diverged\. Give a lower --lr .* keeps this run's log, metrics"):
+        pretrain(english, folder, **run_arguments)
+    assert {"run.json", "log.txt", "metrics.jsonl", "backup"} <= set(names(folder))
+    assert record(folder)["state"] == outputs.TRAINING
+    assert "training diverged" in (folder / "log.txt").read_text()
+    assert json.loads((folder / "backup" / "state.json").read_text())["update"] == 4
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"holds a run made with --lr 0.003, not 0.001"):
+        pretrain(english, folder, **run_arguments, lr=1e-3)
+    resumed = pretrain(english, folder, **run_arguments)
+    assert "resuming from the backup at update 4" in (folder / "log.txt").read_text()
+    assert resumed.updates == TINY_RUN["budget"]
+
+
+def test_final_is_staged_under_a_random_name_and_never_written_through_a_link(english, tmp_path):
+    folder, victim = tmp_path / "run", tmp_path / "victim"
+    victim.mkdir()
+    pretrain(english, folder, budget=2, grow="none")
+    for fixed in ("final.kwiden-tmp-", ".final.kwiden-tmp-", "final.kwiden-tmp-old"):  # names once used or guessable
+        (folder / fixed).symlink_to(victim, target_is_directory=True)
+    again = pretrain(english, folder, budget=2, grow="none")  # a finished run run again writes final/ again
+    assert names(victim) == [] and not again.final.is_symlink() and (again.final / "model.safetensors").is_file()
+    for fixed in ("final.kwiden-tmp-", ".final.kwiden-tmp-", "final.kwiden-tmp-old"):
+        (folder / fixed).unlink()
+    # final/ itself a link: refused, nothing written where it points.
+    os.rename(folder / "final", tmp_path / "moved")
+    (folder / "final").symlink_to(victim, target_is_directory=True)
+    with pytest.raises(ValueError, match=r"final is a link or a file, which kwiden did not write"):
+        pretrain(english, folder, budget=2, grow="none")
+    assert names(victim) == []
+    assert [name for name in names(folder) if "kwiden-tmp" in name] == []
+    # The log, the metrics and the token file: a link planted there is refused or replaced, never written through.
+    (folder / "final").unlink()
+    (victim / "log").write_text("theirs")
+    os.rename(folder / "log.txt", tmp_path / "log.txt")
+    (folder / "log.txt").symlink_to(victim / "log")
+    with pytest.raises(ValueError, match=r"The log .*log\.txt is a link"):
+        pretrain(english, folder, budget=2, grow="none")
+    assert (victim / "log").read_text() == "theirs"
+
+
+def test_a_link_planted_at_the_token_file_is_replaced_not_written_through(english, tmp_path):
+    folder, victim = tmp_path / "run", tmp_path / "victim.bin"
+    with pytest.raises(ValueError, match="vocab_size 257"):
+        pretrain(english, folder, budget=2, grow="none", config={**TINY_GPT, "vocab_size": 257})
+    victim.write_bytes(b"theirs")
+    (folder / "tokens" / "ids.bin").unlink()
+    (folder / "tokens" / "ids.bin").symlink_to(victim)
+    (folder / "tokens" / "index.json").unlink()  # the token file must be made again
+    pretrain(english, folder, budget=2, grow="none")
+    assert victim.read_bytes() == b"theirs" and not (folder / "tokens" / "ids.bin").is_symlink()
+
+
+def test_a_folder_in_use_is_refused_at_once_and_freed_when_its_holder_dies(english, tmp_path):
+    folder = tmp_path / "run"
+    pretrain(english, folder, budget=2, grow="none")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; d = os.open(sys.argv[1], os.O_RDONLY); "
+         "fcntl.flock(d, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)", str(folder)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(ValueError, match=rf"run is in use by process {os.getpid()} \(a kwiden run holds it\)"):
+            pretrain(english, folder, budget=2, grow="none")  # run.json names the process that last claimed it
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert pretrain(english, folder, budget=2, grow="none").updates == 2  # the kernel dropped the dead holder's lock
+    # Held within this process too (another open file): refused, and the folder left as it was.
+    lock = FolderLock(folder)
+    assert lock.acquire() == "locked"
+    before = (folder / "metrics.jsonl").read_text()
+    try:
+        with pytest.raises(ValueError, match="is in use by process"):
+            pretrain(english, folder, budget=2, grow="none")
+    finally:
+        lock.release()
+    assert (folder / "metrics.jsonl").read_text() == before
+
+
+def test_build_vocab_trusts_only_the_vocabulary_it_recorded(english, tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"]) + "\n")
+    bert = dict(model="bert", config=TINY_BERT, build_vocab=300, budget=2, grow="none")
+    with pytest.raises(ValueError, match=r"holds files kwiden did not write \(vocab\.txt\)"):
+        pretrain(english, folder, **bert)
+    (folder / "vocab.txt").unlink()
+    result = pretrain(english, folder, **bert)
+    built = (folder / "vocab.txt").read_text()
+    assert len(built.splitlines()) > 8 and result.model.get_layer("Embedding-Token").input_dim == len(
+        built.splitlines()
+    )
+    assert pretrain(english, folder, **bert).updates == 2  # its own vocabulary, recorded: resumed
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"]) + "\n")
+    with pytest.raises(ValueError, match=r"vocab\.txt is not the vocabulary this run built and trained on \(changed"):
+        pretrain(english, folder, **bert)
+
+
+def test_a_resume_on_another_backend_or_precision_is_refused_naming_both(english, tmp_path):
+    folder = tmp_path / "run"
+    pretrain(english, folder, budget=2, grow="none")
+    began = record(folder)
+    assert began["computed_on"] == dict(backend=keras.backend.backend(), precision="float32")
+    other = "jax" if keras.backend.backend() != "jax" else "tensorflow"
+    for changed, message in [
+        (dict(backend=other), rf"begun on the {other} backend in float32; resumed on {keras.backend.backend()}"),
+        (dict(precision="mixed_bfloat16"), r"in mixed_bfloat16; resumed on .* in float32 it would not end"),
+    ]:
+        (folder / "run.json").write_text(json.dumps({**began, "computed_on": {**began["computed_on"], **changed}}))
+        with pytest.raises(ValueError, match=message):
+            pretrain(english, folder, budget=2, grow="none")
+
+
+def test_the_first_row_after_a_resume_is_the_uninterrupted_runs(english, tmp_path, monkeypatch):
+    arguments = dict(grow="none", eval_every=3, save_every=4)
+    whole = pretrain(english, tmp_path / "whole", **arguments)
+    real = keras.Model.train_on_batch
+    calls = {"n": 0}
+
+    def killed(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 6:  # the backup is at update 4, the next row at 6
+            raise SystemExit("killed")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "train_on_batch", killed)
+    with pytest.raises(SystemExit):
+        pretrain(english, tmp_path / "killed", **arguments)
+    monkeypatch.undo()
+    resumed = pretrain(english, tmp_path / "killed", **arguments)
+
+    def without_time(rows):
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+
+    assert [r["update"] for r in resumed.metrics] == [0, 3, 6, 9, 12]
+    assert without_time(resumed.metrics) == without_time(whole.metrics)
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("0.5:k=1", r"nothing grows in '0.5:k=1' \(k, ffn_factor, depth are 1\)"),
+        ("0.5:depth=1", r"nothing grows in '0.5:depth=1'"),
+        ("0.5:k=1,ffn_factor=1,depth=1", r"nothing grows"),
+        ("0.5:spread=3", r"nothing grows in '0.5:spread=3'"),
+        ("0.5:k=-2", r"k=-2 in '0.5:k=-2': a factor must be at least 1 \(2 doubles\)"),
+        ("0.5:k=1/2", r"k=1/2 in '0.5:k=1/2': a factor must be at least 1"),
+        ("0.5:depth=0", r"depth=0 in '0.5:depth=0': a factor must be at least 1"),
+        ("0.3:k=2 0.6:k=1", r"nothing grows in '0.6:k=1'"),
+    ],
+)
+def test_a_growth_in_which_nothing_grows_or_a_factor_below_one_is_refused(spec, message):
+    with pytest.raises(ValueError, match=message):
+        recipe.parse(spec)
+
+
+def test_growths_of_one_factor_alone_are_taken():
+    assert [g.arguments for g in recipe.parse("0.5:k=1,ffn_factor=2 0.7:depth=2")] == [
+        dict(k=1, ffn_factor=2), dict(depth=2)]  # fmt: skip
+
+
+def test_a_corpus_file_edited_in_place_keeping_its_size_and_time_is_noticed(english, tmp_path):
+    corpus = tmp_path / "a.txt"
+    corpus.write_text(english.read_text()[:8000])
+    stamp = corpus.stat()
+    pretrain(corpus, tmp_path / "run", budget=2, grow="none")
+    corpus.write_text(english.read_text()[1:8001])  # as many bytes, other ones
+    os.utime(corpus, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # as touch -r, rsync -t or tar leave it
+    assert corpus.stat().st_size == stamp.st_size and corpus.stat().st_mtime_ns == stamp.st_mtime_ns
+    with pytest.raises(ValueError, match=r"gives [\d,]+ other tokens now \(a file added, removed or edited\)"):
+        pretrain(corpus, tmp_path / "run", budget=2, grow="none")
+
+
+def test_a_torn_last_metrics_line_is_dropped_and_any_other_bad_line_named(english, tmp_path):
+    folder = tmp_path / "run"
+    arguments = dict(grow="none", save_every=4)
+    first = pretrain(english, folder, **arguments)
+    metrics = folder / "metrics.jsonl"
+    whole = metrics.read_text()
+    metrics.write_text(whole + '{"update": 13, "tokens": 8')  # a disk that filled during an append
+    with pytest.warns(UserWarning, match=r"metrics\.jsonl: its last line was cut short"):
+        again = pretrain(english, folder, **arguments)
+    assert metrics.read_text() == whole and again.metrics == first.metrics
+    lines = whole.splitlines(keepends=True)
+    metrics.write_text("".join(lines[:2]) + "not json\n" + "".join(lines[2:]))
+    with pytest.raises(ValueError, match=r"metrics\.jsonl, line 3: not a metrics row kwiden wrote \('not json'\)"):
+        pretrain(english, folder, **arguments)
+
+
+def test_a_target_too_big_for_memory_is_refused_before_it_is_built(english, tmp_path, monkeypatch):
+    huge = {**TINY_GPT, "hidden_size": 4096, "num_hidden_layers": 48, "num_attention_heads": 32,
+            "intermediate_size": 16384, "max_position_embeddings": 1024}  # fmt: skip
+    monkeypatch.setattr(run, "available_memory", lambda: 21e9)
+    built = []
+    monkeypatch.setattr(run.Stage, "built", lambda *args: built.append(args))
+    with pytest.raises(
+        ValueError,
+        match=r"The target \(hidden_size 4096 × 48 blocks, about 9.67 billion parameters\) needs about 156 GB to "
+        r"train \(155 GB for the weights, their gradients and Adam's moments; 0.919 GB for a batch of 4 × 16 "
+        r"tokens\), and 21 GB is available: give a smaller --config",
+    ):
+        pretrain(english, tmp_path / "run", config=huge)
+    assert built == []  # refused before building anything
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"needs about \d[\d.]* [GT]B to train"):  # this machine, whatever it has
+        pretrain(english, tmp_path / "run", config={**huge, "hidden_size": 65536, "num_attention_heads": 512})
+    assert pretrain(english, tmp_path / "run", budget=2, grow="none").updates == 2  # the folder was left free
+
+
+def test_a_pipe_or_a_file_given_to_from_is_named_for_what_it_is(english, tmp_path):
+    pipe = tmp_path / "corpus.txt"
+    os.mkfifo(pipe)
+    with pytest.raises(ValueError, match=r"corpus\.txt is not a regular file \(a pipe or a device\)"):
+        pretrain(pipe, tmp_path / "a")
+    with pytest.raises(ValueError, match=r"--from .*tutorial\.txt is not a folder: give a checkpoint folder"):
+        pretrain(english, tmp_path / "b", config=None, from_checkpoint=english)
+    with pytest.raises(ValueError, match=r"--from .*nowhere does not exist: give a checkpoint folder"):
+        pretrain(english, tmp_path / "c", config=None, from_checkpoint=tmp_path / "nowhere")
