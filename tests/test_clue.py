@@ -5,6 +5,8 @@ import json
 import pathlib
 import runpy
 import shutil
+import subprocess
+import sys
 
 import keras
 import pytest
@@ -196,6 +198,37 @@ def test_bad_input_names_file_and_line_and_writes_nothing(case, model_files, tmp
     assert f"line {line}:" in str(error.value)
     assert message in str(error.value)
     assert not output_dir.exists()
+
+
+def test_labels_of_mixed_types_are_one_label_written_as_text(model_files, tmp_path, monkeypatch):
+    """`1` and `"1"` in one train.json are one class, as CLUE means them; predictions write it as text."""
+    import snippets
+
+    def mixed(lines):
+        return with_label(3, 0)(with_label(1, 1)(lines))  # ints where the other lines have "0" and "1"
+
+    data_dir = broken_copy("afqmc", tmp_path, "train.json", mixed)
+    classes = []
+    real = snippets.build_classifier
+    monkeypatch.setattr(snippets, "build_classifier", lambda args, n: classes.append(n) or real(args, n))
+    result = run("afqmc", model_files, tmp_path / "out", data_dir)
+    assert classes == [2]
+    assert {type(p["label"]) for p in read_lines(result["predictions"])} == {str}
+    assert [snippets.label_of({"label": v}, "x") for v in ("1", 1, True, "true", False)] == [
+        "1", "1", "true", "true", "false"]  # fmt: skip
+    for bad in (1.5, None, [1]):
+        with pytest.raises(ValueError, match=r"x: the label is .*, not a string or a whole number"):
+            snippets.label_of({"label": bad}, "x")
+
+
+def test_a_script_refusing_its_data_prints_one_line_and_no_traceback(model_files, tmp_path):
+    data_dir = broken_copy("afqmc", tmp_path, "dev.json", replace_line(2, '{"sentence1": "花呗", '))
+    argv = ["--data-dir", str(data_dir), "--config", str(model_files / "config.json"), "--vocab",
+            str(model_files / "vocab.txt"), "--output-dir", str(tmp_path / "out"), "--epochs", "1"]  # fmt: skip
+    done = subprocess.run([sys.executable, str(CLUE / "afqmc.py"), *argv], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert f"afqmc: {data_dir / 'dev.json'}, line 2: not valid JSON" in done.stderr
 
 
 @pytest.mark.parametrize("missing", ["train.json", "dev.json", "test.json", "labels.json"])
