@@ -1,6 +1,7 @@
 """Growth during training: `GrowthSchedule` says when and how to grow,
 `fit_growing` trains, grows at those updates and trains on."""
 
+import contextlib
 import json
 import numbers
 import pathlib
@@ -11,10 +12,11 @@ import keras
 from kwiden import recipe
 from kwiden.builder import build_transformer_model
 from kwiden.compute import flops_per_token
-from kwiden.files import TEMPORARY, replaced_atomically, sweep
+from kwiden.files import HELD, LOCKED, TEMPORARY, FolderLock, replaced_atomically, sweep
 from kwiden.growth import grow
 from kwiden.growth.options import GROW, names
 from kwiden.keras_internals import compile_arguments, saved_optimizer_config
+from kwiden.messages import warn
 from kwiden.models import get_family
 from kwiden.optimizers import AccumulatingOptimizer
 
@@ -194,7 +196,14 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
     if not isinstance(schedule, GrowthSchedule):
         schedule = GrowthSchedule(schedule)
     steps = _steps(steps)
-    backup = _Backup(backup_dir, schedule) if backup_dir is not None else None
+    if backup_dir is None:
+        return _fit_growing(model, data, schedule, steps, callbacks, verbose, None)
+    backup = _Backup(backup_dir, schedule)
+    with backup.held():
+        return _fit_growing(model, data, schedule, steps, callbacks, verbose, backup)
+
+
+def _fit_growing(model, data, schedule, steps, callbacks, verbose, backup):
     growths_done, consumed = 0, None
     if backup is not None and backup.exists():
         model, growths_done, consumed = backup.load(model)
@@ -386,6 +395,26 @@ class _Backup:
         # Growth arguments may be Fractions or arrays: compared by their text.
         self.schedule_text = json.loads(json.dumps(schedule.get_config(), default=repr))
 
+    @contextlib.contextmanager
+    def held(self):
+        """The folder held for this call alone (a `flock`, dropped by the
+        kernel if the process dies): two runs backing up into one folder
+        would delete each other's saves."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        lock = FolderLock(self.folder)
+        taken = lock.acquire()
+        if taken == HELD:
+            raise ValueError(
+                f"`backup_dir` {self.folder} is in use by another process backing up there: wait for it to end, "
+                "or give another backup_dir."
+            )
+        if taken != LOCKED:
+            warn(f"`backup_dir` {self.folder} is on a file system without locks: start one run on it at a time.")
+        try:
+            yield
+        finally:
+            lock.release()
+
     def exists(self):
         return (self.folder / STATE_FILE).exists()
 
@@ -397,7 +426,8 @@ class _Backup:
         name = f"{BACKUP_PREFIX}{consumed}-{growths_done}.keras"
         with replaced_atomically(self.folder / name) as temporary:
             model.save(temporary)
-        state = {"model": name, "growths_done": growths_done, "batches": consumed, "schedule": self.schedule_text}
+        state = {"model": name, "growths_done": growths_done, "batches": consumed, "schedule": self.schedule_text,
+                 "backend": keras.backend.backend()}  # fmt: skip
         with replaced_atomically(self.folder / STATE_FILE) as temporary:
             temporary.write_text(json.dumps(state, indent=1))
         # The save the state named before, and any a kill left between writing the state and this line.
@@ -439,6 +469,13 @@ class _Backup:
                 f"The backup in {self.folder} was made under another growth schedule "
                 f"({state['schedule']['growths']}, now {self.schedule!r}): pass the same "
                 "schedule to resume, or another backup_dir to start afresh."
+            )
+        began = state.get("backend", keras.backend.backend())  # an older kwiden's state does not say
+        if began != keras.backend.backend():
+            raise ValueError(
+                f"The backup in {self.folder} was made on the {began} backend; resumed on "
+                f"{keras.backend.backend()} it would not end on the weights the run would have reached: resume "
+                f"with KERAS_BACKEND={began}, or give another backup_dir to start afresh."
             )
         path = self.folder / state["model"]
         config = compile_arguments(live)

@@ -1,5 +1,7 @@
 """`fit_growing`: a growth schedule run inside training, resumable from its backups."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -91,6 +93,26 @@ def test_a_backup_made_under_another_schedule_is_refused(gpt, tmp_path):
     kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=2, verbose=0, backup_dir=tmp_path)
     with pytest.raises(ValueError, match=r"made under another growth schedule .* pass the same schedule"):
         kwiden.fit_growing(compiled(gpt), batches(), {4: dict(k=2)}, steps=6, verbose=0, backup_dir=tmp_path)
+
+
+def test_a_backup_folder_in_use_or_made_on_another_backend_is_refused(gpt, tmp_path):
+    from kwiden.files import FolderLock
+
+    kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=2, verbose=0, backup_dir=tmp_path)
+    lock = FolderLock(tmp_path)
+    assert lock.acquire() == "locked"  # another run backing up there
+    try:
+        with pytest.raises(ValueError, match=r"`backup_dir` .* is in use by another process backing up there"):
+            kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=2, verbose=0, backup_dir=tmp_path)
+    finally:
+        lock.release()
+    state = tmp_path / "kwiden-growing.json"
+    other = "jax" if keras.backend.backend() != "jax" else "tensorflow"
+    state.write_text(json.dumps({**json.loads(state.read_text()), "backend": other}))
+    with pytest.raises(
+        ValueError, match=rf"made on the {other} backend; resumed on {keras.backend.backend()} it would"
+    ):
+        kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=2, verbose=0, backup_dir=tmp_path)
 
 
 @pytest.mark.parametrize(
