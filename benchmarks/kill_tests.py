@@ -3,7 +3,7 @@ the next run finds. Each scenario runs kwiden in a child process that kills
 itself (a real SIGKILL: no `finally`, no atexit) at a chosen point, then
 checks the files left and runs the same thing again.
 
-    python benchmarks/kill_tests.py          # about two minutes on 2 cores
+    python benchmarks/kill_tests.py          # about four minutes on 2 cores
 
 Prints one row per scenario: what was left after the kill, and what the next
 run did with it. A row that says FAIL is a guarantee broken.
@@ -24,7 +24,7 @@ PRELUDE = f"""
 import sys; sys.path.insert(0, {str(CHECKOUT)!r})
 import json, os, pathlib, signal
 import numpy as np, keras, kwiden
-from kwiden import training
+from kwiden import backups, training
 from kwiden.testing import padded_batch, randomize_weights, tiny_config
 
 def kill():
@@ -114,7 +114,7 @@ def fit_growing_killed(root, where):
             callbacks = []
         """,
         "inside a backup's save": """
-            real = training._Backup.save
+            real = backups.Backup.save
             saves = [0]
             def save_then_killed(self, model, *args):
                 saves[0] += 1
@@ -122,7 +122,7 @@ def fit_growing_killed(root, where):
                     real_save = model.save
                     model.save = lambda path, **kw: (open(path, "wb").write(b"half"), kill())
                 return real(self, model, *args)
-            training._Backup.save = save_then_killed
+            backups.Backup.save = save_then_killed
             callbacks = []
         """,
     }
@@ -187,6 +187,99 @@ def save_checkpoint_killed(root, where):
     return f"{len(left)} temporary; {loads}", "removed it; saved, loads", ok
 
 
+PRETRAIN = """
+from kwiden import corpus
+from kwiden.pretraining import outputs, tokens
+pathlib.Path("corpus.txt").write_text(corpus.load_text()[:40000], encoding="utf-8")
+CONFIG = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+              max_position_embeddings=32, layer_norm_eps=1e-3)
+def pretrain(folder="run", **changes):
+    arguments = dict(model="gpt", config=CONFIG, seq_len=16, batch_size=4, budget=12, lr=3e-3, save_every=4, verbose=0)
+    return kwiden.pretrain("corpus.txt", folder, **{**arguments, **changes})
+def kill_at_update(n):
+    real, calls = keras.Model.train_on_batch, [0]
+    def train_on_batch(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            kill()
+        return real(self, *args, **kwargs)
+    keras.Model.train_on_batch = train_on_batch
+"""
+# The next call after a kill: the uninterrupted run beside it, then the call; prints the weights' largest
+# difference and whether the metrics rows (but their seconds) are the same.
+COMPARED = """
+whole = pretrain("whole")
+again = pretrain({changes})
+print(max(float(np.max(np.abs(a - b))) for a, b in zip(whole.model.weights, again.model.weights)))
+print([{{k: v for k, v in r.items() if k != "seconds"}} for r in whole.metrics] ==
+      [{{k: v for k, v in r.items() if k != "seconds"}} for r in again.metrics])
+"""
+# A first call that holds the folder, training forever.
+HOLDER = """
+import time
+def slow(self, *args, **kwargs):
+    print("training", flush=True)
+    time.sleep(3600)
+keras.Model.train_on_batch = slow
+pretrain()
+"""
+
+
+def pretrain_killed(root, where):
+    """`kwiden pretrain` killed before it trains (while tokenizing), mid-training, or while
+    writing final/; then the next call: a corrected one (another --lr) where nothing trained,
+    else the same command, whose weights and metrics must be the uninterrupted run's."""
+    hook = {
+        "while tokenizing": """
+            real = tokens._encoded
+            def encoded_then_killed(*args):
+                real(*args)
+                kill()
+            tokens._encoded = encoded_then_killed
+        """,
+        "mid-training": "kill_at_update(7)",
+        "while writing final/": "outputs.save_checkpoint = lambda model, folder: kill()",
+    }[where]
+    child(PRETRAIN + textwrap.dedent(hook) + "\npretrain()", root)
+    state = json.loads((root / "run" / "run.json").read_text())
+    left = temporaries(root / "run")
+    corrected = where == "while tokenizing"
+    code, out, err = child(PRETRAIN + COMPARED.format(changes="lr=1e-3" if corrected else ""), root, refused=True)
+    lines = out.strip().splitlines()
+    difference, same_rows = (float(lines[-2]), lines[-1] == "True") if code == 0 else (float("nan"), False)
+    ok = code == 0 and not temporaries(root / "run") and (corrected or (difference == 0 and same_rows))
+    after = f"run.json {state.get('state')}; {len(left)} temporary"
+    if code != 0:
+        next_run = err.strip().splitlines()[-1]
+    elif corrected:
+        next_run = "the corrected call (--lr 1e-3) took the folder and trained"
+    else:
+        next_run = f"resumed, |whole - resumed| = {difference:g}, rows {'equal' if same_rows else 'DIFFER'}"
+    return after, next_run, ok
+
+
+def pretrain_twice_at_once(root):
+    """Two `kwiden pretrain` calls on one folder: the second is refused at once, naming the
+    first's process; once the first is killed, the same command resumes it."""
+    first = subprocess.Popen([sys.executable, "-c", PRELUDE + PRETRAIN + HOLDER], cwd=root, stdout=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    try:
+        assert first.stdout.readline() == "training\n"
+        code, _, err = child(PRETRAIN + "pretrain()", root, refused=True)
+    finally:
+        first.kill()
+        first.wait()
+    refusal = err.strip().splitlines()[-1] if err.strip() else ""
+    named = f"in use by process {first.pid}" in refusal
+    again, _, _ = child(PRETRAIN + "pretrain()", root)
+    ok = code == 1 and named and again == 0
+    return (
+        f"second call refused: ...{refusal[refusal.find('is in use') :][:40]}",
+        "first killed; the same command ran",
+        ok,
+    )
+
+
 def main():
     rows = []
     scenarios = [
@@ -195,6 +288,9 @@ def main():
           for w in ("between growths", "at a growth", "inside a backup's save")],
         *[(f"save_checkpoint into an existing folder, killed {w}", lambda r, w=w: save_checkpoint_killed(r, w))
           for w in ("while writing", "between renames")],
+        *[(f"kwiden pretrain, killed {w}", lambda r, w=w: pretrain_killed(r, w))
+          for w in ("while tokenizing", "mid-training", "while writing final/")],
+        ("two kwiden pretrain on one folder at once", pretrain_twice_at_once),
     ]  # fmt: skip
     for name, scenario in scenarios:
         with tempfile.TemporaryDirectory() as folder:

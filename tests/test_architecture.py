@@ -28,6 +28,7 @@ LAYERS = [
         "kwiden.messages",
         "kwiden.family_model",
         "kwiden.quiet",
+        "kwiden.backups",
     ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),

@@ -4,24 +4,19 @@ the way, at the compute of the target trained from scratch."""
 import contextlib
 import dataclasses
 import json
-import math
-import numbers
 import pathlib
 
 import keras
 
 from kwiden import recipe
 from kwiden.builder import build_transformer_model
-from kwiden.compute import parameters_of, training_memory
 from kwiden.distribution import layout_map
 from kwiden.files import file_digest
 from kwiden.growth.learned import LEARNING_RATE as LEARNED_GROWTH_LR
-from kwiden.growth.plan import available_memory
 from kwiden.models.config import read_config_file
 from kwiden.models.family import family_of, get_family
 from kwiden.optimizers import AfterGrowth, WarmupDecay
-from kwiden.optimizers.schedules import AFTER_GROWTH, SCHEDULES
-from kwiden.pretraining import objectives, tokens, vocabulary
+from kwiden.pretraining import checks, objectives, tokens, vocabulary
 from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder
 from kwiden.pretraining.trainer import Stage, Trainer
 
@@ -162,7 +157,7 @@ def pretrain(
     """
     arguments = {name: value for name, value in locals().items() if name not in NOT_RECORDED}
     folder = RunFolder(output_dir, verbose=bool(verbose))
-    _check_numbers(arguments)
+    checks.numbers_and_names(arguments)
     arguments = _recorded(arguments)
     # A resume must compute as the run began: another backend or precision ends on other weights.
     computed_on = dict(backend=keras.backend.backend(), precision=_precision(precision))
@@ -198,7 +193,7 @@ def _pretrain(folder, a, verbose):
     per_update = [tokens_per_update * s.flops_per_token for s in stages]
     warmup = a["warmup"] if a["warmup"] is not None else default_warmup(a["budget"])
     total = recipe.place(growths, a["budget"], per_update, warmup)
-    _check_learned_growth(a, growths, total)
+    checks.learned_growth(a, growths, total)
     advice = recipe.advice(stages[-1].parameters, a["budget"] * tokens_per_update, a["budget"] * per_update[-1])
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
@@ -215,96 +210,6 @@ def _pretrain(folder, a, verbose):
         corpus_tokenizer, verbose,
     )  # fmt: skip
     return PretrainResult(**trainer.run(), recipe=why, advice=advice)
-
-
-def _check_learned_growth(a, growths, total):
-    """The learned depth operator mixes blocks of one width, after a depth growth, before the next growth, and
-    spends updates a re-warm would spend on the grown model."""
-    steps = a["learned_growth"]
-    if not steps:
-        return
-    if not growths:
-        raise ValueError(
-            f"--learned-growth {steps} learns a mix of blocks after a depth growth, but this run does not grow "
-            f"(--grow {a['grow']}): give a depth growth (such as --grow 0.8:depth=2), or --learned-growth 0."
-        )
-    if a["after_growth"] == "rewarm" or any(g.arguments.get("rewarm") for g in growths):
-        raise ValueError(
-            f"--learned-growth {steps} spends the first updates after each growth on the learned operator, which "
-            "a re-warm (--after-growth rewarm, or rewarm= in --grow) would spend too: give one or the other."
-        )
-    bounds = [g.update for g in growths[1:]] + [total]
-    for growth, bound in zip(growths, bounds):
-        widens = [name for name in ("k", "ffn_factor") if growth.arguments.get(name, 1) != 1]
-        if widens:  # a growth that neither widens nor deepens is refused by recipe.parse
-            chosen = " (what --grow auto chose for this target)" if a["grow"] == "auto" else ""
-            raise ValueError(
-                f"--learned-growth learns a mix of blocks after a depth growth; the growth at {growth.fraction:g}"
-                f"{chosen} ({recipe.arguments_text(growth.arguments)}) widens ({', '.join(widens)}): give "
-                "depth-only growths (such as --grow 0.8:depth=2), or --learned-growth 0."
-            )
-        if growth.update + steps >= bound:
-            raise ValueError(
-                f"--learned-growth {steps}: the growth at update {growth.update} has {bound - growth.update} "
-                f"updates before {'the next growth' if bound < total else 'the end'}; give fewer, so that one is left."
-            )
-
-
-def _check_numbers(a):
-    """Refuse numbers of the wrong kind or range, naming the flag; NumPy scalars become Python numbers
-    (run.json keeps them)."""
-
-    def flag(name):
-        return "--" + name.replace("_", "-")
-
-    def whole(name, smallest, largest=None):
-        value = a[name]
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, numbers.Integral)
-            or value < smallest
-            or (largest is not None and value > largest)
-        ):
-            span = f"from {smallest} to {largest}" if largest is not None else f"of at least {smallest}"
-            raise ValueError(f"{flag(name)} must be a whole number {span}, got {value!r}.")
-        a[name] = int(value)
-
-    def real(name, low, high, high_included):
-        value = a[name]
-        fits = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-        if not (fits and low < value and (value <= high if high_included else value < high)):
-            span = "a positive number" if high == math.inf else f"in (0, {high}{']' if high_included else ')'}"
-            raise ValueError(f"{flag(name)} must be {span}, got {value!r}.")
-        a[name] = float(value)
-
-    for name in ("budget", "seq_len", "batch_size", "accum_steps"):
-        whole(name, 1 if name != "seq_len" else 4)
-    whole("learned_growth", 0)
-    whole("seed", 0, 2**32 - 1)
-    for name in ("warmup", "eval_every", "save_every", "build_vocab"):
-        if a[name] is not None:
-            whole(name, 0 if name == "warmup" else 1)
-    for name in ("lr", "learned_growth_lr"):
-        real(name, 0, math.inf, False)
-    real("decay_fraction", 0, 1, True)
-    real("valid_fraction", 0, 1, False)
-    if a["schedule"] not in SCHEDULES:
-        raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {a['schedule']!r}.")
-    if a["after_growth"] not in AFTER_GROWTH:
-        raise ValueError(f"--after-growth must be one of {', '.join(AFTER_GROWTH)}, got {a['after_growth']!r}.")
-    if a["after_growth"] == "rewarm" and a["warmup"] == 0:
-        raise ValueError("--after-growth rewarm re-warms over --warmup updates: give --warmup of at least 1.")
-    if a["tokenizer"] is not None and a["build_vocab"] is not None:
-        raise ValueError("Give --tokenizer or --build-vocab, not both.")
-    if a["config"] is None and a["from_checkpoint"] is None:
-        raise ValueError("Give the target model: --config config.json (with --model), or --from CHECKPOINT.")
-    if a["from_checkpoint"] is not None and not pathlib.Path(a["from_checkpoint"]).is_dir():
-        state = "is not a folder" if pathlib.Path(a["from_checkpoint"]).exists() else "does not exist"
-        raise ValueError(
-            f"--from {a['from_checkpoint']} {state}: give a checkpoint folder (Hugging Face: config.json and "
-            "model.safetensors; Google: bert_config.json and bert_model.ckpt.*)."
-        )
-    recipe.parse(a["grow"])
 
 
 def _recorded(a):
@@ -475,7 +380,7 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
                 )
         return stages, parsed, why
     target = _target_config(a, family, corpus_tokenizer)
-    _check_memory(target, a)
+    checks.memory(target, a)
     if parsed == "auto":
         parsed, why = recipe.auto(target)
     elif parsed == "none":
@@ -490,24 +395,6 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
         if wanted.weight_shapes != stages[-1].weight_shapes:
             raise ValueError(f"--grow {a['grow']!r} does not reach the target {wanted.describe()}.")
     return stages, parsed, why
-
-
-def _check_memory(target, a):
-    """Refuse, before building it, a target whose training would not fit in the memory available now."""
-    available = available_memory()
-    weights, activations = training_memory(parameters_of(target), target, a["batch_size"], a["seq_len"])
-    if available is not None and weights + activations > available:
-        raise ValueError(
-            f"The target (hidden_size {target['hidden_size']} × {target['num_hidden_layers']} blocks, about "
-            f"{parameters_of(target) / 1e9:.3g} billion parameters) needs about {_gb(weights + activations)} to train "
-            f"({_gb(weights)} for the weights, their gradients and Adam's moments; {_gb(activations)} for a batch of "
-            f"{a['batch_size']} × {a['seq_len']} tokens), and {_gb(available)} is available: give a smaller --config, "
-            "or a smaller --batch-size with more --accum-steps (the same update, in smaller pieces)."
-        )
-
-
-def _gb(size):
-    return f"{size / 1e9:.3g} GB" if size < 1e12 else f"{size / 1e12:.3g} TB"
 
 
 def _learning_rate(a, warmup, total, growth_updates):

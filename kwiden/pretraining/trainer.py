@@ -12,6 +12,7 @@ import keras
 import numpy as np
 
 from kwiden import naming, recipe
+from kwiden.backups import load_with_optimizer
 from kwiden.builder import build_transformer_model
 from kwiden.compute import flops_per_token
 from kwiden.files import read_json, replaced_atomically
@@ -22,7 +23,6 @@ from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
 from kwiden.pretraining import objectives
 from kwiden.pretraining.outputs import BACKUP
-from kwiden.training import load_with_optimizer
 
 STATE_FILE = "state.json"
 EVALUATIONS = 20

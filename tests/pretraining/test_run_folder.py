@@ -20,7 +20,7 @@ from conftest import TINY_BERT, TINY_GPT, TINY_RUN
 import kwiden
 from kwiden import recipe
 from kwiden.files import FolderLock
-from kwiden.pretraining import outputs, run, tokens
+from kwiden.pretraining import checks, outputs, run, tokens
 
 
 def pretrain(corpus, folder, **changes):
@@ -287,7 +287,7 @@ def test_a_torn_last_metrics_line_is_dropped_and_any_other_bad_line_named(englis
 def test_a_target_too_big_for_memory_is_refused_before_it_is_built(english, tmp_path, monkeypatch):
     huge = {**TINY_GPT, "hidden_size": 4096, "num_hidden_layers": 48, "num_attention_heads": 32,
             "intermediate_size": 16384, "max_position_embeddings": 1024}  # fmt: skip
-    monkeypatch.setattr(run, "available_memory", lambda: 21e9)
+    monkeypatch.setattr(checks, "available_memory", lambda: 21e9)
     built = []
     monkeypatch.setattr(run.Stage, "built", lambda *args: built.append(args))
     with pytest.raises(
