@@ -3,7 +3,7 @@ the next run finds. Each scenario runs kwiden in a child process that kills
 itself (a real SIGKILL: no `finally`, no atexit) at a chosen point, then
 checks the files left and runs the same thing again.
 
-    python benchmarks/kill_tests.py          # about four minutes on 2 cores
+    python benchmarks/kill_tests.py          # about two minutes on 2 cores
 
 Prints one row per scenario: what was left after the kill, and what the next
 run did with it. A row that says FAIL is a guarantee broken.
