@@ -103,7 +103,7 @@ def numbers_and_names(a):
 
 
 def memory(target, a):
-    """Refuse, before building it, a target whose training would not fit in the memory available now."""
+    """Refuse, before building it, a target whose training on the CPU would not fit in the memory available now."""
     available = available_memory()
     weights, activations = training_memory(parameters_of(target), target, a["batch_size"], a["seq_len"])
     if available is not None and weights + activations > available:

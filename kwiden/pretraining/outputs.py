@@ -105,13 +105,10 @@ class RunFolder:
         if not (path.exists() or path.is_symlink()):
             return None
         try:
-            record = json.loads(path.read_text("utf-8"))
-            assert isinstance(record, dict) and isinstance(record.get("arguments", {}), dict)
-            assert record.get("state") in (None, CLAIMED, REFUSED, TRAINING)
-            assert set(record.get("written", [])) <= set(OWN)
-        except (OSError, ValueError, AssertionError):
-            raise ValueError(f"{path} is not a run record kwiden wrote; give another --output-dir.") from None
-        if record.get("state", TRAINING) != REFUSED and "arguments" not in record:
+            record = None if path.is_symlink() else json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            record = None
+        if not _is_record(record):
             raise ValueError(f"{path} is not a run record kwiden wrote; give another --output-dir.")
         return record
 
@@ -126,7 +123,8 @@ class RunFolder:
                     f"{arguments.get(name)!r}: run the same command to resume it, or give another --output-dir."
                 )
         began = record.get("computed_on")
-        if began and computed_on and began != computed_on:
+        began = {**(computed_on or {}), **(began if isinstance(began, dict) else {})}
+        if computed_on and began != computed_on:
             raise ValueError(
                 f"--output-dir {self.folder} holds a run begun on the {began['backend']} backend in "
                 f"{began['precision']}; resumed on {computed_on['backend']} in {computed_on['precision']} it would "
@@ -219,10 +217,14 @@ class RunFolder:
     def release(self):
         """For a call refused before it trained: remove what it recorded writing but the token file, and leave
         the folder to the next call, whatever its arguments. A run that trained keeps everything."""
-        if self.record is not None and not self.trained:
+        if self.record is None or self.trained:
+            return
+        try:
             self._remove(name for name in self.record["written"] if name not in KEPT)
             kept = [name for name in self.record["written"] if name in KEPT and _present(self.folder / name)]
             self._write_record(dict(state=REFUSED, written=kept))
+        except OSError as error:  # the refusal is what the user must see; the next call takes the folder anyway
+            warn(f"--output-dir {self.folder}: could not give the folder up after the refusal ({error}).")
 
     def unlock(self):
         self.lock.release()
@@ -248,8 +250,9 @@ class RunFolder:
                 continue
             try:
                 row = json.loads(line)
-                assert isinstance(row, dict) and set(METRICS) <= set(row)
-            except (ValueError, AssertionError):
+            except ValueError:
+                row = None
+            if not (isinstance(row, dict) and set(METRICS) <= set(row)):
                 if number == len(lines) and not text.endswith("\n"):
                     warn(f"{path}: its last line was cut short (written when the run stopped); dropped, and "
                          "written again from the backup.")  # fmt: skip
@@ -318,6 +321,15 @@ class RunFolder:
                 os.replace(final, previous)
                 os.replace(staging, final)
         return final
+
+
+def _is_record(record):
+    """Whether `record` is a run.json kwiden wrote (any version)."""
+    if not isinstance(record, dict) or record.get("state") not in (None, CLAIMED, REFUSED, TRAINING):
+        return False
+    if not isinstance(record.get("written", []), list) or not set(record.get("written", [])) <= set(OWN):
+        return False
+    return record.get("state") == REFUSED or isinstance(record.get("arguments"), dict)
 
 
 def _present(path):

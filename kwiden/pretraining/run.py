@@ -231,10 +231,14 @@ def _recorded(a):
     return json.loads(json.dumps(recorded))
 
 
+def _accelerated():
+    """Whether a GPU trains (its memory, not the host's, holds the model)."""
+    return any("gpu" in d.lower() or "cuda" in d.lower() for d in keras.distribution.list_devices())
+
+
 def _precision(precision):
     if precision == "auto":
-        gpus = [d for d in keras.distribution.list_devices() if "gpu" in d.lower() or "cuda" in d.lower()]
-        return "mixed_bfloat16" if gpus else "float32"
+        return "mixed_bfloat16" if _accelerated() else "float32"
     if precision not in ("float32", "mixed_bfloat16"):
         raise ValueError(f"--precision must be auto, float32 or mixed_bfloat16, got {precision!r}.")
     return precision
@@ -380,7 +384,8 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
                 )
         return stages, parsed, why
     target = _target_config(a, family, corpus_tokenizer)
-    checks.memory(target, a)
+    if not _accelerated():  # a GPU's memory is not what available_memory reads
+        checks.memory(target, a)
     if parsed == "auto":
         parsed, why = recipe.auto(target)
     elif parsed == "none":
