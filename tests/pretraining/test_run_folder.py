@@ -208,6 +208,24 @@ def test_a_resume_on_another_backend_or_precision_is_refused_naming_both(english
             pretrain(english, folder, budget=2, grow="none")
 
 
+def test_a_run_resumed_by_a_process_on_another_backend_is_refused(english, tmp_path):
+    folder = tmp_path / "run"
+    pretrain(english, folder, budget=2, grow="none")
+    other = "jax" if keras.backend.backend() != "jax" else "tensorflow"
+    code = (
+        "import sys, kwiden; sys.path.insert(0, sys.argv[3]); from conftest import TINY_GPT, TINY_RUN\n"
+        "try:\n"
+        "    kwiden.pretrain(sys.argv[1], sys.argv[2], model='gpt', config=TINY_GPT, **{**TINY_RUN, 'budget': 2},"
+        " grow='none')\n"
+        "except ValueError as error:\n"
+        "    print(error)"
+    )
+    here = os.path.dirname(__file__)
+    done = subprocess.run([sys.executable, "-c", code, str(english), str(folder), here], capture_output=True,
+                          text=True, env={**os.environ, "KERAS_BACKEND": other})  # fmt: skip
+    assert f"begun on the {keras.backend.backend()} backend in float32; resumed on {other} in float32" in done.stdout
+
+
 def test_the_first_row_after_a_resume_is_the_uninterrupted_runs(english, tmp_path, monkeypatch):
     arguments = dict(grow="none", eval_every=3, save_every=4)
     whole = pretrain(english, tmp_path / "whole", **arguments)
