@@ -228,7 +228,8 @@ def file_digest(path):
 def append_text(path, text, what):
     """Append `text` to the file at `path` (made if missing), refusing a link
     there: a link planted in a folder kwiden writes must not send its lines
-    into the file it points to."""
+    into the file it points to. A file with another name (a hard link) is
+    copied first, so that only this name's file grows."""
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW, 0o666)
     except OSError:
@@ -237,6 +238,11 @@ def append_text(path, text, what):
                 f"{what} {path} is a link; kwiden writes there only a file of its own: remove the link."
             ) from None
         raise
+    if os.fstat(descriptor).st_nlink > 1:  # a hard link (a `cp -al` snapshot): appending would change the other name
+        os.close(descriptor)
+        with replaced_atomically(path) as temporary:
+            shutil.copyfile(path, temporary)  # this name gets a copy of its own; the other keeps the file
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | NOFOLLOW)
     with os.fdopen(descriptor, "a", encoding="utf-8") as file:
         file.write(text)
         file.flush()

@@ -109,11 +109,15 @@ def memory(target, a):
     if available is not None and weights + activations > available:
         raise ValueError(
             f"The target (hidden_size {target['hidden_size']} × {target['num_hidden_layers']} blocks, about "
-            f"{parameters_of(target) / 1e9:.3g} billion parameters) needs about {_gb(weights + activations)} to train "
+            f"{_billions(parameters_of(target))} parameters) needs about {_gb(weights + activations)} to train "
             f"({_gb(weights)} for the weights, their gradients and Adam's moments; {_gb(activations)} for a batch of "
             f"{a['batch_size']} × {a['seq_len']} tokens), and {_gb(available)} is available: give a smaller --config, "
             "or a smaller --batch-size with more --accum-steps (the same update, in smaller pieces)."
         )
+
+
+def _billions(count):
+    return f"{count / 1e9:.3g} billion" if count < 1e12 else f"{count:.3g}"
 
 
 def _gb(size):

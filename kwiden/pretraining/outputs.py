@@ -15,6 +15,7 @@ from kwiden.files import (
     TEMPORARY,
     FolderLock,
     append_text,
+    remove_stale,
     replaced_atomically,
     sweep,
     temporary_beside,
@@ -52,6 +53,8 @@ class RunFolder:
         self.folder = pathlib.Path(folder)
         if self.folder.exists() and not self.folder.is_dir():
             raise ValueError(f"--output-dir {self.folder} is a file; give a folder (it is made if missing).")
+        if self.folder.is_symlink() and not self.folder.exists():
+            raise ValueError(f"--output-dir {self.folder} is a link to nothing; give a folder (it is made if missing).")
         self.verbose = verbose
         self.record = None
         self.lock = FolderLock(self.folder)
@@ -65,11 +68,18 @@ class RunFolder:
         kwiden before it had one) counts at its value in `defaults`: what that
         kwiden did. The arguments named in `free` change nothing the run
         computes: they may differ, and the record takes the new ones."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ValueError(
+                f"--output-dir {self.folder} cannot be made ({error.strerror}); give a folder that can."
+            ) from None
         self._hold()
         try:
-            sweep(self.folder, f"*{TEMPORARY}*", f"in {self.folder}")  # held: no live writer is in here
+            remove_stale(self.folder / RUN_FILE)  # a first claim killed while writing its record
             record = self._read_record()
+            if record is not None:  # the folder is kwiden's, and held: no live writer is in here
+                sweep(self.folder, f"*{TEMPORARY}*", f"in {self.folder}")
             if record is not None and record.get("state", TRAINING) == TRAINING:
                 arguments = self._same_run(record, arguments, defaults or {}, free, computed_on)
                 self._write_record({
@@ -146,11 +156,12 @@ class RunFolder:
                 )
             return []
         written = record.get("written", [])
-        strangers = [name for name in OWN if name not in written and _present(self.folder / name)]
+        strangers = sorted(p.name for p in self.folder.iterdir() if p.name not in (RUN_FILE, *written))
         if strangers:
             raise ValueError(
-                f"--output-dir {self.folder} holds {', '.join(strangers)}, which kwiden did not write there; "
-                "move them away, or give another --output-dir."
+                f"--output-dir {self.folder} holds {', '.join(strangers[:8])}{' …' * (len(strangers) > 8)}, which "
+                "kwiden did not write there (the folder was given up by a call that did not train): move them "
+                "away, or give another --output-dir."
             )
         self._remove(name for name in written if name not in KEPT)
         return [name for name in written if name in KEPT and _present(self.folder / name)]
@@ -252,7 +263,7 @@ class RunFolder:
                 row = json.loads(line)
             except ValueError:
                 row = None
-            if not (isinstance(row, dict) and set(METRICS) <= set(row)):
+            if not (isinstance(row, dict) and set(METRICS) <= set(row) and _whole(row["update"])):
                 if number == len(lines) and not text.endswith("\n"):
                     warn(f"{path}: its last line was cut short (written when the run stopped); dropped, and "
                          "written again from the backup.")  # fmt: skip
@@ -327,9 +338,21 @@ def _is_record(record):
     """Whether `record` is a run.json kwiden wrote (any version)."""
     if not isinstance(record, dict) or record.get("state") not in (None, CLAIMED, REFUSED, TRAINING):
         return False
-    if not isinstance(record.get("written", []), list) or not set(record.get("written", [])) <= set(OWN):
+    written = record.get("written", [])
+    if not isinstance(written, list) or not all(isinstance(name, str) and name in OWN for name in written):
+        return False
+    computed_on, tokens = record.get("computed_on"), record.get("tokens")
+    if computed_on is not None and not (isinstance(computed_on, dict) and set(computed_on) == {"backend", "precision"}):
+        return False
+    if tokens is not None and not (isinstance(tokens, dict) and set(tokens) == {"count", "digest"}):
+        return False
+    if not isinstance(record.get("vocabulary", ""), str) or not isinstance(record.get("backed_up", False), bool):
         return False
     return record.get("state") == REFUSED or isinstance(record.get("arguments"), dict)
+
+
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _present(path):

@@ -26,6 +26,9 @@ MASKED_FAMILIES = ("bert", "roformer")
 NOT_RECORDED = ("verbose",)
 # Recorded, but how often a run evaluates and backs up changes none of its updates: a resume may change them.
 HOW_OFTEN = ("eval_every", "save_every")
+# Recorded, but a resume may give others: the folder may have moved, and the precision a run computes in is
+# compared as it resolved (`computed_on`: "auto" and "float32" on a CPU are one precision).
+WHERE_AND_HOW = ("output_dir", "precision")
 
 
 # Arguments added after run.json was first written, with what a run recorded without them did: it resumes so.
@@ -161,7 +164,7 @@ def pretrain(
     arguments = _recorded(arguments)
     # A resume must compute as the run began: another backend or precision ends on other weights.
     computed_on = dict(backend=keras.backend.backend(), precision=_precision(precision))
-    folder.claim(arguments, ADDED_LATER, free=HOW_OFTEN, computed_on=computed_on)
+    folder.claim(arguments, ADDED_LATER, free=HOW_OFTEN + WHERE_AND_HOW, computed_on=computed_on)
     policy = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy(computed_on["precision"])
@@ -180,6 +183,8 @@ def _pretrain(folder, a, verbose):
     corpus_tokenizer = _tokenizer(a, folder)
     start_model, family = _start(a, checkpoint)
     objective = _objective(family, a, corpus_tokenizer)
+    if start_model is None and not _accelerated():  # before the corpus is read: a target that cannot train here
+        checks.memory(_target_config(a, family, corpus_tokenizer), a)  # (a GPU's memory is not what it reads)
     folder.will_write(TOKENS)
     token_file = tokens.tokenized(a["corpus"], corpus_tokenizer, folder.folder, a["whole_word_mask"], verbose)
     folder.check_tokens(token_file)
@@ -384,8 +389,6 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
                 )
         return stages, parsed, why
     target = _target_config(a, family, corpus_tokenizer)
-    if not _accelerated():  # a GPU's memory is not what available_memory reads
-        checks.memory(target, a)
     if parsed == "auto":
         parsed, why = recipe.auto(target)
     elif parsed == "none":

@@ -5,8 +5,10 @@ and a Ctrl-C that saves one first."""
 import contextlib
 import dataclasses
 import json
+import re
 import signal
 import time
+import zipfile
 
 import keras
 import numpy as np
@@ -32,6 +34,14 @@ WEIGHT_DECAY = 0.01
 OPTIMIZER_ARGUMENTS = ("optimizer_state", "rewarm")
 
 
+def weight_shapes(model):
+    return tuple(sorted((w.path, tuple(w.shape)) for w in model.weights))
+
+
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 @dataclasses.dataclass
 class Stage:
     """One model size of a run: its FLOPs per token and weight shapes, and
@@ -51,7 +61,7 @@ class Stage:
             model.get_layer(naming.EMBEDDING_TOKEN).output_dim,
             naming.count_blocks(layer.name for layer in model.layers),
             model.count_params(),
-            tuple(sorted((w.path, tuple(w.shape)) for w in model.weights)),
+            weight_shapes(model),
             model if keep else None,
         )
 
@@ -149,32 +159,64 @@ class Trainer:
                      train_losses=self.train_losses)  # fmt: skip
         with replaced_atomically(self.backups / STATE_FILE) as temporary:
             temporary.write_text(json.dumps(state, indent=1), "utf-8")
+        if not self.folder.record_value("backed_up"):  # from here a missing state.json is a loss, not a new run
+            self.folder.record_value("backed_up", True)
         for old in self.backups.glob("model-*-*.keras"):  # backup/ is the run's: only its own backups are there
             if old.name != name:
                 old.unlink(missing_ok=True)
 
     def restore(self):
-        """`(model, update, growths done, seconds)` from the last backup, or None."""
+        """`(model, update, growths done, seconds)` from the last backup, or None where the run never backed up."""
         path = self.backups / STATE_FILE
         if not path.is_file():
+            if self.folder.record_value("backed_up"):
+                raise ValueError(
+                    f"{path} is missing, though this run has backed up: it would start again from update 0 and "
+                    "replace its backup. Restore backup/, or give another --output-dir for a new run."
+                )
             return None
         state = read_json(path, f"{path}, the backup's position, is not what kwiden wrote",
                           "restore it, or give another --output-dir")  # fmt: skip
+        update, growths_done = self._position(state, path)
+        model_file = self.backups / state["model"]
         try:
-            model_file = self.backups / state["model"]
-            update, growths_done, seconds = state["update"], state["growths_done"], state["seconds"]
-        except (KeyError, TypeError):
-            raise ValueError(f"{path}, the backup's position, lacks what kwiden wrote there; restore it, or give "
+            model = load_with_optimizer(model_file, loss=self.objective.losses())
+        except (OSError, ValueError, zipfile.BadZipFile) as error:
+            raise ValueError(f"The backup {model_file} cannot be loaded ({str(error)[:200]}); restore it, or give "
                              "another --output-dir.") from None  # fmt: skip
-        if not model_file.is_file():
-            raise ValueError(f"{path} names the backup {model_file.name}, which is missing from {self.backups}; "
-                             "restore it, or give another --output-dir.")  # fmt: skip
-        model = load_with_optimizer(model_file, loss=self.objective.losses())
+        if weight_shapes(model) != self.stages[growths_done].weight_shapes:
+            raise ValueError(f"The backup {model_file} is not this run's model after {growths_done} growth(s) (its "
+                             "weights have other shapes); restore it, or give another --output-dir.")  # fmt: skip
         for variable, value in zip(seed_generator_states(model), state.get("generators", [])):
             variable.assign(np.array(value, dtype=variable.dtype))
         # A backup of an older kwiden holds no losses: the next row then averages the resumed updates' alone.
-        self.train_losses = list(state.get("train_losses", []))
-        return model, update, growths_done, seconds
+        self.train_losses = [float(loss) for loss in state.get("train_losses", [])]
+        return model, update, growths_done, float(state["seconds"])
+
+    def _position(self, state, path):
+        """`(update, growths done)` of a backup's state, refused where it is not one this run could have written."""
+        fits = (
+            isinstance(state, dict)
+            and isinstance(state.get("model"), str)
+            and re.fullmatch(r"model-\d+-\d+\.keras", state["model"]) is not None
+            and (self.backups / state["model"]).is_file()
+            and _whole(state.get("update"))
+            and _whole(state.get("growths_done"))
+            and isinstance(state.get("seconds"), (int, float))
+            and isinstance(state.get("train_losses", []), list)
+            and all(isinstance(loss, (int, float)) for loss in state.get("train_losses", []))
+            and isinstance(state.get("generators", []), list)
+        )
+        if fits:
+            update, done = state["update"], state["growths_done"]
+            passed = [g.update for g in self.growths]
+            fits = update <= self.total and sum(u < update for u in passed) <= done <= sum(u <= update for u in passed)
+        if not fits:
+            raise ValueError(
+                f"{path}, the backup's position, is not one this run wrote (or names a backup missing from "
+                f"{self.backups}); restore backup/, or give another --output-dir."
+            )
+        return state["update"], state["growths_done"]
 
     # Evaluation
     def evaluate(self, model):

@@ -8,6 +8,7 @@ metrics line, a target too big for memory."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,18 +50,25 @@ def test_a_folder_holding_files_kwiden_did_not_write_is_refused_and_left_as_it_w
 
 def test_a_refused_call_removes_only_what_it_recorded_writing(english, tmp_path):
     folder = tmp_path / "run"
-    with pytest.raises(ValueError, match="vocab_size 257"):
-        pretrain(english, folder, budget=2, grow="none", config={**TINY_GPT, "vocab_size": 257})
+    with pytest.raises(ValueError, match="too small for --warmup 40"):
+        pretrain(english, folder, budget=2, grow="none", warmup=40)
     # Refused after it tokenized: the token file stays for the corrected call, recorded as kwiden's.
     assert names(folder) == ["run.json", "tokens"]
     assert record(folder) == dict(state=outputs.REFUSED, written=["tokens"])
-    (folder / "notes.txt").write_text("mine")  # put there between the two calls
-    result = pretrain(english, folder, budget=2, grow="none")
-    assert result.updates == 2 and (folder / "notes.txt").read_text() == "mine"
+    (folder / "notes.txt").write_text("mine")  # put there between the two calls: the folder is no longer empty
+    with pytest.raises(ValueError, match=r"run holds notes\.txt, which kwiden did not write there"):
+        pretrain(english, folder, budget=2, grow="none")
+    assert (folder / "notes.txt").read_text() == "mine"
+    (folder / "notes.txt").unlink()
+    assert pretrain(english, folder, budget=2, grow="none").updates == 2
+    (folder / "notes.txt").write_text("mine")  # beside a run that trained: resumed, never touched
+    assert pretrain(english, folder, budget=2, grow="none").updates == 2
+    assert (folder / "notes.txt").read_text() == "mine"
     # A name kwiden writes, put there by the user after a refusal, is refused, not overwritten.
     other = tmp_path / "other"
     with pytest.raises(ValueError, match="vocab_size 257"):
         pretrain(english, other, budget=2, grow="none", config={**TINY_GPT, "vocab_size": 257})
+    assert names(other) == ["run.json"]  # refused before the corpus was read: nothing else was written
     (other / "log.txt").write_text("my log")
     with pytest.raises(ValueError, match=r"other holds log\.txt, which kwiden did not write there"):
         pretrain(english, other, budget=2, grow="none")
@@ -136,8 +144,8 @@ def test_final_is_staged_under_a_random_name_and_never_written_through_a_link(en
 
 def test_a_link_planted_at_the_token_file_is_replaced_not_written_through(english, tmp_path):
     folder, victim = tmp_path / "run", tmp_path / "victim.bin"
-    with pytest.raises(ValueError, match="vocab_size 257"):
-        pretrain(english, folder, budget=2, grow="none", config={**TINY_GPT, "vocab_size": 257})
+    with pytest.raises(ValueError, match="too small for --warmup 40"):
+        pretrain(english, folder, budget=2, grow="none", warmup=40)
     victim.write_bytes(b"theirs")
     (folder / "tokens" / "ids.bin").unlink()
     (folder / "tokens" / "ids.bin").symlink_to(victim)
@@ -331,3 +339,80 @@ def test_a_pipe_or_a_file_given_to_from_is_named_for_what_it_is(english, tmp_pat
         pretrain(english, tmp_path / "b", config=None, from_checkpoint=english)
     with pytest.raises(ValueError, match=r"--from .*nowhere does not exist: give a checkpoint folder"):
         pretrain(english, tmp_path / "c", config=None, from_checkpoint=tmp_path / "nowhere")
+
+
+def test_temporaries_in_a_folder_kwiden_then_refuses_are_not_swept(english, tmp_path):
+    folder = tmp_path / "run"
+    (folder / "data.kwiden-tmp-old").mkdir(parents=True)
+    (folder / "data.kwiden-tmp-old" / "precious.bin").write_text("p")
+    with pytest.raises(ValueError, match=r"holds files kwiden did not write \(data\.kwiden-tmp-old\)"):
+        pretrain(english, folder, budget=2, grow="none")
+    assert (folder / "data.kwiden-tmp-old" / "precious.bin").read_text() == "p"
+
+
+def test_a_backup_gone_or_edited_is_refused_not_trained_over(english, tmp_path):
+    arguments = dict(budget=8, grow="none", save_every=4, eval_every=4)
+    pretrain(english, tmp_path / "run", **arguments)
+    for broken, change in [
+        ("state.json gone", lambda b: (b / "state.json").unlink()),
+        ("backup/ gone", lambda b: shutil.rmtree(b)),
+    ]:
+        shutil.copytree(tmp_path / "run", tmp_path / broken)
+        change(tmp_path / broken / "backup")
+        with pytest.raises(ValueError, match=r"state\.json is missing, though this run has backed up"):
+            pretrain(english, tmp_path / broken, **arguments)  # a moved folder resumes: output_dir may differ
+    state = json.loads((tmp_path / "run" / "backup" / "state.json").read_text())
+    for edit in [dict(update=999), dict(update="8"), dict(update=-5), dict(growths_done=3), dict(train_losses="abc"),
+                 dict(model=str(tmp_path / "run" / "backup" / state["model"])), dict(model="model-9-0.keras")]:  # fmt: skip
+        (tmp_path / "run" / "backup" / "state.json").write_text(json.dumps({**state, **edit}))
+        with pytest.raises(ValueError, match=r"state\.json, the backup's position, is not one this run wrote"):
+            pretrain(english, tmp_path / "run", **arguments)
+    (tmp_path / "run" / "backup" / "state.json").write_text(json.dumps(state))
+    model = tmp_path / "run" / "backup" / state["model"]
+    whole = model.read_bytes()
+    model.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match=r"The backup .*model-8-0\.keras cannot be loaded"):
+        pretrain(english, tmp_path / "run", **arguments)
+    model.write_bytes(whole)
+    assert pretrain(english, tmp_path / "run", **arguments).updates == 8
+
+
+def test_a_backup_of_another_model_is_refused(english, tmp_path):
+    pretrain(english, tmp_path / "small", budget=4, grow="none", save_every=4, config={**TINY_GPT, "hidden_size": 8})
+    pretrain(english, tmp_path / "run", budget=4, grow="none", save_every=4)
+    shutil.copy(tmp_path / "small" / "backup" / "model-4-0.keras", tmp_path / "run" / "backup" / "model-4-0.keras")
+    with pytest.raises(ValueError, match=r"model-4-0\.keras is not this run's model after 0 growth\(s\)"):
+        pretrain(english, tmp_path / "run", budget=4, grow="none", save_every=4)
+
+
+def test_records_and_rows_of_the_wrong_shape_are_named_not_a_traceback(english, tmp_path):
+    folder = tmp_path / "run"
+    pretrain(english, folder, budget=2, grow="none")
+    began = record(folder)
+    for edit in [dict(written=[["x"]]), dict(tokens="abc"), dict(computed_on="jax"), dict(written=["../x"])]:
+        (folder / "run.json").write_text(json.dumps({**began, **edit}))
+        with pytest.raises(ValueError, match=r"run\.json is not a run record kwiden wrote"):
+            pretrain(english, folder, budget=2, grow="none")
+    (folder / "run.json").write_text(json.dumps(began))
+    rows = (folder / "metrics.jsonl").read_text().splitlines()
+    (folder / "metrics.jsonl").write_text(
+        "\n".join([rows[0].replace('"update": 0', '"update": "0"'), *rows[1:]]) + "\n"
+    )
+    with pytest.raises(ValueError, match=r"metrics\.jsonl, line 1: not a metrics row kwiden wrote"):
+        pretrain(english, folder, budget=2, grow="none")
+
+
+def test_a_resume_may_name_the_precision_it_resolved_to_and_the_folder_may_move(english, tmp_path):
+    pretrain(english, tmp_path / "run", budget=2, grow="none")  # precision "auto": float32 on a CPU
+    os.rename(tmp_path / "run", tmp_path / "moved")
+    assert pretrain(english, tmp_path / "moved", budget=2, grow="none", precision="float32").updates == 2
+
+
+def test_a_hard_linked_log_grows_under_this_name_alone(english, tmp_path):
+    folder = tmp_path / "run"
+    pretrain(english, folder, budget=2, grow="none")
+    os.link(folder / "log.txt", tmp_path / "snapshot.txt")  # as `cp -al` snapshots leave it
+    before = (tmp_path / "snapshot.txt").read_text()
+    pretrain(english, folder, budget=2, grow="none")
+    assert (tmp_path / "snapshot.txt").read_text() == before
+    assert (folder / "log.txt").read_text().startswith(before) and len((folder / "log.txt").read_text()) > len(before)
