@@ -32,7 +32,7 @@ LAYERS = [
     ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),
-    ("kwiden.walk", "kwiden.plan", "kwiden.depth"),
+    ("kwiden.walk", "kwiden.depth"),
     ("kwiden.verify", "kwiden.models.config", "kwiden.models.family"),
     ("kwiden.models",),
     ("kwiden.checkpoints",),
@@ -180,21 +180,6 @@ def test_the_readme_test_command_is_what_ci_runs():
             .replace("pip install --no-deps", "python -m pip install -q --no-deps")
         )
         assert command in ci, f"README runs `{command}`; .ci/run does not"
-
-
-@pytest.mark.parametrize(
-    "old, new, name",
-    [
-        ("kwiden.plan", "kwiden.walk", "walk"),
-        ("kwiden.growth.checkpoint", "kwiden.growth.streaming", "grow_checkpoint"),
-    ],
-)
-def test_renamed_modules_still_answer_with_a_deprecation_warning(old, new, name):
-    import importlib
-
-    with pytest.warns(DeprecationWarning, match=new):
-        found = getattr(importlib.import_module(old), name)
-    assert found is getattr(importlib.import_module(new), name)
 
 
 def _heading_anchors(path):

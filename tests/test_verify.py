@@ -78,20 +78,3 @@ def test_verify_reads_the_recorded_plan(gpt):
     del small, record
     gc.collect()
     assert reference() is None and big.growth_record.source is None  # growths do not keep their sources alive
-
-
-def test_the_record_still_answers_to_its_old_name_with_a_deprecation_warning(gpt):
-    small = gpt()
-    big = kwiden.grow(small, 2, depth=2)
-    old = big.growth_plan  # the read itself cannot warn: a Keras model takes no property of its own
-    assert isinstance(old, kwiden.growth.GrowthRecord) and old == big.growth_record
-    with pytest.warns(DeprecationWarning, match=r"big.growth_plan is now big.growth_record") as caught:
-        assert old.source is small and old.growth.k == 2 and old.blocks == {0: (0, 1), 1: (2, 3)}
-        assert old.renamed("Transformer-1-FeedForward") == "Transformer-2-FeedForward"
-    assert len(caught) == 4 and {w.filename for w in caught} == {__file__}  # one per read, at this file's lines
-    optimizer = keras.optimizers.Adam()
-    optimizer.build(small.trainable_variables)
-    result = kwiden.grow(small, 2, optimizer=optimizer)
-    with pytest.warns(DeprecationWarning, match=r"GrowthResult.plan is now GrowthResult.record") as caught:
-        assert result.plan is result.record is result.model.growth_record
-    assert caught[0].filename == __file__

@@ -24,7 +24,6 @@ from kwiden.growth.plan import GrowthPlan, GrowthRecord, keep_record, plan_growt
 from kwiden.growth.rebuild import rebuild
 from kwiden.growth.transfer import transfer
 from kwiden.keras_internals import is_functional
-from kwiden.messages import warn
 from kwiden.walk import walk
 
 
@@ -43,12 +42,6 @@ class GrowthResult(typing.NamedTuple):
     def record(self):
         """The `GrowthRecord`: how the model was grown."""
         return getattr(self.model, "growth_record", None)
-
-    @property
-    def plan(self):
-        """Deprecated: `record`, under its old name (it goes in the next release)."""
-        warn("GrowthResult.plan is now GrowthResult.record; the old name goes in the next release.", DeprecationWarning)
-        return self.record
 
 
 def grow(
@@ -181,8 +174,7 @@ def grow(
         flags), or, when `optimizer` is given, a `GrowthResult`: a
         `(model, optimizer)` pair that also has `.report` and `.record`. The
         grown model keeps its `GrowthRecord` as `big.growth_record` (what
-        `verify` reads; `big.growth_plan`, its old name, answers for one
-        release with a `DeprecationWarning`) and, when it was compared with
+        `verify` reads) and, when it was compared with
         `model`, the `VerifyReport` as `big.growth_report`.
 
     Example:

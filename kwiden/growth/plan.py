@@ -19,7 +19,6 @@ from kwiden import hub
 from kwiden.expansion import GrowthError, Space
 from kwiden.graph import is_keras_hub
 from kwiden.layers.feed_forward import FeedForward
-from kwiden.messages import warn
 from kwiden.walk import walk
 
 
@@ -82,41 +81,9 @@ class GrowthRecord:
         return self.renames.get(name, name)
 
 
-OLD_NAME = (
-    "big.growth_plan is now big.growth_record (a GrowthRecord: what the model keeps of its GrowthPlan); "
-    "the old name goes in the next release."
-)
-
-
 def keep_record(model, record):
-    """Keep `record` on the grown `model` as `model.growth_record`, and as
-    `model.growth_plan`, its name until now: a `GrowthRecord` whose every
-    public attribute warns (`DeprecationWarning`) and answers from `record`.
-    The read of `model.growth_plan` itself cannot warn: Keras models take
-    no property per instance, and kwiden does not patch `keras.Model`."""
+    """Keep `record` on the grown `model` as `model.growth_record`."""
     model.growth_record = record
-    model.growth_plan = _UnderOldName(record)
-
-
-class _UnderOldName(GrowthRecord):
-    """A `GrowthRecord` kept under its deprecated name: equal fields, and a
-    `DeprecationWarning` at the user's line on every public attribute."""
-
-    def __init__(self, record):
-        super().__init__(*(getattr(record, field.name) for field in dataclasses.fields(record)))
-        object.__setattr__(self, "_record", record)
-
-    def __getattribute__(self, name):
-        if name.startswith("_"):
-            return object.__getattribute__(self, name)
-        warn(OLD_NAME, DeprecationWarning)
-        return getattr(object.__getattribute__(self, "_record"), name)
-
-    def __eq__(self, other):
-        return self._record == (other._record if isinstance(other, _UnderOldName) else other)
-
-    def __repr__(self):
-        return repr(self._record)
 
 
 def plan_growth(model, options, check_memory=True):

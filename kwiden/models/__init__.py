@@ -9,10 +9,7 @@ built model is a `FamilyModel`, which records its family; `family_of(model)`
 reads it.
 """
 
-import importlib
-
 from kwiden.family_model import FamilyModel
-from kwiden.messages import warn
 from kwiden.models import bert, gpt, llama, mistral, qwen2, roformer, t5
 from kwiden.models.bert import build_bert
 from kwiden.models.config import load_config
@@ -36,13 +33,3 @@ __all__ = [
     "load_config",
     "register_family",
 ]
-
-
-def __getattr__(name):
-    if name == "build_transformer_model":  # moved above kwiden.checkpoints; answered for one release
-        warn(
-            "kwiden.models.build_transformer_model is now kwiden.build_transformer_model (kwiden.builder).",
-            DeprecationWarning,
-        )
-        return importlib.import_module("kwiden.builder").build_transformer_model
-    raise AttributeError(f"module 'kwiden.models' has no attribute {name!r}")
