@@ -31,9 +31,8 @@ on a larger machine) and corpus:
    then run on every seed, and every other run uses it. `--scratch wsd:4e-3`
    takes a pair tuned before instead.
 2. The grown recipes (`--recipes`, `--grow`: `kwiden.pretrain`'s `--grow`
-   specs, with `@rewind` or `@rewarm` for its `after_growth` and
-   `@learned=N` or `@learned=N:RATE` for its `learned_growth`, LiGO's
-   operator, and its rate) on every seed
+   specs; the `@rewind`, `@rewarm` and `@learned=N` suffixes of earlier
+   results named options measured not to pay, since taken out) on every seed
    at the full budget, equal FLOPs (small models charged). For BERT,
    `allow_approximate=True` is added to each depth growth.
 3. The saving as a user budgets it: the recipes of `--fraction-recipes`
@@ -158,11 +157,6 @@ SWEEP = [
     "0.6:k=2 0.85:depth=2",
     "0.8:depth=2,new_blocks=copy,allow_approximate=True",
     "0.8:depth=2,new_blocks=fresh,allow_approximate=True",
-    "0.5:depth=2@rewind",
-    "0.8:depth=2@rewind",
-    "0.8:depth=2@rewarm",
-    "0.8:k=2@rewarm",
-    "0.8:depth=2@learned=100",
 ]
 GROUPS = {
     "main": MAIN,
@@ -174,17 +168,14 @@ GROUPS = {
 
 
 def pretrain_options(recipe):
-    """`grow` and pretrain's other options of "0.8:depth=2@rewind@learned=100:3e-2"
-    (`after_growth`, `learned_growth` and its rate)."""
-    grow, *suffixes = recipe.split("@")
-    options = dict(after_growth="continue")
-    for suffix in suffixes:
-        if suffix.startswith("learned="):
-            steps, _, rate = suffix.removeprefix("learned=").partition(":")
-            options.update(learned_growth=int(steps), **({"learned_growth_lr": float(rate)} if rate else {}))
-        else:
-            options["after_growth"] = suffix
-    return grow, options
+    """`(grow spec, pretrain's other options)` of a recipe. The `@rewind`, `@rewarm` and `@learned=N` suffixes of
+    earlier results named `after_growth` and `learned_growth`, measured not to pay and taken out of kwiden."""
+    if "@" in recipe:
+        raise SystemExit(
+            f"--grow {recipe!r}: the @ suffixes named --after-growth and --learned-growth, options measured not to "
+            "pay and taken out of kwiden (docs/growth-that-pays.md keeps their results)."
+        )
+    return recipe, {}
 
 
 @dataclasses.dataclass

@@ -11,9 +11,8 @@ import zipfile
 from fractions import Fraction
 
 from kwiden.files import replaced_atomically
-from kwiden.growth.learned import LEARNING_RATE as LEARNED_GROWTH_LR
 from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
-from kwiden.optimizers.schedules import AFTER_GROWTH, SCHEDULES
+from kwiden.optimizers.schedules import SCHEDULES
 
 
 def _grow(args):
@@ -141,25 +140,7 @@ PRETRAIN_FLAGS = (
     ("--warmup", dict(type=int, help="updates of linear warmup (default: 5%% of --budget)")),
     ("--schedule", dict(choices=SCHEDULES, default="wsd", help="after the warmup")),
     ("--decay-fraction", dict(type=float, default=0.2, help="wsd: the share of updates that decay to 0")),
-    (
-        "--after-growth",
-        dict(
-            choices=AFTER_GROWTH,
-            default="continue",
-            help="the rate after a growth: as scheduled, rewound to the peak, or re-warmed",
-        ),
-    ),
     ("--grow", dict(default="auto", help='auto, none, or growths such as "0.33:k=2 0.67:depth=2"')),
-    (
-        "--learned-growth",
-        dict(
-            type=int,
-            default=0,
-            metavar="UPDATES",
-            help="after each growth (depth-only growths), learn a mix of blocks (LiGO)",
-        ),
-    ),
-    ("--learned-growth-lr", dict(type=float, default=LEARNED_GROWTH_LR, help="the learned mix's Adam rate")),
     ("--whole-word-mask", dict(action="store_true", help="mask whole words (Chinese words by jieba)")),
     ("--valid-fraction", dict(type=float, default=0.01, help="the end of the corpus held out")),
     ("--eval-every", dict(type=int, help="updates between evaluations (default: 20 a run)")),

@@ -3,7 +3,7 @@
 from kwiden.optimizers.accumulating import AccumulatingOptimizer
 from kwiden.optimizers.adam import Adam, AdamW
 from kwiden.optimizers.radam import RAdam
-from kwiden.optimizers.schedules import AfterGrowth, PiecewiseLinear, WarmupDecay
+from kwiden.optimizers.schedules import PiecewiseLinear, WarmupDecay
 from kwiden.optimizers.sgdm import SGDM
 
-__all__ = ["AccumulatingOptimizer", "AfterGrowth", "Adam", "AdamW", "PiecewiseLinear", "RAdam", "SGDM", "WarmupDecay"]
+__all__ = ["AccumulatingOptimizer", "Adam", "AdamW", "PiecewiseLinear", "RAdam", "SGDM", "WarmupDecay"]

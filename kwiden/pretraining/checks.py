@@ -1,6 +1,6 @@
 """What `kwiden.pretrain` refuses before it trains, each check naming the
-flag: numbers of the wrong kind or range, a learned growth that has no depth
-growth to follow, a target whose training would not fit in memory."""
+flag: numbers of the wrong kind or range, a target whose training would not
+fit in memory."""
 
 import math
 import numbers
@@ -9,40 +9,7 @@ import pathlib
 from kwiden import recipe
 from kwiden.compute import parameters_of, training_memory
 from kwiden.growth.plan import available_memory
-from kwiden.optimizers.schedules import AFTER_GROWTH, SCHEDULES
-
-
-def learned_growth(a, growths, total):
-    """The learned depth operator mixes blocks of one width, after a depth growth, before the next growth, and
-    spends updates a re-warm would spend on the grown model."""
-    steps = a["learned_growth"]
-    if not steps:
-        return
-    if not growths:
-        raise ValueError(
-            f"--learned-growth {steps} learns a mix of blocks after a depth growth, but this run does not grow "
-            f"(--grow {a['grow']}): give a depth growth (such as --grow 0.8:depth=2), or --learned-growth 0."
-        )
-    if a["after_growth"] == "rewarm" or any(g.arguments.get("rewarm") for g in growths):
-        raise ValueError(
-            f"--learned-growth {steps} spends the first updates after each growth on the learned operator, which "
-            "a re-warm (--after-growth rewarm, or rewarm= in --grow) would spend too: give one or the other."
-        )
-    bounds = [g.update for g in growths[1:]] + [total]
-    for growth, bound in zip(growths, bounds):
-        widens = [name for name in ("k", "ffn_factor") if growth.arguments.get(name, 1) != 1]
-        if widens:  # a growth that neither widens nor deepens is refused by recipe.parse
-            chosen = " (what --grow auto chose for this target)" if a["grow"] == "auto" else ""
-            raise ValueError(
-                f"--learned-growth learns a mix of blocks after a depth growth; the growth at {growth.fraction:g}"
-                f"{chosen} ({recipe.arguments_text(growth.arguments)}) widens ({', '.join(widens)}): give "
-                "depth-only growths (such as --grow 0.8:depth=2), or --learned-growth 0."
-            )
-        if growth.update + steps >= bound:
-            raise ValueError(
-                f"--learned-growth {steps}: the growth at update {growth.update} has {bound - growth.update} "
-                f"updates before {'the next growth' if bound < total else 'the end'}; give fewer, so that one is left."
-            )
+from kwiden.optimizers.schedules import SCHEDULES
 
 
 def numbers_and_names(a):
@@ -74,21 +41,15 @@ def numbers_and_names(a):
 
     for name in ("budget", "seq_len", "batch_size", "accum_steps"):
         whole(name, 1 if name != "seq_len" else 4)
-    whole("learned_growth", 0)
     whole("seed", 0, 2**32 - 1)
     for name in ("warmup", "eval_every", "save_every", "build_vocab"):
         if a[name] is not None:
             whole(name, 0 if name == "warmup" else 1)
-    for name in ("lr", "learned_growth_lr"):
-        real(name, 0, math.inf, False)
+    real("lr", 0, math.inf, False)
     real("decay_fraction", 0, 1, True)
     real("valid_fraction", 0, 1, False)
     if a["schedule"] not in SCHEDULES:
         raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {a['schedule']!r}.")
-    if a["after_growth"] not in AFTER_GROWTH:
-        raise ValueError(f"--after-growth must be one of {', '.join(AFTER_GROWTH)}, got {a['after_growth']!r}.")
-    if a["after_growth"] == "rewarm" and a["warmup"] == 0:
-        raise ValueError("--after-growth rewarm re-warms over --warmup updates: give --warmup of at least 1.")
     if a["tokenizer"] is not None and a["build_vocab"] is not None:
         raise ValueError("Give --tokenizer or --build-vocab, not both.")
     if a["config"] is None and a["from_checkpoint"] is None:

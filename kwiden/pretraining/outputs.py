@@ -59,14 +59,14 @@ class RunFolder:
         self.record = None
         self.lock = FolderLock(self.folder)
 
-    def claim(self, arguments, defaults=None, free=(), computed_on=None):
+    def claim(self, arguments, removed=None, free=(), computed_on=None):
         """Hold the folder and record the run's `arguments`; returns whether
         this call resumes a run that trained. Refused: a folder another process
         holds, one with files kwiden did not write, and one holding a run with
         other arguments (the first that differs is named) or computed on another
-        backend or precision (`computed_on`). An argument the record lacks (a
-        kwiden before it had one) counts at its value in `defaults`: what that
-        kwiden did. The arguments named in `free` change nothing the run
+        backend or precision (`computed_on`). An argument the record holds that
+        kwiden no longer takes (`removed`) must hold the value at which it
+        changed nothing. The arguments named in `free` change nothing the run
         computes: they may differ, and the record takes the new ones."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -81,7 +81,7 @@ class RunFolder:
             if record is not None:  # the folder is kwiden's, and held: no live writer is in here
                 sweep(self.folder, f"*{TEMPORARY}*", f"in {self.folder}")
             if record is not None and record.get("state", TRAINING) == TRAINING:
-                arguments = self._same_run(record, arguments, defaults or {}, free, computed_on)
+                arguments = self._same_run(record, arguments, removed or {}, free, computed_on)
                 self._write_record({
                     **record, "arguments": arguments, "computed_on": record.get("computed_on") or computed_on,
                     "written": record.get("written", list(OWN)), "process": os.getpid(),
@@ -122,9 +122,16 @@ class RunFolder:
             raise ValueError(f"{path} is not a run record kwiden wrote; give another --output-dir.")
         return record
 
-    def _same_run(self, record, arguments, defaults, free, computed_on):
+    def _same_run(self, record, arguments, removed, free, computed_on):
         """The arguments to record for a resume of `record`'s run, refused where they are another run's."""
-        before = {**{n: v for n, v in defaults.items() if n in arguments}, **record["arguments"]}
+        before = dict(record["arguments"])
+        for name, inert in removed.items():
+            if name in before and before.pop(name) != inert:
+                raise ValueError(
+                    f"--output-dir {self.folder} holds a run made with --{name.replace('_', '-')} "
+                    f"{record['arguments'][name]!r}, an option measured not to pay and taken out of kwiden: finish "
+                    "it with the kwiden version that began it, or give another --output-dir."
+                )
         for name in sorted((set(before) | set(arguments)) - set(free)):
             if before.get(name) != arguments.get(name):
                 flag = "--" + name.replace("_", "-")

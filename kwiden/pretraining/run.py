@@ -12,10 +12,9 @@ from kwiden import recipe
 from kwiden.builder import build_transformer_model
 from kwiden.distribution import layout_map
 from kwiden.files import file_digest
-from kwiden.growth.learned import LEARNING_RATE as LEARNED_GROWTH_LR
 from kwiden.models.config import read_config_file
 from kwiden.models.family import family_of, get_family
-from kwiden.optimizers import AfterGrowth, WarmupDecay
+from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import checks, objectives, tokens, vocabulary
 from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder
 from kwiden.pretraining.trainer import Stage, Trainer
@@ -37,7 +36,9 @@ def default_warmup(budget):
     return round(0.05 * budget)
 
 
-ADDED_LATER = dict(after_growth="continue", learned_growth=0, learned_growth_lr=LEARNED_GROWTH_LR)
+# Arguments an earlier kwiden recorded, for options measured not to pay and taken out, with the value at which
+# they changed nothing: a run recorded so resumes; one that used them cannot (`RunFolder.claim`).
+REMOVED = dict(after_growth="continue", learned_growth=0, learned_growth_lr=0.01)
 
 
 @dataclasses.dataclass
@@ -74,10 +75,7 @@ def pretrain(
     warmup=None,
     schedule="wsd",
     decay_fraction=0.2,
-    after_growth="continue",
     grow="auto",
-    learned_growth=0,
-    learned_growth_lr=LEARNED_GROWTH_LR,
     whole_word_mask=False,
     valid_fraction=0.01,
     eval_every=None,
@@ -120,24 +118,12 @@ def pretrain(
             "wsd" holds it, then decays linearly to 0 over the last
             `decay_fraction` of the updates; "cosine" decays to a tenth of it;
             "constant" holds it. Counted in updates across growths.
-        after_growth: the rate after each growth: "continue" (the
-            schedule as if nothing grew), "rewind" (its course after warmup
-            played again from the peak over the updates left) or "rewarm"
-            (times a ramp from 0 over `warmup` updates);
-            `kwiden.optimizers.AfterGrowth`.
         grow: "auto" (`kwiden.recipe.auto`: depth ×2 at 80% of the updates
             for Pre-LN targets of an even number of blocks, else width ×2 at
             80%), "none" (the target from scratch), or growths as
             "0.33:k=2 0.67:depth=2": fractions of the run's updates, each
             with `kwiden.grow`'s arguments. The small model's config is the
             target's with the growths undone.
-        learned_growth: after each growth (depth only), this many updates
-            train a learned mix of the small model's blocks into the grown
-            model's, as LiGO does (arXiv 2303.00980;
-            `kwiden.growth.learned`), each charged as an update of the grown
-            model; 0 (default): none.
-        learned_growth_lr: the learned operator's Adam rate (its mixing
-            weights are of order one).
         whole_word_mask: mask whole words (Chinese words found by jieba).
         valid_fraction: the end of the corpus held out for validation.
         eval_every: updates between evaluations (default: 20 a run).
@@ -164,7 +150,7 @@ def pretrain(
     arguments = _recorded(arguments)
     # A resume must compute as the run began: another backend or precision ends on other weights.
     computed_on = dict(backend=keras.backend.backend(), precision=_precision(precision))
-    folder.claim(arguments, ADDED_LATER, free=HOW_OFTEN + WHERE_AND_HOW, computed_on=computed_on)
+    folder.claim(arguments, REMOVED, free=HOW_OFTEN + WHERE_AND_HOW, computed_on=computed_on)
     policy = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy(computed_on["precision"])
@@ -198,7 +184,6 @@ def _pretrain(folder, a, verbose):
     per_update = [tokens_per_update * s.flops_per_token for s in stages]
     warmup = a["warmup"] if a["warmup"] is not None else default_warmup(a["budget"])
     total = recipe.place(growths, a["budget"], per_update, warmup)
-    checks.learned_growth(a, growths, total)
     advice = recipe.advice(stages[-1].parameters, a["budget"] * tokens_per_update, a["budget"] * per_update[-1])
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
@@ -211,7 +196,7 @@ def _pretrain(folder, a, verbose):
     )
     trainer = Trainer(
         folder, a, objective, train, valid, stages, growths, per_update, total,
-        _learning_rate(a, warmup, total, [g.update for g in growths]),
+        _schedule(a, warmup, total),
         corpus_tokenizer, verbose,
     )  # fmt: skip
     return PretrainResult(**trainer.run(), recipe=why, advice=advice)
@@ -231,8 +216,6 @@ def _recorded(a):
         recorded["model"] = "gpt"
     if recorded["config"] is not None and not isinstance(recorded["config"], dict):
         recorded["config"] = read_config_file(recorded["config"])
-    if not recorded["learned_growth"]:  # no operator learns: its rate changes nothing, so it does not refuse a resume
-        recorded["learned_growth_lr"] = LEARNED_GROWTH_LR
     return json.loads(json.dumps(recorded))
 
 
@@ -403,13 +386,6 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
         if wanted.weight_shapes != stages[-1].weight_shapes:
             raise ValueError(f"--grow {a['grow']!r} does not reach the target {wanted.describe()}.")
     return stages, parsed, why
-
-
-def _learning_rate(a, warmup, total, growth_updates):
-    schedule = _schedule(a, warmup, total)
-    if a["after_growth"] == "continue" or not growth_updates:
-        return schedule
-    return AfterGrowth(schedule, growth_updates, a["after_growth"], warmup if a["after_growth"] == "rewarm" else 0)
 
 
 def _schedule(a, warmup, total):

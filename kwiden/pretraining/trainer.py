@@ -19,7 +19,6 @@ from kwiden.builder import build_transformer_model
 from kwiden.compute import flops_per_token
 from kwiden.files import read_json, replaced_atomically
 from kwiden.growth import grow
-from kwiden.growth.learned import learn_depth_operator
 from kwiden.keras_internals import seed_generator_states
 from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
@@ -266,17 +265,9 @@ class Trainer:
                                                unit="update", dynamic_ncols=True) as progress:  # fmt: skip
             while update < self.total:
                 if growths_done < len(self.growths) and self.growths[growths_done].update == update:
-                    small, model = model, self._grow(model, update, growths_done, seconds)
+                    model = self._grow(model, update, growths_done, seconds)  # the source need not live on
                     growths_done += 1
                     rows.append(self.record(model, update, [], seconds, grew=True))
-                    if self.a["learned_growth"]:
-                        start = time.perf_counter()
-                        learned = self._learn(small, model, update)
-                        seconds += time.perf_counter() - start
-                        update += self.a["learned_growth"]
-                        progress.update(self.a["learned_growth"])
-                        rows.append(self.record(model, update, learned, seconds))
-                    del small  # the source and its optimizer need not live on to the next growth
                     self.save(model, update, growths_done, seconds)
                 start = time.perf_counter()
                 for micro_step in range(self.a["accum_steps"]):
@@ -329,29 +320,6 @@ class Trainer:
         self.folder.log(f"update {update}: grew ({recipe.arguments_text(growth.arguments)}) to "
                         f"{self.stages[growths_done + 1].describe()}")  # fmt: skip
         return self.seed_dropout(self.compile(big, optimizer), update)
-
-    def _learn(self, small, big, update):
-        """LiGO's learned depth operator on the batches of the next updates, which it
-        spends; the optimizer's count moves on with them, so the schedule stays in step."""
-        steps, accum = self.a["learned_growth"], self.a["accum_steps"]
-        batches = (
-            objectives.training_batch(self.objective, self.train, self.a["batch_size"], self.a["seed"], u, m)
-            for u in range(update, update + steps)
-            for m in range(accum)
-        )
-        losses = learn_depth_operator(
-            small, big, batches, self.objective.losses(), self.a["learned_growth_lr"], accum_steps=accum
-        )
-        if not np.all(np.isfinite(losses)):
-            raise ValueError(
-                f"The learned depth operator's training loss became {losses[-1]} after the growth at update "
-                f"{update}: give a lower --learned-growth-lr, in a new --output-dir (or this one, emptied)."
-            )
-        big.optimizer.iterations.assign(big.optimizer.iterations + steps * accum)
-        ends = max(1, len(losses) // 10)  # batch losses are noisy: the first and last tenth's means
-        self.folder.log(f"update {update}: learned the depth operator over {steps} updates (training loss "
-                        f"{np.mean(losses[:ends]):.4f} → {np.mean(losses[-ends:]):.4f})")  # fmt: skip
-        return losses
 
     @contextlib.contextmanager
     def _stop_on_interrupt(self):
