@@ -29,6 +29,7 @@ LAYERS = [
         "kwiden.family_model",
         "kwiden.quiet",
         "kwiden.backups",
+        "kwiden.memory",
     ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kwiden
-from kwiden import GrowthError
+from kwiden import GrowthError, memory
 from kwiden.cli import main
 from kwiden.growth import plan as growth_plan
 from kwiden.growth.options import resolve
@@ -220,7 +220,7 @@ GIB = 2**30
     ],
 )  # fmt: skip
 def test_available_memory_reads_the_cgroup_limit(tmp_path, cgroup, files, expected):
-    assert growth_plan.available_memory(**fake_system(tmp_path, cgroup, files)) == expected
+    assert memory.available_memory(**fake_system(tmp_path, cgroup, files)) == expected
 
 
 def test_a_cgroup_limit_below_the_growths_peak_refuses_it(gpt, tmp_path, monkeypatch):

@@ -29,10 +29,11 @@ from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE, shard_bytes, shards, 
 from kwiden.expansion import GrowthError
 from kwiden.files import json_text
 from kwiden.growth.options import resolve
-from kwiden.growth.plan import available_memory, plan_growth
+from kwiden.growth.plan import plan_growth
 from kwiden.growth.rebuild import rebuild
 from kwiden.growth.transfer import grown_value
 from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint
+from kwiden.memory import available_memory
 from kwiden.messages import warn
 from kwiden.models import family_of_config, get_family
 from kwiden.models.config import read_config_file

@@ -8,7 +8,7 @@ import pathlib
 
 from kwiden import recipe
 from kwiden.compute import parameters_of, training_memory
-from kwiden.growth.plan import available_memory
+from kwiden.memory import available_memory
 from kwiden.optimizers.schedules import SCHEDULES
 
 
