@@ -57,15 +57,18 @@ ABSOLUTE = ("hidden_size", "intermediate_size", "num_layers")
 TRAINER_GIVES = ("optimizer", "check")
 
 
-@dataclasses.dataclass
-class Growth:
+@dataclasses.dataclass(frozen=True)
+class ScheduledGrowth:
+    """A growth during training: after `fraction` of the run's updates (at
+    `update`, once `place` has placed it), `kwiden.grow(**arguments)`."""
+
     fraction: float  # of the run's updates done before it
     arguments: dict  # kwiden.grow's
     update: int = None  # set by `place`
 
 
 def parse(spec):
-    """`"auto"`, `"none"`, or a list of `Growth` from "FRACTION:ARG=VALUE,ARG=VALUE FRACTION:…"."""
+    """`"auto"`, `"none"`, or a list of `ScheduledGrowth` from "FRACTION:ARG=VALUE,ARG=VALUE FRACTION:…"."""
     spec = spec.strip() if isinstance(spec, str) else spec
     if spec in ("auto", "none"):
         return spec
@@ -101,7 +104,7 @@ def parse(spec):
                 )
             arguments[name] = _value(options[name], value, spec)
         _check_growing(arguments, item, spec)
-        growths.append(Growth(fraction, arguments))
+        growths.append(ScheduledGrowth(fraction, arguments))
     fractions_given = [g.fraction for g in growths]
     if fractions_given != sorted(set(fractions_given)):
         raise ValueError(f"--grow {spec!r}: growth points must be strictly increasing, got {fractions_given}.")
@@ -154,7 +157,7 @@ def auto(target_config):
     layers = target_config["num_hidden_layers"]
     when = f"at {AUTO_FRACTION:.0%} of the updates"
     if not post_ln and layers % 2 == 0:
-        return [Growth(AUTO_FRACTION, dict(AUTO_DEPTH))], (
+        return [ScheduledGrowth(AUTO_FRACTION, dict(AUTO_DEPTH))], (
             f"depth ×2 {when}, from {layers // 2} block{'s' * (layers > 2)}: late depth growth ended lowest of the "
             "growth recipes in the sweep, below the target from scratch (docs/growth-that-pays.md#the-sweep)"
         )
@@ -162,7 +165,7 @@ def auto(target_config):
     rotary = target_config.get("rotary_base") is not None
     growth = {**AUTO_WIDTH, **({"heads": "count"} if rotary else {})}
     try:
-        undone(target_config, [Growth(AUTO_FRACTION, growth)])
+        undone(target_config, [ScheduledGrowth(AUTO_FRACTION, growth)])
     except ValueError:
         return [], (
             f"none: the target (width {hidden}, {heads} heads, {layers} blocks) halves in neither width nor "
@@ -170,7 +173,7 @@ def auto(target_config):
         )
     more_heads = f", heads ×2 ({heads // 2} → {heads}, rotary)" if rotary else ""
     reason = "Post-LN, whose depth growth is not exact" if post_ln else f"{layers} blocks do not halve"
-    return [Growth(AUTO_FRACTION, growth)], (
+    return [ScheduledGrowth(AUTO_FRACTION, growth)], (
         f"width ×2 {when}, from a {hidden // 2}-wide model{more_heads}, with width-aware learning rates held "
         f"to the end and splits of spread {AUTO_WIDTH['spread']:g} ({reason}; docs/growth-that-pays.md#the-sweep, #no-spike)"
     )
@@ -254,27 +257,27 @@ def arguments_text(arguments):
 
 
 def place(growths, budget, cost_of_stage, warmup):
-    """The run's total updates, with each growth's `update` set, so that the
-    FLOPs spent (`cost_of_stage[i]`: FLOPs of one update of stage i's model)
-    are as close as whole updates allow to `budget` updates of the last
-    stage's model, never above. Refuses a budget too small for the warmup or
-    for growth points one update apart at least."""
+    """`(total updates, the growths with their updates)` of a run whose FLOPs
+    (`cost_of_stage[i]`: FLOPs of one update of stage i's model) are as close
+    as whole updates allow to `budget` updates of the last stage's model,
+    never above. Refuses a budget too small for the warmup or for growth
+    points one update apart at least."""
     target_cost = cost_of_stage[-1]
     total_flops = budget * target_cost
     bounds = [0.0, *(g.fraction for g in growths), 1.0]
     per_update = sum((bounds[i + 1] - bounds[i]) * cost for i, cost in enumerate(cost_of_stage))
     updates = total_flops / per_update
-    done, spent = 0, 0.0
-    for growth, cost in zip(growths, cost_of_stage):
-        growth.update = int(round(growth.fraction * updates))
-        if growth.update <= done:
+    placed = []
+    for growth in growths:
+        placed.append(dataclasses.replace(growth, update=int(round(growth.fraction * updates))))
+        if placed[-1].update <= (placed[-2].update if len(placed) > 1 else 0):
             raise ValueError(
                 f"--budget {budget} is too small for the growth points: the growth at {growth.fraction:g} of "
-                f"{updates:.0f} updates falls at update {growth.update}, with no update before it. Give a larger "
+                f"{updates:.0f} updates falls at update {placed[-1].update}, with no update before it. Give a larger "
                 "--budget, or fewer growths."
             )
-        spent += (growth.update - done) * cost
-        done = growth.update
+    done = placed[-1].update if placed else 0
+    spent = flops_spent(done, [g.update for g in placed], cost_of_stage)
     total = done + int((total_flops - spent) // target_cost)
     if total <= done:
         raise ValueError(f"--budget {budget} is too small: nothing is left for the model after its last growth.")
@@ -283,4 +286,16 @@ def place(growths, budget, cost_of_stage, warmup):
             f"--budget {budget} is too small for --warmup {warmup}: the run makes {total} updates. Give a larger "
             "--budget or a shorter --warmup."
         )
-    return total
+    return total, placed
+
+
+def flops_spent(update, growth_updates, cost_of_stage):
+    """Training FLOPs of a run's first `update` updates when it grows at
+    `growth_updates`, each stage's updates at its own cost (`cost_of_stage[i]`:
+    FLOPs of one update of stage i's model).
+
+    >>> flops_spent(10, [4], [1.0, 3.0])  # 4 updates at 1, then 6 at 3
+    22.0
+    """
+    bounds = [0, *growth_updates, math.inf]
+    return float(sum(max(0, min(update, bounds[i + 1]) - bounds[i]) * cost for i, cost in enumerate(cost_of_stage)))

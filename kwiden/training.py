@@ -86,7 +86,7 @@ class GrowthSchedule:
         costs = [
             flops_per_token(build_transformer_model(c, model=family.name, **build_arguments), seq_len) for c in configs
         ]
-        steps = recipe.place(growths, budget, costs, warmup)
+        steps, growths = recipe.place(growths, budget, costs, warmup)
         schedule = cls({growth.update: growth.arguments for growth in growths})
         schedule.start_config, schedule.steps, schedule.why = configs[0], steps, why
         return schedule

@@ -17,7 +17,7 @@ from kwiden.models.family import family_of, get_family
 from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import checks, objectives, tokens, vocabulary
 from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder
-from kwiden.pretraining.trainer import Stage, Trainer
+from kwiden.pretraining.trainer import Phase, Trainer
 
 CAUSAL_FAMILIES = ("gpt", "llama", "qwen2", "mistral")
 MASKED_FAMILIES = ("bert", "roformer")
@@ -179,23 +179,23 @@ def _pretrain(folder, a, verbose):
         f"corpus: {len(token_file):,} tokens ({corpus_tokenizer.source}, vocabulary {corpus_tokenizer.vocab_size:,}), "
         f"{len(valid):,} held out; objective: {objective.kind} LM"
     )
-    stages, growths, why = _stages(a, family, start_model, corpus_tokenizer, objective)
+    phases, growths, why = _stages(a, family, start_model, corpus_tokenizer, objective)
     tokens_per_update = a["batch_size"] * a["accum_steps"] * a["seq_len"]
-    per_update = [tokens_per_update * s.flops_per_token for s in stages]
+    per_update = [tokens_per_update * s.flops_per_token for s in phases]
     warmup = a["warmup"] if a["warmup"] is not None else default_warmup(a["budget"])
-    total = recipe.place(growths, a["budget"], per_update, warmup)
-    advice = recipe.advice(stages[-1].parameters, a["budget"] * tokens_per_update, a["budget"] * per_update[-1])
+    total, growths = recipe.place(growths, a["budget"], per_update, warmup)
+    advice = recipe.advice(phases[-1].parameters, a["budget"] * tokens_per_update, a["budget"] * per_update[-1])
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
-    for stage, growth in zip(stages, [None, *growths]):
+    for phase, growth in zip(phases, [None, *growths]):
         at = "from the start" if growth is None else f"from update {growth.update}"
-        folder.log(f"  {stage.describe()}, {at}")
+        folder.log(f"  {phase.describe()}, {at}")
     folder.log(
         f"budget: {a['budget']} updates of the target = {a['budget'] * per_update[-1]:.3g} FLOPs; this run: {total} "
         f"updates, {a['schedule']} schedule, peak lr {a['lr']:g}, warmup {warmup}"
     )
     trainer = Trainer(
-        folder, a, objective, train, valid, stages, growths, per_update, total,
+        folder, a, objective, train, valid, phases, growths, per_update, total,
         _schedule(a, warmup, total),
         corpus_tokenizer, verbose,
     )  # fmt: skip
@@ -362,15 +362,15 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
         else:
             why = "none" if parsed == "none" else f"as given: {a['grow']}"
             parsed = [] if parsed == "none" else parsed
-        stages = Stage.grown_from(start_model, parsed, family, objective)
+        phases = Phase.grown_from(start_model, parsed, family, objective)
         if a["config"] is not None:
-            wanted = Stage.built(_target_config(a, family, corpus_tokenizer), family, objective)
-            if wanted.weight_shapes != stages[-1].weight_shapes:
+            wanted = Phase.built(_target_config(a, family, corpus_tokenizer), family, objective)
+            if wanted.weight_shapes != phases[-1].weight_shapes:
                 raise ValueError(
-                    f"--grow {a['grow']!r} grows {a['from_checkpoint']} to {stages[-1].describe()}, not the "
+                    f"--grow {a['grow']!r} grows {a['from_checkpoint']} to {phases[-1].describe()}, not the "
                     f"--config target {wanted.describe()}: give growths that reach it."
                 )
-        return stages, parsed, why
+        return phases, parsed, why
     target = _target_config(a, family, corpus_tokenizer)
     if parsed == "auto":
         parsed, why = recipe.auto(target)
@@ -379,13 +379,13 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
     else:
         why = f"as given: {a['grow']}"
     keras.utils.set_random_seed(a["seed"])
-    first = Stage.built(recipe.undone(target, parsed), family, objective)
-    stages = Stage.grown_from(first.model, parsed, family, objective)
+    first = Phase.built(recipe.undone(target, parsed), family, objective)
+    phases = Phase.grown_from(first.model, parsed, family, objective)
     if parsed:  # undoing, then growing, must land on the target (without growths the first model is it)
-        wanted = Stage.built(target, family, objective)
-        if wanted.weight_shapes != stages[-1].weight_shapes:
+        wanted = Phase.built(target, family, objective)
+        if wanted.weight_shapes != phases[-1].weight_shapes:
             raise ValueError(f"--grow {a['grow']!r} does not reach the target {wanted.describe()}.")
-    return stages, parsed, why
+    return phases, parsed, why
 
 
 def _schedule(a, warmup, total):

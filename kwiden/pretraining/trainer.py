@@ -42,9 +42,9 @@ def _whole(value):
 
 
 @dataclasses.dataclass
-class Stage:
+class Phase:
     """One model size of a run: its FLOPs per token and weight shapes, and
-    the model itself for the first stage."""
+    the model itself for the first phase."""
 
     flops_per_token: int
     hidden_size: int
@@ -72,10 +72,10 @@ class Stage:
 
     @classmethod
     def grown_from(cls, model, growths, family, objective):
-        """The first stage (`model`) and what each growth makes of it, grown
+        """The first phase (`model`) and what each growth makes of it, grown
         once here, untrained, to learn their sizes and to refuse a growth
         `grow` would refuse before any training."""
-        stages = [cls.of(model, objective.seq_len, keep=True)]
+        phases = [cls.of(model, objective.seq_len, keep=True)]
         for growth in growths:
             shape_only = {k: v for k, v in growth.arguments.items() if k not in OPTIMIZER_ARGUMENTS}
             where = f"--grow: the growth at {growth.fraction:g} ({recipe.arguments_text(shape_only)})"
@@ -92,22 +92,22 @@ class Stage:
                     f"{where} widens rotary heads, whose copied frequencies final/'s config.json cannot say: "
                     f"add heads=count (more heads of the same size). {error}"
                 ) from None
-            stages.append(cls.of(model, objective.seq_len))
-        return stages
+            phases.append(cls.of(model, objective.seq_len))
+        return phases
 
     def describe(self):
         return f"width {self.hidden_size} × {self.num_layers} blocks ({self.parameters:,} parameters)"
 
 
 class Trainer:
-    def __init__(self, folder, a, objective, train, valid, stages, growths, per_update, total, schedule,
+    def __init__(self, folder, a, objective, train, valid, phases, growths, per_update, total, schedule,
                  tokenizer, verbose):  # fmt: skip
         self.folder, self.a, self.objective = folder, a, objective
         self.train, self.valid_batches = (
             train,
             objectives.validation_batches(objective, valid, a["batch_size"], a["seed"]),
         )
-        self.stages, self.growths, self.per_update, self.total = stages, growths, per_update, total
+        self.phases, self.growths, self.per_update, self.total = phases, growths, per_update, total
         self.schedule, self.tokenizer, self.verbose = schedule, tokenizer, verbose
         self.backups = folder.folder / BACKUP
         self.eval_every = a["eval_every"] or max(1, total // EVALUATIONS)
@@ -117,12 +117,8 @@ class Trainer:
 
     # Compute
     def flops_at(self, update):
-        """Training FLOPs of the first `update` updates, each stage at its own cost."""
-        bounds = [0, *(g.update for g in self.growths), self.total]
-        spent = 0.0
-        for i, cost in enumerate(self.per_update):
-            spent += max(0, min(update, bounds[i + 1]) - bounds[i]) * cost
-        return spent
+        """Training FLOPs of the first `update` updates, each phase at its own cost."""
+        return recipe.flops_spent(update, [g.update for g in self.growths], self.per_update)
 
     def compile(self, model, optimizer):
         model.compile(optimizer, self.objective.losses())
@@ -130,7 +126,7 @@ class Trainer:
 
     def fresh_model(self):
         optimizer = AdamW(self.schedule, weight_decay=WEIGHT_DECAY, accum_steps=self.a["accum_steps"])
-        return self.seed_dropout(self.compile(self.stages[0].model, optimizer), 0)
+        return self.seed_dropout(self.compile(self.phases[0].model, optimizer), 0)
 
     def seed_dropout(self, model, update):
         """Dropout's generators seeded from (seed, update) when a model starts
@@ -183,7 +179,7 @@ class Trainer:
         except (OSError, ValueError, zipfile.BadZipFile) as error:
             raise ValueError(f"The backup {model_file} cannot be loaded ({str(error)[:200]}); restore it, or give "
                              "another --output-dir.") from None  # fmt: skip
-        if weight_shapes(model) != self.stages[growths_done].weight_shapes:
+        if weight_shapes(model) != self.phases[growths_done].weight_shapes:
             raise ValueError(f"The backup {model_file} is not this run's model after {growths_done} growth(s) (its "
                              "weights have other shapes); restore it, or give another --output-dir.")  # fmt: skip
         for variable, value in zip(seed_generator_states(model), state.get("generators", [])):
@@ -227,13 +223,13 @@ class Trainer:
         return float(np.average(losses, weights=weights))
 
     def record(self, model, update, train_losses, seconds, grew=False):
-        stage = self.stages[sum(g.update <= update for g in self.growths)]
+        phase = self.phases[sum(g.update <= update for g in self.growths)]
         row = dict(
             update=update,
             tokens=update * self.tokens_per_update,
             flops=self.flops_at(update),
-            hidden_size=stage.hidden_size,
-            num_layers=stage.num_layers,
+            hidden_size=phase.hidden_size,
+            num_layers=phase.num_layers,
             lr=float(keras.ops.convert_to_numpy(self.schedule(update))),
             train_loss=float(np.mean(train_losses)) if train_losses else None,
             valid_loss=self.evaluate(model),
@@ -278,11 +274,11 @@ class Trainer:
                 took = time.perf_counter() - start
                 seconds += took
                 update += 1
-                stage = self.stages[growths_done]
+                phase = self.phases[growths_done]
                 progress.update(1)
                 progress.set_postfix_str(
                     f"loss {self.train_losses[-1]:.3f}, {self.tokens_per_update / max(took, 1e-9):,.0f} tok/s, "
-                    f"{stage.hidden_size}×{stage.num_layers}"
+                    f"{phase.hidden_size}×{phase.num_layers}"
                 )
                 if not np.isfinite(self.train_losses[-1]):
                     message = (
@@ -302,7 +298,7 @@ class Trainer:
                     self.folder.log(f"stopped at update {update}: backup saved; run the same command to resume")
                     raise KeyboardInterrupt
         self.save(model, update, growths_done, seconds)
-        title = f"{self.a['model'] or self.stages[-1].describe()}: {self.a['grow']}, budget {self.a['budget']}"
+        title = f"{self.a['model'] or self.phases[-1].describe()}: {self.a['grow']}, budget {self.a['budget']}"
         self.folder.plot(rows, title)
         final = self.folder.write_final(model, self.tokenizer)
         self.folder.log(
@@ -318,7 +314,7 @@ class Trainer:
         arguments = {"seed": (self.a["seed"] * 100_003 + update) % 2**31, **growth.arguments}
         big, optimizer = grow(model, optimizer=model.optimizer, **arguments)
         self.folder.log(f"update {update}: grew ({recipe.arguments_text(growth.arguments)}) to "
-                        f"{self.stages[growths_done + 1].describe()}")  # fmt: skip
+                        f"{self.phases[growths_done + 1].describe()}")  # fmt: skip
         return self.seed_dropout(self.compile(big, optimizer), update)
 
     @contextlib.contextmanager

@@ -102,9 +102,10 @@ def test_the_growth_spec_and_undoing_it():
 
 def test_growth_points_are_placed_at_equal_flops():
     growths = recipe.parse("0.5:k=2")
-    total = recipe.place(growths, 100, [1.0, 3.0], warmup=5)
+    total, placed = recipe.place(growths, 100, [1.0, 3.0], warmup=5)
     # 100 updates at cost 3 = 300; half the run's U updates at cost 1, half at 3: 2U = 300, U = 150
-    assert (growths[0].update, total) == (75, 150)
+    assert (placed[0].update, total) == (75, 150) and growths[0].update is None  # its input is left as it was
+    assert recipe.flops_spent(total, [75], [1.0, 3.0]) == 75 * 1.0 + 75 * 3.0 == 300
 
 
 @pytest.mark.parametrize(

@@ -315,7 +315,7 @@ def test_a_target_too_big_for_memory_is_refused_before_it_is_built(english, tmp_
             "intermediate_size": 16384, "max_position_embeddings": 1024}  # fmt: skip
     monkeypatch.setattr(checks, "available_memory", lambda: 21e9)
     built = []
-    monkeypatch.setattr(run.Stage, "built", lambda *args: built.append(args))
+    monkeypatch.setattr(run.Phase, "built", lambda *args: built.append(args))
     with pytest.raises(
         ValueError,
         match=r"The target \(hidden_size 4096 × 48 blocks, about 9.67 billion parameters\) needs about 156 GB to "
