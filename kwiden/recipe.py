@@ -8,7 +8,9 @@ import dataclasses
 import fractions
 import math
 
+from kwiden.growth import grow
 from kwiden.growth.options import GROW, taken_by
+from kwiden.keras_internals import compile_arguments
 
 # What `auto` does, chosen from the sweep of benchmarks/grow_vs_scratch.py (docs/growth-that-pays.md#the-sweep):
 # grow once, late, at 80% of the run's updates (the small model takes the cheap updates, the target the last,
@@ -299,3 +301,21 @@ def flops_spent(update, growth_updates, cost_of_stage):
     """
     bounds = [0, *growth_updates, math.inf]
     return float(sum(max(0, min(update, bounds[i + 1]) - bounds[i]) * cost for i, cost in enumerate(cost_of_stage)))
+
+
+def growth_seed(seed, update):
+    """The seed of the splits of a run's growth at `update` (`seed`: the run's): one rule for every loop that
+    grows during training, so that a run resumed before a growth grows as it would have."""
+    return (seed * 100_003 + update) % 2**31
+
+
+def grow_and_compile(model, update, arguments, seed=0):
+    """`(grown model, the arguments grown with)`: `kwiden.grow(model, **arguments)` with the optimizer grown too
+    (the one under mixed_float16's loss scaling), the splits seeded by `growth_seed`, compiled with `model`'s loss
+    and metrics (a mixed_float16 model's new optimizer is wrapped for loss scaling again, with a fresh scale)."""
+    arguments = {"seed": growth_seed(seed, update), **arguments}
+    big, optimizer = grow(model, optimizer=getattr(model.optimizer, "inner_optimizer", model.optimizer), **arguments)
+    config = compile_arguments(model)
+    config.pop("optimizer")
+    big.compile(optimizer=optimizer, **config)
+    return big, arguments

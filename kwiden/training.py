@@ -10,7 +10,6 @@ from kwiden import recipe
 from kwiden.backups import Backup
 from kwiden.builder import build_transformer_model
 from kwiden.compute import flops_per_token
-from kwiden.growth import grow
 from kwiden.growth.options import GROW, names
 from kwiden.keras_internals import compile_arguments
 from kwiden.models import get_family
@@ -343,14 +342,7 @@ def _check_length(data, micro_steps):
 
 
 def _grow(model, update, arguments, verbose):
-    """The grown model, its grown optimizer compiled in with the same loss and
-    metrics (a mixed_float16 model's new optimizer is wrapped for loss scaling
-    again by `compile`, with a fresh loss scale)."""
-    arguments = {"seed": update, **arguments}
-    big, optimizer = grow(model, optimizer=_inner(model.optimizer), **arguments)
-    config = compile_arguments(model)
-    config.pop("optimizer")
-    big.compile(optimizer=optimizer, **config)
+    big, arguments = recipe.grow_and_compile(model, update, arguments)  # seed 0: the splits seeded by the update
     if verbose != 0:
         print(f"Grew at update {update} ({arguments}): {model.count_params():,} -> {big.count_params():,} parameters")
     return big

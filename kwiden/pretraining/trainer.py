@@ -311,11 +311,10 @@ class Trainer:
     def _grow(self, model, update, growths_done, seconds):
         growth = self.growths[growths_done]
         self.save(model, update, growths_done, seconds)  # before: a growth that fails loses nothing
-        arguments = {"seed": (self.a["seed"] * 100_003 + update) % 2**31, **growth.arguments}
-        big, optimizer = grow(model, optimizer=model.optimizer, **arguments)
+        big, _ = recipe.grow_and_compile(model, update, growth.arguments, self.a["seed"])
         self.folder.log(f"update {update}: grew ({recipe.arguments_text(growth.arguments)}) to "
                         f"{self.phases[growths_done + 1].describe()}")  # fmt: skip
-        return self.seed_dropout(self.compile(big, optimizer), update)
+        return self.seed_dropout(big, update)
 
     @contextlib.contextmanager
     def _stop_on_interrupt(self):
