@@ -52,8 +52,11 @@ def table(results):
     if reached is None:
         lines.append(f"\nThe grown run does not reach the scratch run's final loss {target:.4f} on the same compute.")
     else:
+        seconds = results["scratch"].metrics[-1]["seconds"]
         lines.append(
             f"\nThe grown run reaches the scratch run's final loss {target:.4f} at update {reached['update']}, "
-            f"{reached['flops']:.3g} FLOPs: {reached['flops'] / budget:.0%} of the compute."
+            f"{reached['flops']:.3g} FLOPs: {reached['flops'] / budget:.0%} of the compute in FLOPs, "
+            f"{reached['seconds'] / max(seconds, 1e-9):.0%} in seconds of training ({reached['seconds']:.1f} s "
+            f"against {seconds:.1f} s)."
         )
     return "\n".join(lines)

@@ -238,6 +238,39 @@ def test_no_module_is_longer_than_a_sitting(module):
     assert lines <= MAX_MODULE_LINES, f"{path} has {lines} lines (at most {MAX_MODULE_LINES}): split it by concern."
 
 
+# A function a reader holds in mind at once; `grow`'s stages (options → plan → rebuild → transfer → optimizer →
+# check), each a step of one idea, shorter still. Lines of the body, its docstring left out.
+MAX_FUNCTION_LINES = 50
+MAX_STAGE_LINES = 40
+GROWTH_STAGES = {
+    "kwiden.growth.options": "resolve",
+    "kwiden.growth.plan": "plan_growth",
+    "kwiden.growth.rebuild": "rebuild",
+    "kwiden.growth.transfer": "transfer",
+    "kwiden.growth.optimizer": "grow_optimizer",
+    "kwiden.growth.check": "check",
+}
+
+
+def _body_lines(function):
+    first = function.body[0]
+    documented = (
+        isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+    )
+    return function.end_lineno - (first.end_lineno + 1 if documented else first.lineno) + 1
+
+
+def test_no_function_is_longer_than_a_thought():
+    long = []
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                limit = MAX_STAGE_LINES if GROWTH_STAGES.get(name) == node.name else MAX_FUNCTION_LINES
+                if _body_lines(node) > limit:
+                    long.append(f"{path}:{node.lineno} {node.name}: {_body_lines(node)} lines (at most {limit})")
+    assert not long, "split these by idea:\n" + "\n".join(long)
+
+
 def test_growth_options_are_declared_once():
     """`kwiden.grow`, `kwiden.grow_checkpoint`, `kwiden grow` and `fit_growing`
     take the growth options `kwiden/growth/options.py` declares (`OPTIONS`),

@@ -77,6 +77,29 @@ def grow_optimizer(
     over `relax` updates from now, through `growth_relax`
     (docs/optimizer-state.md#relaxing-to-one-rate).
     """
+    _check_growable(optimizer)
+    small_variables = {v.path: v for v in small.trainable_variables}
+    if not optimizer.built:
+        optimizer.build(list(small_variables.values()))
+    _check_built_on(optimizer, small)
+    big_variables = big.trainable_variables
+    source = {v.path: (sources or {}).get(v.path, VariableSource(v.path)) for v in big_variables}
+    config = optimizer.get_config()
+    if isinstance(optimizer, AccumulatingOptimizer):
+        config.update(_rate_settings(optimizer, small_variables, big_variables, source, axes_by_path,
+                                     scale_learning_rates, relax, rewarm))  # fmt: skip
+    else:
+        _check_one_rate(optimizer, scale_learning_rates, rewarm)
+    grown = optimizer.__class__.from_config(config)
+    grown.build(big_variables)
+    # A copy, not the small optimizer's buffer (which JAX would donate to the big model's training).
+    grown.iterations.assign(keras.ops.convert_to_numpy(optimizer.iterations))
+    if state != "zero":
+        _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, state, spread)
+    return grown
+
+
+def _check_growable(optimizer):
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         raise ValueError(
             "Pass the inner optimizer (`optimizer.inner_optimizer`) to kwiden.grow; "
@@ -88,47 +111,43 @@ def grow_optimizer(
             "kwiden's optimizers and Keras' SGD, Adam and AdamW. Grow without "
             "`optimizer=` and compile the grown model with a new optimizer."
         )
-    small_variables = {v.path: v for v in small.trainable_variables}
-    if not optimizer.built:
-        optimizer.build(list(small_variables.values()))
-    _check_built_on(optimizer, small)
-    big_variables = big.trainable_variables
-    source = {v.path: (sources or {}).get(v.path, VariableSource(v.path)) for v in big_variables}
-    config = optimizer.get_config()
-    if isinstance(optimizer, AccumulatingOptimizer):
-        updates = int(keras.ops.convert_to_numpy(optimizer.iterations)) // optimizer.accum_steps
-        if scale_learning_rates is not False:
-            try:
-                config["growth_scales"] = _learning_rate_scales(optimizer, big_variables, source, axes_by_path, updates)
-                # This growth's relaxation replaces an earlier one, which `_learning_rate_scales` folded in.
-                config["growth_relax"] = (updates, relax) if relax else None
-            except GrowthError:
-                if scale_learning_rates:
-                    raise  # asked for; None: one rate where no one multiplier fits a tensor
-        # An earlier growth's slice multipliers do not fit the grown shapes: this growth's replace them.
-        config["slice_multipliers"], config["slice_warmup"] = None, None
-        if rewarm:
-            config["slice_multipliers"] = _new_copies(small_variables, big_variables, source, axes_by_path)
-            config["slice_warmup"] = (updates, rewarm)
-    elif rewarm:
+
+
+def _rate_settings(optimizer, small_variables, big_variables, source, axes_by_path, scale_learning_rates, relax,
+                   rewarm):  # fmt: skip
+    """The grown kwiden optimizer's per-tensor and per-slice learning-rate settings (its config's keys)."""
+    settings = {}
+    updates = int(keras.ops.convert_to_numpy(optimizer.iterations)) // optimizer.accum_steps
+    if scale_learning_rates is not False:
+        try:
+            settings["growth_scales"] = _learning_rate_scales(optimizer, big_variables, source, axes_by_path, updates)
+            # This growth's relaxation replaces an earlier one, which `_learning_rate_scales` folded in.
+            settings["growth_relax"] = (updates, relax) if relax else None
+        except GrowthError:
+            if scale_learning_rates:
+                raise  # asked for; None: one rate where no one multiplier fits a tensor
+    # An earlier growth's slice multipliers do not fit the grown shapes: this growth's replace them.
+    settings["slice_multipliers"], settings["slice_warmup"] = None, None
+    if rewarm:
+        settings["slice_multipliers"] = _new_copies(small_variables, big_variables, source, axes_by_path)
+        settings["slice_warmup"] = (updates, rewarm)
+    return settings
+
+
+def _check_one_rate(optimizer, scale_learning_rates, rewarm):
+    """Keras' optimizers have one learning rate: refuse what needs more."""
+    if rewarm:
         raise ValueError(
             f"`rewarm` needs one of kwiden's optimizers (per-slice learning rates); {type(optimizer).__name__} "
             "has one learning rate per model: grow with rewarm=0."
         )
-    elif scale_learning_rates:
+    if scale_learning_rates:
         kwiden_name = {"SGD": "SGDM"}.get(type(optimizer).__name__, type(optimizer).__name__)
         raise ValueError(
             f"`scale_learning_rates=True` needs one of kwiden's optimizers (per-tensor learning rates); "
             f"{type(optimizer).__name__} has one learning rate per model: grow with scale_learning_rates=None "
             f"(one rate here) or train with kwiden.optimizers.{kwiden_name}."
         )
-    grown = optimizer.__class__.from_config(config)
-    grown.build(big_variables)
-    # A copy, not the small optimizer's buffer (which JAX would donate to the big model's training).
-    grown.iterations.assign(keras.ops.convert_to_numpy(optimizer.iterations))
-    if state != "zero":
-        _grow_slots(optimizer, grown, small_variables, big_variables, source, axes_by_path, state, spread)
-    return grown
 
 
 def _check_built_on(optimizer, model):

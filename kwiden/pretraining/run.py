@@ -45,8 +45,9 @@ REMOVED = dict(after_growth="continue", learned_growth=0, learned_growth_lr=0.01
 class PretrainResult:
     """What `pretrain` made: the final `model` (compiled, trained), its
     `final` folder, the `metrics` rows (as in metrics.jsonl), the growths
-    made, the updates and FLOPs spent, what `--grow auto` chose and why
-    (`recipe`), and what the budget means for the target (`advice`)."""
+    made, the updates and FLOPs spent and the seconds of training they took,
+    what `--grow auto` chose and why (`recipe`), and what the budget means for
+    the target (`advice`)."""
 
     model: object
     output_dir: pathlib.Path
@@ -55,6 +56,7 @@ class PretrainResult:
     growths: list
     updates: int
     flops: float
+    seconds: float
     recipe: str
     advice: str
 

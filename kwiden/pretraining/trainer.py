@@ -242,6 +242,40 @@ class Trainer:
 
     # The loop
     def run(self):
+        model, update, growths_done, seconds, rows = self._start()
+        from tqdm.auto import tqdm
+
+        self.folder.starts_training()
+        with self._stop_on_interrupt(), tqdm(total=self.total, initial=update, disable=not self.verbose,
+                                               unit="update", dynamic_ncols=True) as progress:  # fmt: skip
+            while update < self.total:
+                if growths_done < len(self.growths) and self.growths[growths_done].update == update:
+                    model = self._grow(model, update, growths_done, seconds)  # the source need not live on
+                    growths_done += 1
+                    rows.append(self.record(model, update, [], seconds, grew=True))
+                    self.save(model, update, growths_done, seconds)
+                took = self._update(model, update)
+                seconds += took
+                update += 1
+                phase = self.phases[growths_done]
+                progress.update(1)
+                progress.set_postfix_str(
+                    f"loss {self.train_losses[-1]:.3f}, {self.tokens_per_update / max(took, 1e-9):,.0f} tok/s, "
+                    f"{phase.hidden_size}×{phase.num_layers}"
+                )
+                if update % self.eval_every == 0 or update == self.total:
+                    rows.append(self.record(model, update, self.train_losses, seconds))
+                    self.train_losses = []
+                if (self.a["save_every"] and update % self.a["save_every"] == 0) or self.stop_asked:
+                    self.save(model, update, growths_done, seconds)
+                if self.stop_asked:
+                    self.folder.log(f"stopped at update {update}: backup saved; run the same command to resume")
+                    raise KeyboardInterrupt
+        return self._finish(model, update, growths_done, seconds, rows)
+
+    def _start(self):
+        """`(model, update, growths done, seconds, metrics rows)` to train on from: the last backup's, or a fresh
+        model's (the rows after the backup dropped)."""
         restored = self.restore()
         if restored is None:
             model, update, growths_done, seconds = self.fresh_model(), 0, 0, 0.0
@@ -254,59 +288,39 @@ class Trainer:
         rows = self.folder.metrics()
         if not rows:
             rows.append(self.record(model, 0, [], seconds))
-        from tqdm.auto import tqdm
+        return model, update, growths_done, seconds, rows
 
-        self.folder.starts_training()
-        with self._stop_on_interrupt(), tqdm(total=self.total, initial=update, disable=not self.verbose,
-                                               unit="update", dynamic_ncols=True) as progress:  # fmt: skip
-            while update < self.total:
-                if growths_done < len(self.growths) and self.growths[growths_done].update == update:
-                    model = self._grow(model, update, growths_done, seconds)  # the source need not live on
-                    growths_done += 1
-                    rows.append(self.record(model, update, [], seconds, grew=True))
-                    self.save(model, update, growths_done, seconds)
-                start = time.perf_counter()
-                for micro_step in range(self.a["accum_steps"]):
-                    x, y = objectives.training_batch(
-                        self.objective, self.train, self.a["batch_size"], self.a["seed"], update, micro_step
-                    )
-                    self.train_losses.append(float(model.train_on_batch(x, y, return_dict=True)["loss"]))
-                took = time.perf_counter() - start
-                seconds += took
-                update += 1
-                phase = self.phases[growths_done]
-                progress.update(1)
-                progress.set_postfix_str(
-                    f"loss {self.train_losses[-1]:.3f}, {self.tokens_per_update / max(took, 1e-9):,.0f} tok/s, "
-                    f"{phase.hidden_size}×{phase.num_layers}"
-                )
-                if not np.isfinite(self.train_losses[-1]):
-                    message = (
-                        f"The training loss is {self.train_losses[-1]} at update {update}: training diverged. Give a "
-                        f"lower --lr or a longer --warmup, in a new --output-dir; {self.folder.folder} keeps this "
-                        "run's log, metrics and last backup (the same command resumes it from there)."
-                    )
-                    self.folder.log(message)
-                    raise ValueError(message)
-                if update % self.eval_every == 0 or update == self.total:
-                    rows.append(self.record(model, update, self.train_losses, seconds))
-                    self.train_losses = []
-                if self.a["save_every"] and update % self.a["save_every"] == 0:
-                    self.save(model, update, growths_done, seconds)
-                if self.stop_asked:
-                    self.save(model, update, growths_done, seconds)
-                    self.folder.log(f"stopped at update {update}: backup saved; run the same command to resume")
-                    raise KeyboardInterrupt
+    def _update(self, model, update):
+        """Train update `update + 1` (its micro-batches); its seconds. A loss that is not finite stops the run."""
+        start = time.perf_counter()
+        for micro_step in range(self.a["accum_steps"]):
+            x, y = objectives.training_batch(
+                self.objective, self.train, self.a["batch_size"], self.a["seed"], update, micro_step
+            )
+            self.train_losses.append(float(model.train_on_batch(x, y, return_dict=True)["loss"]))
+        took = time.perf_counter() - start
+        if not np.isfinite(self.train_losses[-1]):
+            message = (
+                f"The training loss is {self.train_losses[-1]} at update {update + 1}: training diverged. Give a "
+                f"lower --lr or a longer --warmup, in a new --output-dir; {self.folder.folder} keeps this "
+                "run's log, metrics and last backup (the same command resumes it from there)."
+            )
+            self.folder.log(message)
+            raise ValueError(message)
+        return took
+
+    def _finish(self, model, update, growths_done, seconds, rows):
         self.save(model, update, growths_done, seconds)
         title = f"{self.a['model'] or self.phases[-1].describe()}: {self.a['grow']}, budget {self.a['budget']}"
         self.folder.plot(rows, title)
         final = self.folder.write_final(model, self.tokenizer)
+        flops = self.flops_at(update)
         self.folder.log(
-            f"done: {update} updates, {self.flops_at(update):.3g} FLOPs, validation loss {rows[-1]['valid_loss']:.4f} "
-            f"in {seconds:.0f} s; the model is in {final}"
+            f"done: {update} updates, {flops:.3g} FLOPs in {seconds:.0f} s of training, validation loss "
+            f"{rows[-1]['valid_loss']:.4f}; the model is in {final}"
         )
         return dict(model=model, output_dir=self.folder.folder, final=final, metrics=rows, growths=self.growths,
-                    updates=update, flops=self.flops_at(update))  # fmt: skip
+                    updates=update, flops=flops, seconds=seconds)  # fmt: skip
 
     def _grow(self, model, update, growths_done, seconds):
         growth = self.growths[growths_done]
