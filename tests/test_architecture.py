@@ -271,6 +271,30 @@ def test_no_function_is_longer_than_a_thought():
     assert not long, "split these by idea:\n" + "\n".join(long)
 
 
+def test_layer_names_are_spelled_only_in_naming():
+    """Block and layer names ("Transformer-0-FeedForward", "Embedding-Token", …) come from `kwiden.naming`: a
+    second spelling would part from it silently. Docstrings may show them."""
+    prefixes = ("Transformer-", "Embedding-", "MLM-", "Output-", "Input-", "Pooler")
+    spelled = []
+    for name, path in modules():
+        if name == "kwiden.naming":
+            continue
+        tree = ast.parse(path.read_text())
+        documented = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in documented:
+                if any(prefix in node.value for prefix in prefixes):
+                    spelled.append(f"{path}:{node.lineno} {node.value[:50]!r}")
+    assert not spelled, "use kwiden.naming's names:\n" + "\n".join(spelled)
+
+
 def test_growth_options_are_declared_once():
     """`kwiden.grow`, `kwiden.grow_checkpoint`, `kwiden grow` and `fit_growing`
     take the growth options `kwiden/growth/options.py` declares (`OPTIONS`),

@@ -8,7 +8,7 @@ import pathlib
 
 import keras
 
-from kwiden import recipe
+from kwiden import naming, recipe
 from kwiden.builder import build_transformer_model
 from kwiden.distribution import layout_map
 from kwiden.files import file_digest
@@ -355,7 +355,7 @@ def _stages(a, family, start_model, corpus_tokenizer, objective):
     the growths between them, and why `auto` chose them."""
     parsed = recipe.parse(a["grow"])
     if start_model is not None:
-        if start_model.get_layer("Embedding-Token").input_dim < corpus_tokenizer.vocab_size:
+        if start_model.get_layer(naming.EMBEDDING_TOKEN).input_dim < corpus_tokenizer.vocab_size:
             raise ValueError(f"--from {a['from_checkpoint']}: its vocabulary is smaller than its tokenizer's.")
         if parsed == "auto" and a["config"] is None:
             parsed, why = [], "none: --grow auto with --from needs --config, the target to grow to"
