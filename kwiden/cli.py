@@ -128,6 +128,7 @@ def _demo(args):
 # `kwiden.pretrain`'s arguments the command gives, with their flags' parsing and help.
 PRETRAIN_FLAGS = (
     ("--model", dict(help="the target's family: gpt, llama, qwen2, mistral (next token); bert, roformer (masked)")),
+    ("--objective", dict(help="causal_lm or masked_lm (default: the family's), or one registered in Python")),
     ("--config", dict(help="the target's config.json (Hugging Face keys); vocab_size defaults to the tokenizer's")),
     ("--tokenizer", dict(help="bytes (default), a WordPiece vocab.txt or a tokenizer.json")),
     ("--build-vocab", dict(type=int, metavar="SIZE", help="train a WordPiece vocabulary of SIZE on the corpus")),

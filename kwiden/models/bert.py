@@ -258,4 +258,5 @@ BERT = Family(
     alternative_names=ALTERNATIVE_NAMES,
     heads=HEADS,
     tied_head=None,
+    pretrains_with="masked_lm",
 )

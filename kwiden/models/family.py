@@ -80,6 +80,10 @@ class Family:
         tied_head: `(output head, token table)`: the layers a config may tie
             (`tie_word_embeddings`), where a checkpoint may still hold the
             head written out; None where the family has no such head.
+        pretrains_with: the name of the objective `kwiden.pretrain` trains
+            the family with by default (`"causal_lm"`, `"masked_lm"`, or one
+            registered with `kwiden.pretraining.register_objective`); None:
+            it must be given.
 
     Example: BERT with RMSNorm, built without registering it:
 
@@ -109,6 +113,7 @@ class Family:
     heads: tuple = HEADS
     vocabulary_rows: tuple = VOCABULARY_ROWS
     tied_head: Optional[tuple] = (naming.OUTPUT_LOGITS, naming.EMBEDDING_TOKEN)
+    pretrains_with: Optional[str] = None
 
     def __post_init__(self):
         if self.title is None:

@@ -189,4 +189,5 @@ GPT = Family(
     model_types=("gpt2",),
     hf_prefix="transformer.",
     buffers=BUFFERS,
+    pretrains_with="causal_lm",
 )

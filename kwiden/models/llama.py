@@ -177,4 +177,5 @@ LLAMA = Family(
     model_types=("llama",),
     hf_prefix="model.",
     buffers=BUFFERS,
+    pretrains_with="causal_lm",
 )

@@ -61,4 +61,5 @@ MISTRAL = Family(
     model_types=("mistral",),
     hf_prefix="model.",
     buffers=llama.BUFFERS,
+    pretrains_with="causal_lm",
 )

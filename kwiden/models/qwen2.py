@@ -69,4 +69,5 @@ QWEN2 = Family(
     model_types=("qwen2",),
     hf_prefix="model.",
     buffers=llama.BUFFERS,
+    pretrains_with="causal_lm",
 )

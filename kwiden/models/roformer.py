@@ -88,4 +88,5 @@ ROFORMER = Family(
     alternative_names=bert.ALTERNATIVE_NAMES,
     heads=bert.HEADS,
     tied_head=None,
+    pretrains_with="masked_lm",
 )

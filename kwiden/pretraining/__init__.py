@@ -1,6 +1,7 @@
 """Pretraining on your own corpus, small first and grown on the way
 (`kwiden.pretrain`, the `kwiden pretrain` command)."""
 
+from kwiden.pretraining.objectives import CausalLM, MaskedLM, Objective, register_objective
 from kwiden.pretraining.run import PretrainResult, pretrain
 
-__all__ = ["PretrainResult", "pretrain"]
+__all__ = ["CausalLM", "MaskedLM", "Objective", "PretrainResult", "pretrain", "register_objective"]

@@ -1,8 +1,7 @@
-"""The two pretraining objectives on a token stream: the next token (causal
-LM, decoders) and masked tokens (masked LM, encoders: BERT's 15%, 80/10/10,
-loss on the masked positions only, optionally whole words)."""
-
-import dataclasses
+"""Pretraining objectives on a token stream, in a registry a new one joins
+(`register_objective`): the next token (`causal_lm`, decoders) and masked
+tokens (`masked_lm`, encoders: BERT's 15%, 80/10/10, loss on the masked
+positions only, optionally whole words)."""
 
 import keras
 import numpy as np
@@ -14,46 +13,125 @@ REPLACED_BY_MASK, REPLACED_BY_RANDOM = 0.8, 0.1
 IGNORED = -1
 MAX_VALID_WINDOWS = 256
 LEAST_VALID_WINDOWS = 4
-CAUSAL, MASKED_LM = "causal", "masked"
 
 
-@dataclasses.dataclass
 class Objective:
-    """How windows of the token stream become `(inputs, targets)` batches."""
+    """What a pretraining objective is to the trainer; subclass it and
+    `register_objective` the subclass to pretrain with it (`--objective NAME`,
+    or a family's `pretrains_with`).
 
-    kind: str
-    seq_len: int
-    vocab_size: int
-    mask: int = None
-    cls: int = None
-    separator: int = None
-    whole_words: bool = False
+    `made_for(tokenizer, seq_len, whole_words, family)` makes one for a run
+    (refusing, naming the flag, what it cannot train); `window` is how many
+    tokens of the stream one example reads; `batch(tokens, starts, rng)` the
+    `(inputs, targets)` of the examples at `starts`; `model_arguments` what
+    `kwiden.build_transformer_model` takes to give the model the heads the
+    objective trains; `losses()` what `compile` takes; `counted(targets)` how
+    many targets a batch's loss averages over (evaluations weigh batches so).
+    """
 
-    @property
-    def wrapped(self):
-        """Masked windows go between [CLS] and [SEP] where the tokenizer has them, as BERT's inputs."""
-        return self.kind == MASKED_LM and self.cls is not None and self.separator is not None
+    name = None
+    model_arguments = {}
+
+    def __init__(self, seq_len, vocab_size):
+        self.seq_len, self.vocab_size = seq_len, vocab_size
+
+    @classmethod
+    def made_for(cls, tokenizer, seq_len, whole_words, family):
+        if whole_words:
+            raise ValueError(f"--whole-word-mask is for masked LMs (bert, roformer); {cls.name} does not mask.")
+        return cls(seq_len, tokenizer.vocab_size)
 
     @property
     def window(self):
-        """Tokens of the stream one example reads."""
-        if self.kind == CAUSAL:
-            return self.seq_len + 1
+        raise NotImplementedError
+
+    def batch(self, tokens, starts, rng):
+        raise NotImplementedError
+
+    def losses(self):
+        raise NotImplementedError
+
+    def counted(self, targets):
+        return int(np.size(targets))
+
+    def windows(self, tokens, starts):
+        """The stream's windows at `starts`, one a row."""
+        return np.stack([tokens.ids[s : s + self.window] for s in starts]).astype(np.int32)
+
+
+OBJECTIVES = {}
+
+
+def register_objective(objective):
+    """Add an `Objective` subclass under its `name`; returns it (a decorator)."""
+    if not (isinstance(objective, type) and issubclass(objective, Objective) and isinstance(objective.name, str)):
+        raise ValueError(f"register_objective takes an Objective subclass with a `name`, got {objective!r}.")
+    OBJECTIVES[objective.name] = objective
+    return objective
+
+
+def get_objective(name):
+    if name not in OBJECTIVES:
+        raise ValueError(f"--objective {name}: pretraining knows {', '.join(sorted(OBJECTIVES))}.")
+    return OBJECTIVES[name]
+
+
+@register_objective
+class CausalLM(Objective):
+    """The next token, as decoders learn (GPT, LLaMA, Qwen2, Mistral)."""
+
+    name = "causal_lm"
+
+    @property
+    def window(self):
+        return self.seq_len + 1
+
+    def batch(self, tokens, starts, rng):
+        windows = self.windows(tokens, starts)
+        return windows[:, :-1], windows[:, 1:]
+
+    def losses(self):
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+@register_objective
+class MaskedLM(Objective):
+    """Masked tokens, as encoders learn (BERT, RoFormer): 15% of the
+    positions (whole words with `whole_words`), 80/10/10, the loss on those
+    alone; windows between [CLS] and [SEP] where the tokenizer has them."""
+
+    name = "masked_lm"
+    model_arguments = {"with_mlm": True}
+
+    def __init__(self, seq_len, vocab_size, mask, cls=None, separator=None, whole_words=False):
+        super().__init__(seq_len, vocab_size)
+        self.mask, self.cls, self.separator, self.whole_words = mask, cls, separator, whole_words
+
+    @classmethod
+    def made_for(cls, tokenizer, seq_len, whole_words, family):
+        if tokenizer.mask is None:
+            raise ValueError(
+                f"The tokenizer {tokenizer.source} has no [MASK] token, which the masked LM of {family.name} needs."
+            )
+        return cls(seq_len, tokenizer.vocab_size, tokenizer.mask, tokenizer.cls, tokenizer.separator, whole_words)
+
+    @property
+    def wrapped(self):
+        return self.cls is not None and self.separator is not None
+
+    @property
+    def window(self):
         return self.seq_len - 2 if self.wrapped else self.seq_len
 
     def losses(self):
-        """What `compile` takes: the decoder's one output's loss; for an
-        encoder, none for its sequence output and the masked LM's for its logits."""
-        if self.kind == CAUSAL:
-            return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        """None for the encoder's sequence output; the masked LM's loss for its logits."""
         return [None, keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)]
 
+    def counted(self, targets):
+        return int(np.sum(targets[1] != IGNORED))
+
     def batch(self, tokens, starts, rng):
-        """The examples whose windows start at `starts` of `tokens` (a `Split`);
-        the masked LM draws its masks from `rng`."""
-        windows = np.stack([tokens.ids[s : s + self.window] for s in starts]).astype(np.int32)
-        if self.kind == CAUSAL:
-            return windows[:, :-1], windows[:, 1:]
+        windows = self.windows(tokens, starts)
         word_starts = None
         if self.whole_words and tokens.word_starts is not None:
             word_starts = np.stack([tokens.word_starts[s : s + self.window] for s in starts]).astype(bool)

@@ -13,14 +13,12 @@ from kwiden.builder import build_transformer_model
 from kwiden.distribution import layout_map
 from kwiden.files import file_digest
 from kwiden.models.config import read_config_file
-from kwiden.models.family import family_of, get_family
+from kwiden.models.family import FAMILIES, family_of, get_family
 from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import checks, objectives, tokens, vocabulary
 from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder
 from kwiden.pretraining.trainer import Phase, Trainer
 
-CAUSAL_FAMILIES = ("gpt", "llama", "qwen2", "mistral")
-MASKED_FAMILIES = ("bert", "roformer")
 # Arguments that do not change what a run computes: a run resumed with others is the same run.
 NOT_RECORDED = ("verbose",)
 # Recorded, but how often a run evaluates and backs up changes none of its updates: a resume may change them.
@@ -65,6 +63,7 @@ def pretrain(
     corpus,
     output_dir,
     model=None,
+    objective=None,
     config=None,
     tokenizer=None,
     build_vocab=None,
@@ -102,7 +101,11 @@ def pretrain(
             `loss.png`, `backup/` and `final/` (a Hugging Face folder with the
             tokenizer). Run the same call again to resume from its last backup.
         model: the family of `config` ("gpt" by default; with
-            `from_checkpoint`, the checkpoint's).
+            `from_checkpoint`, the checkpoint's): a registered family's name.
+        objective: what the model learns: "causal_lm" (the next token),
+            "masked_lm" (masked tokens), or an objective registered with
+            `kwiden.pretraining.register_objective`; by default the family's
+            (`Family.pretrains_with`).
         config: a dict or a `config.json` path; without `vocab_size` it takes
             the tokenizer's, and one that differs from the tokenizer's is refused.
         tokenizer: "bytes" (the default without a checkpoint), a WordPiece
@@ -169,8 +172,11 @@ def pretrain(
 def _pretrain(folder, a, verbose):
     checkpoint = a["from_checkpoint"]
     corpus_tokenizer = _tokenizer(a, folder)
-    start_model, family = _start(a, checkpoint)
-    objective = _objective(family, a, corpus_tokenizer)
+    family = _family(a["model"] or "gpt") if checkpoint is None else None
+    start_model, family = _start(a, checkpoint, family)
+    objective = _objective_for(family, a["objective"]).made_for(
+        corpus_tokenizer, a["seq_len"], a["whole_word_mask"], family
+    )
     if start_model is None and not _accelerated():  # before the corpus is read: a target that cannot train here
         checks.memory(_target_config(a, family, corpus_tokenizer), a)  # (a GPU's memory is not what it reads)
     folder.will_write(TOKENS)
@@ -179,7 +185,7 @@ def _pretrain(folder, a, verbose):
     train, valid = objectives.split(token_file, objective, a["valid_fraction"])
     folder.log(
         f"corpus: {len(token_file):,} tokens ({corpus_tokenizer.source}, vocabulary {corpus_tokenizer.vocab_size:,}), "
-        f"{len(valid):,} held out; objective: {objective.kind} LM"
+        f"{len(valid):,} held out; objective: {objective.name}"
     )
     phases, growths, why = _stages(a, family, start_model, corpus_tokenizer, objective)
     tokens_per_update = a["batch_size"] * a["accum_steps"] * a["seq_len"]
@@ -297,35 +303,38 @@ def _built_vocabulary(a, folder):
     return trained
 
 
-def _start(a, checkpoint):
-    """The loaded model (with `from_checkpoint`) or None, and the family."""
+def _family(name):
+    try:
+        return get_family(name)
+    except ValueError:
+        raise ValueError(
+            f"--model {name}: the families kwiden knows are {', '.join(sorted(FAMILIES))} "
+            "(kwiden.models.register_family adds one)."
+        ) from None
+
+
+def _objective_for(family, name):
+    """The objective class `--objective` names, else the family's."""
+    name = name or family.pretrains_with
+    if name is None:
+        raise ValueError(
+            f"--model {family.name}: the family names no pretraining objective; give --objective "
+            f"({', '.join(sorted(objectives.OBJECTIVES))})."
+        )
+    return objectives.get_objective(name)
+
+
+def _start(a, checkpoint, family):
+    """`(the loaded model or None, its family)`: with `from_checkpoint`, the checkpoint with the heads its
+    objective trains."""
     if checkpoint is None:
-        name = a["model"] or "gpt"
-        if name not in CAUSAL_FAMILIES + MASKED_FAMILIES:
-            raise ValueError(f"--model {name}: pretraining knows {', '.join(CAUSAL_FAMILIES + MASKED_FAMILIES)}.")
-        return None, get_family(name)
+        return None, family
     probe = build_transformer_model(checkpoint_path=checkpoint, model=a["model"])
     family = family_of(probe)
-    if family.name in MASKED_FAMILIES:
-        probe = build_transformer_model(checkpoint_path=checkpoint, model=a["model"], with_mlm=True)
+    heads = _objective_for(family, a["objective"]).model_arguments
+    if heads:
+        probe = build_transformer_model(checkpoint_path=checkpoint, model=a["model"], **heads)
     return probe, family
-
-
-def _objective(family, a, corpus_tokenizer):
-    if family.name in CAUSAL_FAMILIES:
-        if a["whole_word_mask"]:
-            raise ValueError(
-                f"--whole-word-mask is for masked LMs (bert, roformer); {family.name} learns the next token."
-            )
-        return objectives.Objective(objectives.CAUSAL, a["seq_len"], corpus_tokenizer.vocab_size)
-    if corpus_tokenizer.mask is None:
-        raise ValueError(
-            f"The tokenizer {corpus_tokenizer.source} has no [MASK] token, which the masked LM of {family.name} needs."
-        )
-    return objectives.Objective(
-        objectives.MASKED_LM, a["seq_len"], corpus_tokenizer.vocab_size, corpus_tokenizer.mask,
-        corpus_tokenizer.cls, corpus_tokenizer.separator, a["whole_word_mask"],
-    )  # fmt: skip
 
 
 def _target_config(a, family, corpus_tokenizer):

@@ -66,8 +66,7 @@ class Phase:
 
     @classmethod
     def built(cls, config, family, objective):
-        masked = objective.kind == objectives.MASKED_LM
-        model = build_transformer_model(config, model=family.name, **({"with_mlm": True} if masked else {}))
+        model = build_transformer_model(config, model=family.name, **objective.model_arguments)
         return cls.of(model, objective.seq_len, keep=True)
 
     @classmethod
@@ -218,8 +217,7 @@ class Trainer:
         losses, weights = [], []
         for x, y in self.valid_batches:
             losses.append(float(model.test_on_batch(x, y, return_dict=True)["loss"]))
-            targets = y if self.objective.kind == objectives.CAUSAL else y[1]
-            weights.append(np.sum(targets != objectives.IGNORED))
+            weights.append(self.objective.counted(y))
         return float(np.average(losses, weights=weights))
 
     def record(self, model, update, train_losses, seconds, grew=False):

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import chinese_lines
+from conftest import TINY_GPT, TINY_RUN, chinese_lines
 
 from kwiden import corpus, recipe
 from kwiden.pretraining import objectives, tokens, vocabulary
@@ -41,7 +41,7 @@ def test_whole_words_are_masked_whole(tmp_path):
     token_file = tokens.tokenized(path, built, tmp_path / "run", whole_words=True, verbose=False)
     starts = np.asarray(token_file.word_starts, bool)
     assert 0.3 < starts.mean() < 0.95  # jieba joins characters into words, and separators start words
-    objective = objectives.Objective(objectives.MASKED_LM, 32, built.vocab_size, built.mask, built.cls,
+    objective = objectives.MaskedLM(32, built.vocab_size, built.mask, built.cls,
                                      built.separator, whole_words=True)  # fmt: skip
     train = objectives.Split(token_file, 0, len(token_file))
     (inputs, segments), (_, targets) = objectives.training_batch(objective, train, 64, 0, 0, 0)
@@ -66,7 +66,7 @@ def test_masking_is_bert_s_15_percent_80_10_10():
         def __len__(self):
             return len(stream)
 
-    objective = objectives.Objective(objectives.MASKED_LM, 128, 1000, mask=4)
+    objective = objectives.MaskedLM(128, 1000, mask=4)
     (inputs, segments), (_, targets) = objectives.training_batch(objective, Stream(), 512, 0, 3, 0)
     masked = targets != objectives.IGNORED
     assert masked.mean() == pytest.approx(0.15, abs=0.01)
@@ -124,3 +124,63 @@ def test_advice_places_the_target_against_the_compute_optimal_size(tokens, says,
     assert text.endswith(recipe.measured(tokens / 1e6)) and table in text
     optimal = f"at about {(tokens / 20) ** 0.5 * 1000:,.0f} parameters"  # √(C / 120) with C = 6·N·D
     assert optimal in text
+
+
+class NextButOne(objectives.CausalLM):
+    """A test's own objective: the token after next, from a window two longer than the inputs."""
+
+    name = "next_but_one"
+
+    @property
+    def window(self):
+        return self.seq_len + 2
+
+    def batch(self, tokens, starts, rng):
+        windows = self.windows(tokens, starts)
+        return windows[:, :-2], windows[:, 2:]
+
+
+def test_a_family_and_an_objective_registered_outside_the_package_pretrain(english, tmp_path, monkeypatch):
+    import dataclasses
+
+    import kwiden
+    from kwiden.models import family as families
+    from kwiden.models import get_family, register_family
+
+    # The registries as they were once this test ends.
+    monkeypatch.setattr(objectives, "OBJECTIVES", dict(objectives.OBJECTIVES))
+    monkeypatch.setattr(families, "FAMILIES", dict(families.FAMILIES))
+    assert objectives.register_objective(NextButOne) is NextButOne
+    register_family(dataclasses.replace(get_family("gpt"), name="skip-gpt", pretrains_with="next_but_one"))
+    result = kwiden.pretrain(english, tmp_path / "run", model="skip-gpt", config=TINY_GPT, grow="none",
+                             **{**TINY_RUN, "budget": 4})  # fmt: skip
+    assert result.updates == 4 and "objective: next_but_one" in (tmp_path / "run" / "log.txt").read_text()
+    assert result.model.name == "skip-gpt"
+    seen = {}
+    real = NextButOne.batch
+
+    def batch(self, tokens, starts, rng):
+        seen["batch"] = real(self, tokens, starts, rng)
+        return seen["batch"]
+
+    NextButOne.batch = batch
+    try:  # the targets are the inputs two tokens on
+        kwiden.pretrain(english, tmp_path / "again", model="skip-gpt", config=TINY_GPT, grow="none",
+                        **{**TINY_RUN, "budget": 1})  # fmt: skip
+    finally:
+        NextButOne.batch = real
+    inputs, targets = seen["batch"]
+    np.testing.assert_array_equal(inputs[:, 2:], targets[:, :-2])
+    # --objective picks another for a family; a family with none must be given one
+    chosen = kwiden.pretrain(english, tmp_path / "causal", model="skip-gpt", objective="causal_lm", config=TINY_GPT,
+                             grow="none", **{**TINY_RUN, "budget": 1})  # fmt: skip
+    assert "objective: causal_lm" in (tmp_path / "causal" / "log.txt").read_text() and chosen.updates == 1
+    register_family(dataclasses.replace(get_family("gpt"), name="plain-gpt", pretrains_with=None))
+    with pytest.raises(
+        ValueError, match=r"--model plain-gpt: the family names no pretraining objective; give --objective"
+    ):
+        kwiden.pretrain(english, tmp_path / "none", model="plain-gpt", config=TINY_GPT, **TINY_RUN)
+    with pytest.raises(ValueError, match=r"--objective nope: pretraining knows causal_lm, masked_lm, next_but_one"):
+        kwiden.pretrain(english, tmp_path / "nope", objective="nope", config=TINY_GPT, **TINY_RUN)
+    with pytest.raises(ValueError, match=r"--model nope: the families kwiden knows are bert, gpt"):
+        kwiden.pretrain(english, tmp_path / "nofamily", model="nope", config=TINY_GPT, **TINY_RUN)
