@@ -21,6 +21,7 @@ def build_transformer_model(
     residual=None,
     keep_tokens=None,
     allow_nonfinite=False,
+    fresh_heads=False,
     **overrides,
 ):
     """Build a Transformer from a BERT-style config, as bert4keras does.
@@ -52,6 +53,11 @@ def build_transformer_model(
             `num_hidden_layers`, `vocab_size` or `hidden_size` the
             checkpoint's tensors contradict.
         allow_nonfinite: load tensors with NaN or infinite values all the same.
+        fresh_heads: a head the model is built with (`with_mlm`, `with_pool`:
+            the family's `heads`) that the checkpoint lacks starts freshly
+            initialised (tied where the family ties it), its variables'
+            paths in `model.fresh_weights`; every other weight still loads
+            strictly. False: such a checkpoint is refused.
         keep_tokens: vocabulary ids to keep (bert4keras' option): the token
             table and the MLM bias keep those rows, in that order, and
             `vocab_size` becomes their number.
@@ -120,7 +126,9 @@ def build_transformer_model(
     built = recording(family.build(config, name=family.name, **flags), family.name)
     if checkpoint_path is None:
         return built
-    return checkpoints.load_weights(built, checkpoint_path, keep_tokens, family=family, allow_nonfinite=allow_nonfinite)
+    return checkpoints.load_weights(
+        built, checkpoint_path, keep_tokens, family=family, allow_nonfinite=allow_nonfinite, fresh_heads=fresh_heads
+    )
 
 
 def _family_of_sources(config, config_path, overrides, model=None):

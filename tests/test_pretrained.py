@@ -125,3 +125,25 @@ def test_loading_is_all_or_nothing(folder, tmp_path):
         match=r"The checkpoint's config is a BERT's \(model_type 'bert'\), and its weights compute a BERT; model='gpt' would",
     ):
         kwiden.build_transformer_model(config_path=folder / "config.json", checkpoint_path=folder, model="gpt")
+
+
+def test_a_bert_model_folder_without_an_mlm_head_starts_one_fresh_and_loads_the_rest_strictly(folder, model, tmp_path):
+    with pytest.raises(ValueError, match=r"has no tensor 'cls\.predictions.* \(build without that head"):
+        kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True)
+    headed = kwiden.build_transformer_model(checkpoint_path=folder, with_mlm=True, fresh_heads=True)
+    assert headed.fresh_weights == (
+        "MLM-Dense/kernel", "MLM-Dense/bias", "MLM-Norm/gamma", "MLM-Norm/beta", "MLM-Bias/bias")  # fmt: skip
+    body = {w.path: np.asarray(w) for w in model.weights}
+    for weight in headed.weights:
+        if weight.path in body:
+            np.testing.assert_array_equal(np.asarray(weight), body[weight.path], err_msg=weight.path)
+    assert set(body) <= {w.path for w in headed.weights}
+    assert model.fresh_weights == ()  # nothing missing where no head was asked for
+    # what `kwiden pretrain --from all-MiniLM-L6-v2 --model bert` does: go on pretraining it on your text
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(SENTENCES * 400), encoding="utf-8")
+    result = kwiden.pretrain(text, tmp_path / "run", model="bert", from_checkpoint=folder,
+                             tokenizer=folder / "vocab.txt", grow="none", budget=1, seq_len=16, batch_size=2,
+                             verbose=0)  # fmt: skip
+    assert result.updates == 1
+    assert "they start freshly initialised: MLM-Dense/kernel" in (tmp_path / "run" / "log.txt").read_text()

@@ -4,7 +4,7 @@ from kwiden import messages
 from kwiden.checkpoints.reading import nonfinite, read_plan
 
 
-def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_nonfinite=False):
+def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_nonfinite=False, fresh_heads=False):
     """Fill every weight of `model` from a checkpoint.
 
     `checkpoint_path`: a folder, a safetensors file, a Google prefix, or an
@@ -16,14 +16,18 @@ def load_weights(model, checkpoint_path, keep_tokens=None, family=None, allow_no
     has the wrong shape or holds NaN or infinite values (unless
     `allow_nonfinite=True`), if a file is damaged or differs from the
     folder's `kwiden-manifest.json`, or if the folder holds two checkpoints.
+    `fresh_heads=True`: an optional head (the family's `heads`) the
+    checkpoint lacks keeps its initial values instead, its variables' paths
+    in `model.fresh_weights`.
     """
-    plan = read_plan(model, checkpoint_path, family, keep_tokens, allow_nonfinite)
+    plan = read_plan(model, checkpoint_path, family, keep_tokens, allow_nonfinite, fresh_heads=fresh_heads)
     values = [
         (entry.variable, _cast(plan.value(entry), entry.variable.dtype, entry.name, allow_nonfinite, plan))
         for entry in plan.entries
     ]
     for variable, value in values:  # only once every weight has its value
         variable.assign(value)
+    model.fresh_weights = tuple(plan.fresh)
     return model
 
 

@@ -115,13 +115,16 @@ def read_plan(
     keep_tokens=None,
     allow_nonfinite=False,
     remedy="pass allow_nonfinite=True to load it anyway.",
+    fresh_heads=False,
 ):
     """The `ReadPlan` of `model` from a checkpoint (a path or an
     `open_checkpoint` `Checkpoint`), refused before any value is read where
     the checkpoint is of a format the family is not kept in, holds blocks the
     model lacks, lacks a tensor or holds one of another shape, holds integer
     or mixed dtypes, or holds block tensors the model would not read.
-    `remedy` ends the refusal of a NaN tensor, met as values are read."""
+    `remedy` ends the refusal of a NaN tensor, met as values are read.
+    `fresh_heads`: a tensor missing for an optional head (the family's
+    `heads`) is left out of the plan, its variable's path in `plan.fresh`."""
     family = family_for(model, family)
     checkpoint = open_checkpoint(checkpoint_path)
     format, path = checkpoint.format, checkpoint.path
@@ -132,9 +135,12 @@ def read_plan(
     check_blocks(family, tensors, blocks, format, prefix, path)
     names = family.checkpoint_names(blocks, format, prefix)
     rows = None if keep_tokens is None else _check_keep_tokens(keep_tokens, _vocabulary(family, names, tensors))
-    entries = []
+    entries, fresh = [], []
     for layer, variable, name, kind in placed(model, family, names):
         found = find_tensor(name, tensors, family)
+        if found is None and fresh_heads and layer.name in family.heads:
+            fresh.append(variable.path)
+            continue
         if found is None:
             head = " (build without that head, or use a checkpoint that has it)" if layer.name in family.heads else ""
             raise ValueError(f"The checkpoint {path} has no tensor '{name}' for '{variable.path}'{head}.")
@@ -149,7 +155,9 @@ def read_plan(
         entries.append(Entry(layer, variable, name, found, layout))
     dtype, _ = one_dtype(((entry.tensor, tensors.dtype(entry.tensor)) for entry in entries), path, shard_files(tensors))
     check_nothing_dropped(family, names, {entry.name for entry in entries}, tensors, path)
-    return ReadPlan(checkpoint, tensors, family, entries, dtype, rows, allow_nonfinite, remedy)
+    plan = ReadPlan(checkpoint, tensors, family, entries, dtype, rows, allow_nonfinite, remedy)
+    plan.fresh = fresh
+    return plan
 
 
 def shard_files(tensors):

@@ -177,6 +177,9 @@ def _pretrain(folder, a, verbose):
     objective = _objective_for(family, a["objective"]).made_for(
         corpus_tokenizer, a["seq_len"], a["whole_word_mask"], family
     )
+    if getattr(start_model, "fresh_weights", ()):
+        folder.log(f"--from {checkpoint}: it has no weights for the heads {objective.name} trains; they start "
+                   f"freshly initialised: {', '.join(start_model.fresh_weights)}")  # fmt: skip
     if start_model is None and not _accelerated():  # before the corpus is read: a target that cannot train here
         checks.memory(_target_config(a, family, corpus_tokenizer), a)  # (a GPU's memory is not what it reads)
     folder.will_write(TOKENS)
@@ -332,8 +335,8 @@ def _start(a, checkpoint, family):
     probe = build_transformer_model(checkpoint_path=checkpoint, model=a["model"])
     family = family_of(probe)
     heads = _objective_for(family, a["objective"]).model_arguments
-    if heads:
-        probe = build_transformer_model(checkpoint_path=checkpoint, model=a["model"], **heads)
+    if heads:  # the objective's heads: from the checkpoint where it has them, else fresh (a BertModel folder)
+        probe = build_transformer_model(checkpoint_path=checkpoint, model=a["model"], fresh_heads=True, **heads)
     return probe, family
 
 
