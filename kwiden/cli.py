@@ -12,7 +12,7 @@ from fractions import Fraction
 
 from kwiden.files import replaced_atomically
 from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
-from kwiden.optimizers.schedules import SCHEDULES
+from kwiden.pretraining import options as pretrain_options
 
 
 def _grow(args):
@@ -125,46 +125,15 @@ def _demo(args):
     return 0
 
 
-# `kwiden.pretrain`'s arguments the command gives, with their flags' parsing and help.
-PRETRAIN_FLAGS = (
-    ("--model", dict(help="the target's family: gpt, llama, qwen2, mistral (next token); bert, roformer (masked)")),
-    ("--objective", dict(help="causal_lm or masked_lm (default: the family's), or one registered in Python")),
-    ("--config", dict(help="the target's config.json (Hugging Face keys); vocab_size defaults to the tokenizer's")),
-    ("--tokenizer", dict(help="bytes (default), a WordPiece vocab.txt or a tokenizer.json")),
-    ("--build-vocab", dict(type=int, metavar="SIZE", help="train a WordPiece vocabulary of SIZE on the corpus")),
-    ("--from", dict(dest="from_checkpoint", metavar="CHECKPOINT", help="go on pretraining (and growing) this folder")),
-    ("--budget", dict(type=int, default=1000, help="updates of the target from scratch: the run's compute")),
-    ("--seq-len", dict(type=int, default=128, help="tokens a window")),
-    ("--batch-size", dict(type=int, default=32, help="windows a micro-batch")),
-    ("--accum-steps", dict(type=int, default=1, help="micro-batches an update")),
-    ("--lr", dict(type=float, default=1e-3, help="peak learning rate")),
-    ("--warmup", dict(type=int, help="updates of linear warmup (default: 5%% of --budget)")),
-    ("--schedule", dict(choices=SCHEDULES, default="wsd", help="after the warmup")),
-    ("--decay-fraction", dict(type=float, default=0.2, help="wsd: the share of updates that decay to 0")),
-    ("--grow", dict(default="auto", help='auto, none, or growths such as "0.33:k=2 0.67:depth=2"')),
-    ("--whole-word-mask", dict(action="store_true", help="mask whole words (Chinese words by jieba)")),
-    ("--valid-fraction", dict(type=float, default=0.01, help="the end of the corpus held out")),
-    ("--eval-every", dict(type=int, help="updates between evaluations (default: 20 a run)")),
-    ("--save-every", dict(type=int, help="updates between backups (default: at growths and the end)")),
-    ("--seed", dict(type=int, default=0)),
-    ("--precision", dict(choices=["auto", "float32", "mixed_bfloat16"], default="auto", help="auto: bf16 on GPU")),
-)
-
-
 def _pretrain(args):
     import kwiden
 
-    given = {name: getattr(args, name) for name in _pretrain_names()}
     try:
-        kwiden.pretrain(args.corpus, args.output_dir, verbose=0 if args.quiet else 1, **given)
+        kwiden.pretrain(args.corpus, args.output_dir, verbose=0 if args.quiet else 1, **pretrain_options.given(args))
     except KeyboardInterrupt:
         print("kwiden pretrain: stopped; run the same command to resume from the last backup", file=sys.stderr)
         return 130
     return 0
-
-
-def _pretrain_names():
-    return [options.get("dest", flag[2:].replace("-", "_")) for flag, options in PRETRAIN_FLAGS]
 
 
 def _announce():
@@ -225,8 +194,7 @@ def parser():
     pretrain = commands.add_parser("pretrain", help="pretrain on your corpus, small first and grown on the way")
     pretrain.add_argument("corpus", nargs="+", help="text files (.txt, .gz) or folders of them")
     pretrain.add_argument("--output-dir", required=True, help="the run's folder (the same command resumes it)")
-    for flag, options in PRETRAIN_FLAGS:
-        pretrain.add_argument(flag, **options)
+    pretrain_options.add_flags(pretrain)
     pretrain.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
     pretrain.set_defaults(run=_pretrain)
     demo = commands.add_parser("demo", help="pretrain a small GPT on shipped text, grown and from scratch")

@@ -295,6 +295,29 @@ def test_layer_names_are_spelled_only_in_naming():
     assert not spelled, "use kwiden.naming's names:\n" + "\n".join(spelled)
 
 
+def test_pretrain_options_are_declared_once():
+    """`kwiden.pretrain`'s signature, the `kwiden pretrain` flags and the README's table follow
+    `kwiden.pretraining.options.PretrainOptions`: the same names, defaults and flags."""
+    import dataclasses
+    import inspect
+
+    import kwiden
+    from kwiden import cli
+    from kwiden.pretraining import options
+
+    fields = dataclasses.fields(options.PretrainOptions)
+    signature = inspect.signature(kwiden.pretrain).parameters
+    assert list(signature) == ["corpus", "output_dir", *(f.name for f in fields), "verbose"]
+    assert {f.name: signature[f.name].default for f in fields} == {f.name: f.default for f in fields}
+    command = cli.parser().parse_args(["pretrain", "corpus.txt", "--output-dir", "run"])
+    assert options.given(command) == {f.name: f.default for f in fields}
+    readme = (PACKAGE.parent / "README.md").read_text()
+    section = readme.split("## Pretrain on your own corpus")[1].split("\n## ")[0]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("| `--"))
+    missing = [options.flag_of(f) for f in fields if f"`{options.flag_of(f)}" not in table]
+    assert not missing, f"README's pretrain table lacks {missing}"
+
+
 def test_growth_options_are_declared_once():
     """`kwiden.grow`, `kwiden.grow_checkpoint`, `kwiden grow` and `fit_growing`
     take the growth options `kwiden/growth/options.py` declares (`OPTIONS`),

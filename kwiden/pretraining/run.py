@@ -16,19 +16,11 @@ from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, family_of, get_family
 from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import checks, objectives, tokens, vocabulary
+from kwiden.pretraining.options import FREE_ON_RESUME, PretrainOptions
 from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder
 from kwiden.pretraining.trainer import Phase, Trainer
 
-# Arguments that do not change what a run computes: a run resumed with others is the same run.
-NOT_RECORDED = ("verbose",)
-# Recorded, but how often a run evaluates and backs up changes none of its updates: a resume may change them.
-HOW_OFTEN = ("eval_every", "save_every")
-# Recorded, but a resume may give others: the folder may have moved, and the precision a run computes in is
-# compared as it resolved (`computed_on`: "auto" and "float32" on a CPU are one precision).
-WHERE_AND_HOW = ("output_dir", "precision")
 
-
-# Arguments added after run.json was first written, with what a run recorded without them did: it resumes so.
 def default_warmup(budget):
     """The warmup `pretrain` gives a budget without `warmup=`: 5% of its updates."""
     return round(0.05 * budget)
@@ -149,18 +141,19 @@ def pretrain(
     >>> result = kwiden.pretrain(text, tempfile.mkdtemp(), model="gpt", config=corpus.gpt_config(16, 1, 32),
     ...     budget=20, seq_len=32, batch_size=4, verbose=0)  # doctest: +SKIP
     """
-    arguments = {name: value for name, value in locals().items() if name not in NOT_RECORDED}
+    given = locals()
     folder = RunFolder(output_dir, verbose=bool(verbose))
-    checks.numbers_and_names(arguments)
-    arguments = _recorded(arguments)
+    options = _recorded(PretrainOptions.checked(**{f.name: given[f.name] for f in dataclasses.fields(PretrainOptions)}))
+    corpus = _absolute(corpus)
     # A resume must compute as the run began: another backend or precision ends on other weights.
     computed_on = dict(backend=keras.backend.backend(), precision=_precision(precision))
-    folder.claim(arguments, REMOVED, free=HOW_OFTEN + WHERE_AND_HOW, computed_on=computed_on)
+    record = dict(corpus=corpus, output_dir=str(pathlib.Path(output_dir).resolve()), **dataclasses.asdict(options))
+    folder.claim(json.loads(json.dumps(record)), REMOVED, free=(*FREE_ON_RESUME, "output_dir"), computed_on=computed_on)
     policy = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy(computed_on["precision"])
-        with _devices(folder, arguments["batch_size"]):
-            return _pretrain(folder, arguments, verbose)
+        with _devices(folder, options.batch_size):
+            return _pretrain(folder, corpus, options, verbose)
     except BaseException:
         folder.release()  # a call that never trained leaves the folder to the corrected one; a run that trained keeps it
         raise
@@ -169,65 +162,72 @@ def pretrain(
         keras.config.set_dtype_policy(policy)
 
 
-def _pretrain(folder, a, verbose):
-    checkpoint = a["from_checkpoint"]
-    corpus_tokenizer = _tokenizer(a, folder)
-    family = _family(a["model"] or "gpt") if checkpoint is None else None
-    start_model, family = _start(a, checkpoint, family)
-    objective = _objective_for(family, a["objective"]).made_for(
-        corpus_tokenizer, a["seq_len"], a["whole_word_mask"], family
+def _pretrain(folder, corpus, options, verbose):
+    checkpoint = options.from_checkpoint
+    corpus_tokenizer = _tokenizer(options, folder, corpus)
+    family = _family(options.model or "gpt") if checkpoint is None else None
+    start_model, family = _start(options, checkpoint, family)
+    objective = _objective_for(family, options.objective).made_for(
+        corpus_tokenizer, options.seq_len, options.whole_word_mask, family
     )
     if getattr(start_model, "fresh_weights", ()):
         folder.log(f"--from {checkpoint}: it has no weights for the heads {objective.name} trains; they start "
                    f"freshly initialised: {', '.join(start_model.fresh_weights)}")  # fmt: skip
     if start_model is None and not _accelerated():  # before the corpus is read: a target that cannot train here
-        checks.memory(_target_config(a, family, corpus_tokenizer), a)  # (a GPU's memory is not what it reads)
+        checks.memory(
+            _target_config(options, family, corpus_tokenizer), options
+        )  # (a GPU's memory is not what it reads)
     folder.will_write(TOKENS)
-    token_file = tokens.tokenized(a["corpus"], corpus_tokenizer, folder.folder, a["whole_word_mask"], verbose)
+    token_file = tokens.tokenized(corpus, corpus_tokenizer, folder.folder, options.whole_word_mask, verbose)
     folder.check_tokens(token_file)
-    train, valid = objectives.split(token_file, objective, a["valid_fraction"])
+    train, valid = objectives.split(token_file, objective, options.valid_fraction)
     folder.log(
         f"corpus: {len(token_file):,} tokens ({corpus_tokenizer.source}, vocabulary {corpus_tokenizer.vocab_size:,}), "
         f"{len(valid):,} held out; objective: {objective.name}"
     )
-    phases, growths, why = _stages(a, family, start_model, corpus_tokenizer, objective)
-    tokens_per_update = a["batch_size"] * a["accum_steps"] * a["seq_len"]
+    phases, growths, why = _stages(options, family, start_model, corpus_tokenizer, objective)
+    tokens_per_update = options.batch_size * options.accum_steps * options.seq_len
     per_update = [tokens_per_update * s.flops_per_token for s in phases]
-    warmup = a["warmup"] if a["warmup"] is not None else default_warmup(a["budget"])
-    total, growths = recipe.place(growths, a["budget"], per_update, warmup)
-    advice = recipe.advice(phases[-1].parameters, a["budget"] * tokens_per_update, a["budget"] * per_update[-1])
+    warmup = options.warmup if options.warmup is not None else default_warmup(options.budget)
+    total, growths = recipe.place(growths, options.budget, per_update, warmup)
+    advice = recipe.advice(phases[-1].parameters, options.budget * tokens_per_update, options.budget * per_update[-1])
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
     for phase, growth in zip(phases, [None, *growths]):
         at = "from the start" if growth is None else f"from update {growth.update}"
         folder.log(f"  {phase.describe()}, {at}")
     folder.log(
-        f"budget: {a['budget']} updates of the target = {a['budget'] * per_update[-1]:.3g} FLOPs; this run: {total} "
-        f"updates, {a['schedule']} schedule, peak lr {a['lr']:g}, warmup {warmup}"
+        f"budget: {options.budget} updates of the target = {options.budget * per_update[-1]:.3g} FLOPs; this run: {total} "
+        f"updates, {options.schedule} schedule, peak lr {options.lr:g}, warmup {warmup}"
     )
     trainer = Trainer(
-        folder, a, objective, train, valid, phases, growths, per_update, total,
-        _schedule(a, warmup, total),
+        folder, options, objective, train, valid, phases, growths, per_update, total,
+        _schedule(options, warmup, total),
         corpus_tokenizer, verbose,
     )  # fmt: skip
     return PretrainResult(**trainer.run(), recipe=why, advice=advice)
 
 
-def _recorded(a):
-    """The arguments as run.json keeps them (paths as text, a config file's content)."""
-    recorded = dict(a)
-    corpus = a["corpus"]
+def _recorded(options):
+    """`options` as run.json keeps them: paths absolute ("run/" and "run", or a relative and an absolute path, are
+    one run), a config file's content, the model's family named."""
+    changes = {}
+    for name in ("tokenizer", "from_checkpoint"):
+        value = getattr(options, name)
+        if value is not None and not (name == "tokenizer" and value == vocabulary.BYTES):
+            changes[name] = str(pathlib.Path(value).resolve())
+    if options.model is None and options.from_checkpoint is None:
+        changes["model"] = "gpt"
+    if options.config is not None and not isinstance(options.config, dict):
+        changes["config"] = read_config_file(options.config)
+    elif options.config is not None:
+        changes["config"] = json.loads(json.dumps(options.config))  # NumPy numbers as Python's
+    return dataclasses.replace(options, **changes)
+
+
+def _absolute(corpus):
     paths = [corpus] if isinstance(corpus, (str, pathlib.Path)) else corpus
-    # Paths as absolute paths: "run/" and "run", or a relative and an absolute path, are one run.
-    recorded["corpus"] = [str(pathlib.Path(p).resolve()) for p in paths]
-    for name in ("output_dir", "tokenizer", "from_checkpoint"):
-        if recorded[name] is not None and not (name == "tokenizer" and recorded[name] == vocabulary.BYTES):
-            recorded[name] = str(pathlib.Path(recorded[name]).resolve())
-    if recorded["model"] is None and recorded["from_checkpoint"] is None:
-        recorded["model"] = "gpt"
-    if recorded["config"] is not None and not isinstance(recorded["config"], dict):
-        recorded["config"] = read_config_file(recorded["config"])
-    return json.loads(json.dumps(recorded))
+    return [str(pathlib.Path(p).resolve()) for p in paths]
 
 
 def _accelerated():
@@ -273,17 +273,17 @@ def _devices(folder, batch_size):
         keras.distribution.set_distribution(previous)
 
 
-def _tokenizer(a, folder):
-    if a["build_vocab"] is not None:
-        return _built_vocabulary(a, folder)
-    if a["tokenizer"] is not None:
-        return vocabulary.load_tokenizer(a["tokenizer"])
-    if a["from_checkpoint"] is not None:
-        return vocabulary.load_tokenizer(a["from_checkpoint"], flag="--from (its tokenizer)")
+def _tokenizer(options, folder, corpus):
+    if options.build_vocab is not None:
+        return _built_vocabulary(options, folder, corpus)
+    if options.tokenizer is not None:
+        return vocabulary.load_tokenizer(options.tokenizer)
+    if options.from_checkpoint is not None:
+        return vocabulary.load_tokenizer(options.from_checkpoint, flag="--from (its tokenizer)")
     return vocabulary.byte_tokenizer()
 
 
-def _built_vocabulary(a, folder):
+def _built_vocabulary(options, folder, corpus):
     """--build-vocab's vocabulary: the one this run built before it was stopped (its SHA-256 in run.json),
     else built now."""
     built, recorded = folder.folder / VOCABULARY, folder.record_value("vocabulary")
@@ -296,12 +296,12 @@ def _built_vocabulary(a, folder):
                 " since): restore it, or give another --output-dir for a new run."
             )
     folder.will_write(VOCABULARY)
-    folder.log(f"building a WordPiece vocabulary of {a['build_vocab']} tokens on the corpus")
-    lines = (line for path in tokens.corpus_files(a["corpus"], folder.folder) for line in tokens.lines_of(path))
-    trained = vocabulary.build_vocabulary(lines, a["build_vocab"], folder.folder)
+    folder.log(f"building a WordPiece vocabulary of {options.build_vocab} tokens on the corpus")
+    lines = (line for path in tokens.corpus_files(corpus, folder.folder) for line in tokens.lines_of(path))
+    trained = vocabulary.build_vocabulary(lines, options.build_vocab, folder.folder)
     folder.record_value("vocabulary", file_digest(built))
-    if trained.vocab_size != a["build_vocab"]:
-        folder.log(f"the vocabulary has {trained.vocab_size:,} tokens, not {a['build_vocab']:,}: the corpus' "
+    if trained.vocab_size != options.build_vocab:
+        folder.log(f"the vocabulary has {trained.vocab_size:,} tokens, not {options.build_vocab:,}: the corpus' "
                    "characters and words gave no more (or its alphabet, more)")  # fmt: skip
     return trained
 
@@ -327,21 +327,21 @@ def _objective_for(family, name):
     return objectives.get_objective(name)
 
 
-def _start(a, checkpoint, family):
+def _start(options, checkpoint, family):
     """`(the loaded model or None, its family)`: with `from_checkpoint`, the checkpoint with the heads its
     objective trains."""
     if checkpoint is None:
         return None, family
-    probe = build_transformer_model(checkpoint_path=checkpoint, model=a["model"])
+    probe = build_transformer_model(checkpoint_path=checkpoint, model=options.model)
     family = family_of(probe)
-    heads = _objective_for(family, a["objective"]).model_arguments
+    heads = _objective_for(family, options.objective).model_arguments
     if heads:  # the objective's heads: from the checkpoint where it has them, else fresh (a BertModel folder)
-        probe = build_transformer_model(checkpoint_path=checkpoint, model=a["model"], fresh_heads=True, **heads)
+        probe = build_transformer_model(checkpoint_path=checkpoint, model=options.model, fresh_heads=True, **heads)
     return probe, family
 
 
-def _target_config(a, family, corpus_tokenizer):
-    config = dict(a["config"])
+def _target_config(options, family, corpus_tokenizer):
+    config = dict(options.config)
     given = config.get("vocab_size")
     if given is None:
         config["vocab_size"] = corpus_tokenizer.vocab_size
@@ -354,60 +354,60 @@ def _target_config(a, family, corpus_tokenizer):
     if corpus_tokenizer.pad != 0:  # id 0 is a real token: kwiden's models must not take it for padding
         config.setdefault("mask_padding", False)
     complete = family.config(config)
-    if complete.get("rotary_base") is None and complete["max_position_embeddings"] < a["seq_len"]:
+    if complete.get("rotary_base") is None and complete["max_position_embeddings"] < options.seq_len:
         raise ValueError(
-            f"--seq-len {a['seq_len']} is longer than the config's max_position_embeddings "
+            f"--seq-len {options.seq_len} is longer than the config's max_position_embeddings "
             f"{complete['max_position_embeddings']}; give a shorter --seq-len or more positions."
         )
     return complete
 
 
-def _stages(a, family, start_model, corpus_tokenizer, objective):
+def _stages(options, family, start_model, corpus_tokenizer, objective):
     """The models of the run, smallest first (each to be grown into the next),
     the growths between them, and why `auto` chose them."""
-    parsed = recipe.parse(a["grow"])
+    parsed = recipe.parse(options.grow)
     if start_model is not None:
         if start_model.get_layer(naming.EMBEDDING_TOKEN).input_dim < corpus_tokenizer.vocab_size:
-            raise ValueError(f"--from {a['from_checkpoint']}: its vocabulary is smaller than its tokenizer's.")
-        if parsed == "auto" and a["config"] is None:
+            raise ValueError(f"--from {options.from_checkpoint}: its vocabulary is smaller than its tokenizer's.")
+        if parsed == "auto" and options.config is None:
             parsed, why = [], "none: --grow auto with --from needs --config, the target to grow to"
         elif parsed == "auto":
             raise ValueError("--grow auto picks a small model for a target; with --from give the growths explicitly.")
         else:
-            why = "none" if parsed == "none" else f"as given: {a['grow']}"
+            why = "none" if parsed == "none" else f"as given: {options.grow}"
             parsed = [] if parsed == "none" else parsed
         phases = Phase.grown_from(start_model, parsed, family, objective)
-        if a["config"] is not None:
-            wanted = Phase.built(_target_config(a, family, corpus_tokenizer), family, objective)
+        if options.config is not None:
+            wanted = Phase.built(_target_config(options, family, corpus_tokenizer), family, objective)
             if wanted.weight_shapes != phases[-1].weight_shapes:
                 raise ValueError(
-                    f"--grow {a['grow']!r} grows {a['from_checkpoint']} to {phases[-1].describe()}, not the "
+                    f"--grow {options.grow!r} grows {options.from_checkpoint} to {phases[-1].describe()}, not the "
                     f"--config target {wanted.describe()}: give growths that reach it."
                 )
         return phases, parsed, why
-    target = _target_config(a, family, corpus_tokenizer)
+    target = _target_config(options, family, corpus_tokenizer)
     if parsed == "auto":
         parsed, why = recipe.auto(target)
     elif parsed == "none":
         parsed, why = [], "none: the target from scratch"
     else:
-        why = f"as given: {a['grow']}"
-    keras.utils.set_random_seed(a["seed"])
+        why = f"as given: {options.grow}"
+    keras.utils.set_random_seed(options.seed)
     first = Phase.built(recipe.undone(target, parsed), family, objective)
     phases = Phase.grown_from(first.model, parsed, family, objective)
     if parsed:  # undoing, then growing, must land on the target (without growths the first model is it)
         wanted = Phase.built(target, family, objective)
         if wanted.weight_shapes != phases[-1].weight_shapes:
-            raise ValueError(f"--grow {a['grow']!r} does not reach the target {wanted.describe()}.")
+            raise ValueError(f"--grow {options.grow!r} does not reach the target {wanted.describe()}.")
     return phases, parsed, why
 
 
-def _schedule(a, warmup, total):
-    lr = a["lr"]
-    if a["schedule"] == "wsd":
-        decay = max(1, round(a["decay_fraction"] * total))
+def _schedule(options, warmup, total):
+    lr = options.lr
+    if options.schedule == "wsd":
+        decay = max(1, round(options.decay_fraction * total))
         return WarmupDecay(lr, warmup, total, hold_steps=max(0, total - warmup - decay))
-    if a["schedule"] == "cosine":
+    if options.schedule == "cosine":
         return WarmupDecay(lr, warmup, total, decay="cosine", end=0.1 * lr)
     return WarmupDecay(lr, warmup, total, end=lr, hold_steps=total - warmup)
 

@@ -99,18 +99,18 @@ class Phase:
 
 
 class Trainer:
-    def __init__(self, folder, a, objective, train, valid, phases, growths, per_update, total, schedule,
+    def __init__(self, folder, options, objective, train, valid, phases, growths, per_update, total, schedule,
                  tokenizer, verbose):  # fmt: skip
-        self.folder, self.a, self.objective = folder, a, objective
+        self.folder, self.options, self.objective = folder, options, objective
         self.train, self.valid_batches = (
             train,
-            objectives.validation_batches(objective, valid, a["batch_size"], a["seed"]),
+            objectives.validation_batches(objective, valid, options.batch_size, options.seed),
         )
         self.phases, self.growths, self.per_update, self.total = phases, growths, per_update, total
         self.schedule, self.tokenizer, self.verbose = schedule, tokenizer, verbose
         self.backups = folder.folder / BACKUP
-        self.eval_every = a["eval_every"] or max(1, total // EVALUATIONS)
-        self.tokens_per_update = a["batch_size"] * a["accum_steps"] * objective.seq_len
+        self.eval_every = options.eval_every or max(1, total // EVALUATIONS)
+        self.tokens_per_update = options.batch_size * options.accum_steps * objective.seq_len
         self.stop_asked = False
         self.train_losses = []  # since the last metrics row
 
@@ -124,14 +124,14 @@ class Trainer:
         return model
 
     def fresh_model(self):
-        optimizer = AdamW(self.schedule, weight_decay=WEIGHT_DECAY, accum_steps=self.a["accum_steps"])
+        optimizer = AdamW(self.schedule, weight_decay=WEIGHT_DECAY, accum_steps=self.options.accum_steps)
         return self.seed_dropout(self.compile(self.phases[0].model, optimizer), 0)
 
     def seed_dropout(self, model, update):
         """Dropout's generators seeded from (seed, update) when a model starts
         training, so that a run resumed before a growth draws what it would have."""
         for index, state in enumerate(seed_generator_states(model)):
-            seed = np.random.default_rng([self.a["seed"], update, index]).integers(0, 2**31)
+            seed = np.random.default_rng([self.options.seed, update, index]).integers(0, 2**31)
             state.assign(np.array([seed, 0], dtype=state.dtype))
         return model
 
@@ -264,7 +264,7 @@ class Trainer:
                 if update % self.eval_every == 0 or update == self.total:
                     rows.append(self.record(model, update, self.train_losses, seconds))
                     self.train_losses = []
-                if (self.a["save_every"] and update % self.a["save_every"] == 0) or self.stop_asked:
+                if (self.options.save_every and update % self.options.save_every == 0) or self.stop_asked:
                     self.save(model, update, growths_done, seconds)
                 if self.stop_asked:
                     self.folder.log(f"stopped at update {update}: backup saved; run the same command to resume")
@@ -291,9 +291,9 @@ class Trainer:
     def _update(self, model, update):
         """Train update `update + 1` (its micro-batches); its seconds. A loss that is not finite stops the run."""
         start = time.perf_counter()
-        for micro_step in range(self.a["accum_steps"]):
+        for micro_step in range(self.options.accum_steps):
             x, y = objectives.training_batch(
-                self.objective, self.train, self.a["batch_size"], self.a["seed"], update, micro_step
+                self.objective, self.train, self.options.batch_size, self.options.seed, update, micro_step
             )
             self.train_losses.append(float(model.train_on_batch(x, y, return_dict=True)["loss"]))
         took = time.perf_counter() - start
@@ -309,7 +309,7 @@ class Trainer:
 
     def _finish(self, model, update, growths_done, seconds, rows):
         self.save(model, update, growths_done, seconds)
-        title = f"{self.a['model'] or self.phases[-1].describe()}: {self.a['grow']}, budget {self.a['budget']}"
+        title = f"{self.options.model or self.phases[-1].describe()}: {self.options.grow}, budget {self.options.budget}"
         self.folder.plot(rows, title)
         final = self.folder.write_final(model, self.tokenizer)
         flops = self.flops_at(update)
@@ -323,7 +323,7 @@ class Trainer:
     def _grow(self, model, update, growths_done, seconds):
         growth = self.growths[growths_done]
         self.save(model, update, growths_done, seconds)  # before: a growth that fails loses nothing
-        big, _ = recipe.grow_and_compile(model, update, growth.arguments, self.a["seed"])
+        big, _ = recipe.grow_and_compile(model, update, growth.arguments, self.options.seed)
         self.folder.log(f"update {update}: grew ({recipe.arguments_text(growth.arguments)}) to "
                         f"{self.phases[growths_done + 1].describe()}")  # fmt: skip
         return self.seed_dropout(big, update)
