@@ -241,17 +241,18 @@ class Run:
         rises = [max(v for _, v in within) - row["valid_loss"] for row, within, _ in self._after_growths() if within]
         return max(rises) if rises else None
 
-    def flops_to_reach(self, loss):
-        """FLOPs at which the curve first reaches `loss` (linear between evaluations), or None."""
+    def flops_to_reach(self, loss, unit="flops"):
+        """FLOPs (or, with `unit="seconds"`, training seconds) at which the curve first reaches `loss` (linear
+        between evaluations), or None."""
         previous = None
         for row in self.metrics:
-            flops, value = row["flops"], row["valid_loss"]
+            spent, value = row[unit], row["valid_loss"]
             if value <= loss:
                 if previous is None or previous[1] == value:
-                    return flops
+                    return spent
                 fraction = (previous[1] - loss) / (previous[1] - value)
-                return previous[0] + fraction * (flops - previous[0])
-            previous = (flops, value)
+                return previous[0] + fraction * (spent - previous[0])
+            previous = (spent, value)
         return None
 
 
@@ -608,16 +609,19 @@ class Bench:
         by_seed = {run.seed: run for run in scratch}
         targets = {seed: run.final for seed, run in by_seed.items()}
         references = {seed: run.flops_to_reach(targets[seed]) for seed, run in by_seed.items()}
+        clock = {seed: run.flops_to_reach(targets[seed], "seconds") for seed, run in by_seed.items()}
         self.check_flops(groups, by_seed, target_cost)
         rows = []
         for label, runs in groups:
             done = [r for r in runs if r.error is None]
             if not done:
-                rows.append((label, "failed", "-", "-", "-", "-", "-", "-", "-"))
+                rows.append((label, "failed", "-", "-", "-", "-", "-", "-", "-", "-"))
                 continue
             reached = [(r, r.flops_to_reach(targets[r.seed])) for r in done]
             reached = [(r, cost) for r, cost in reached if cost is not None]
             savings = [100 * (1 - cost / references[r.seed]) for r, cost in reached]
+            timed = [(r, r.flops_to_reach(targets[r.seed], "seconds")) for r, _ in reached]
+            seconds_saved = [100 * (1 - spent / clock[r.seed]) for r, spent in timed if clock[r.seed]]
             rows.append(
                 (
                     label,
@@ -625,6 +629,7 @@ class Bench:
                     f"{statistics.mean(r.flops for r in done):.3g}",
                     "-" if not reached else f"{statistics.mean(c for _, c in reached):.3g}",
                     "never" if not reached else spread(savings, 1, "%+.1f") + "%",
+                    "never" if not seconds_saved else spread(seconds_saved, 1, "%+.1f") + "%",
                     f"{len(reached)}/{len(runs)}",
                     "-" if done[0].jump is None else spread([r.jump for r in done], 3, "%+.3f"),
                     "-" if done[0].peak is None else spread([r.peak for r in done], 3, "%+.3f"),
@@ -643,6 +648,7 @@ class Bench:
             "FLOPs",
             "FLOPs to target",
             "first crossing",
+            "in seconds",
             "reached",
             "jump",
             "peak",
@@ -651,6 +657,7 @@ class Bench:
         say(table(rows, header))
         say("(mean ± standard deviation over seeds; first crossing: the FLOPs at which the validation curve first")
         say(" reaches that seed's scratch final loss, against scratch's own first arrival, over the seeds that do;")
+        say(" in seconds: the same in training seconds, which vary with the machine's load as FLOPs do not;")
         say(" jump: the validation loss 100 updates after a growth minus at the growth, the largest of the run's;")
         say(" peak: the highest evaluation within those 100 updates minus at the growth)")
         if fractions:
@@ -689,6 +696,11 @@ class Bench:
         reached = [f for (s, f), runs in sorted(fractions.items()) if s == spec and _finished(runs)
                    and _mean_final(runs) <= scratch_mean]  # fmt: skip
         seconds = statistics.mean(r.seconds for runs in (g[1] for g in groups) for r in runs if r.error is None)
+        in_seconds = "-"
+        if reached:  # the fraction's runs' training seconds against scratch's at the full budget
+            runs = [r for r in fractions[spec, min(reached)] if r.error is None]
+            spent = statistics.mean(r.seconds for r in runs) / statistics.mean(r.seconds for r in scratch)
+            in_seconds = f"{100 * (1 - spent):.0f}%"
         return (
             f"{self.args.model} {corpus_name}",
             f"{hidden}x{layers} ({parameters / 1e3:.0f}k)",
@@ -697,6 +709,7 @@ class Bench:
             spread(small, 4) if small else "failed",
             spread(grown, 4) if grown else "-",
             saving(reached, [f for s, f in fractions if s == spec]),
+            in_seconds,
             f"{statistics.mean(grown) - statistics.mean(small):+.4f}" if grown and small else "-",
             f"{seconds:.0f}",
         )
@@ -731,7 +744,8 @@ class Bench:
 
 
 SUMMARY = ("cell", "target (params)", "tokens/param (passes)", "scratch, tuned (schedule, lr)", "small alone",
-           "grown, equal FLOPs", "saving: smallest fraction reaching scratch", "grown − small", "train s/run")  # fmt: skip
+           "grown, equal FLOPs", "saving in FLOPs: smallest fraction reaching scratch", "its saving in seconds",
+           "grown − small", "train s/run")  # fmt: skip
 
 
 def saving(reached, tried):
