@@ -8,14 +8,94 @@ import json
 import pathlib
 
 import keras
+import numpy as np
 
 from kwiden.files import HELD, LOCKED, TEMPORARY, FolderLock, replaced_atomically, sweep
-from kwiden.keras_internals import compile_arguments, saved_optimizer_config
+from kwiden.keras_internals import compile_arguments, saved_optimizer_config, seed_generator_states
 from kwiden.messages import warn
 
 STATE_FILE = "kwiden-growing.json"
 # The name of every model a backup writes: `fit_growing` deletes only files it wrote.
 BACKUP_PREFIX = "kwiden-backup-"
+
+
+class SavedModel:
+    """One run's backup in `folder`, the format both training loops share:
+    the model with its optimizer (`{prefix}{tag}.keras`, written beside and
+    renamed) and a JSON state naming it, with the backend it was made on and
+    Dropout's generator states (not in the .keras file), beside what the loop
+    adds (its position, its running losses). The state is written after the
+    model, so a kill mid-save keeps the previous backup; then the model the
+    state named before and any other of `prefix`'s names are removed, and no
+    other file: the folder may hold the user's."""
+
+    def __init__(self, folder, state_file, prefix):
+        self.folder, self.state_file, self.prefix = pathlib.Path(folder), state_file, prefix
+
+    @property
+    def state_path(self):
+        return self.folder / self.state_file
+
+    def write(self, model, tag, state):
+        self.folder.mkdir(parents=True, exist_ok=True)
+        previous = self._named()
+        # A save a kill interrupted left a temporary named after its own file, which no later save may share.
+        sweep(self.folder, f".{self.prefix}*{TEMPORARY}*.keras")
+        name = f"{self.prefix}{tag}.keras"
+        with replaced_atomically(self.folder / name) as temporary:
+            model.save(temporary)
+        generators = [np.asarray(variable).tolist() for variable in seed_generator_states(model)]
+        state = {"model": name, "backend": keras.backend.backend(), "generators": generators, **state}
+        with replaced_atomically(self.state_path) as temporary:
+            temporary.write_text(json.dumps(state, indent=1), "utf-8")
+        # The one the state named before (an earlier kwiden's name, too), and any a kill left.
+        for old in {previous, *(path.name for path in self.folder.glob(f"{self.prefix}*.keras"))} - {None, name}:
+            (self.folder / old).unlink(missing_ok=True)
+        return name
+
+    def _named(self):
+        """The model file the state names now, or None."""
+        try:
+            name = json.loads(self.state_path.read_text(encoding="utf-8")).get("model")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return name if isinstance(name, str) and pathlib.Path(name).name == name and name.endswith(".keras") else None
+
+    def read(self, where):
+        """The state, or None where there is none; refused, naming `where` (the argument that gave the folder),
+        where it is not one kwiden wrote or was made on another backend."""
+        if not self.state_path.is_file():
+            return None
+        try:
+            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(
+                f"{self.state_path} is not a backup state kwiden can read ({error}): it was changed or damaged. "
+                f"Delete it to start afresh (its model files stay), or give another {where}."
+            ) from None
+        name = state.get("model") if isinstance(state, dict) else None
+        if not (isinstance(name, str) and pathlib.Path(name).name == name and name.endswith(".keras")):
+            raise ValueError(
+                f"{self.state_path} is not a backup state kwiden wrote (it names a .keras file of its own in its "
+                f"folder); delete it, or give another {where}."
+            )
+        began = state.get("backend", keras.backend.backend())  # an older kwiden's state does not say
+        if began != keras.backend.backend():
+            raise ValueError(
+                f"The backup in {self.folder} was made on the {began} backend; resumed on "
+                f"{keras.backend.backend()} it would not end on the weights the run would have reached: resume "
+                f"with KERAS_BACKEND={began}, or give another {where} to start afresh."
+            )
+        return state
+
+    def load(self, state, loaded=None, **compile_arguments):
+        """The model `state` names, compiled with `compile_arguments` and its saved optimizer state
+        (`load_with_optimizer`), or as `loaded(path)` loads it; Dropout's generators as they were."""
+        path = self.folder / state["model"]
+        model = loaded(path) if loaded is not None else load_with_optimizer(path, **compile_arguments)
+        for variable, value in zip(seed_generator_states(model), state.get("generators", [])):
+            variable.assign(np.array(value, dtype=variable.dtype))
+        return model
 
 
 class Backup:
@@ -29,6 +109,7 @@ class Backup:
         if self.folder.exists() and not self.folder.is_dir():
             raise ValueError(f"`backup_dir` {self.folder} is a file; give a folder (it is made if missing).")
         self.schedule = schedule
+        self.saved = SavedModel(self.folder, STATE_FILE, BACKUP_PREFIX)
         # Growth arguments may be Fractions or arrays: compared by their text.
         self.schedule_text = json.loads(json.dumps(schedule.get_config(), default=repr))
 
@@ -53,46 +134,11 @@ class Backup:
             lock.release()
 
     def exists(self):
-        return (self.folder / STATE_FILE).exists()
+        return self.saved.state_path.exists()
 
     def save(self, model, growths_done, consumed):
-        self.folder.mkdir(parents=True, exist_ok=True)
-        previous = self._state()["model"] if self.exists() else None
-        # A save a kill interrupted left a temporary named after its own file, which no later save may share.
-        sweep(self.folder, f".{BACKUP_PREFIX}*{TEMPORARY}*.keras")
-        name = f"{BACKUP_PREFIX}{consumed}-{growths_done}.keras"
-        with replaced_atomically(self.folder / name) as temporary:
-            model.save(temporary)
-        state = {"model": name, "growths_done": growths_done, "batches": consumed, "schedule": self.schedule_text,
-                 "backend": keras.backend.backend()}  # fmt: skip
-        with replaced_atomically(self.folder / STATE_FILE) as temporary:
-            temporary.write_text(json.dumps(state, indent=1))
-        # The save the state named before, and any a kill left between writing the state and this line.
-        stale = {previous} | {old.name for old in self.folder.glob(f"{BACKUP_PREFIX}*.keras")}
-        for old in stale - {None, name}:
-            (self.folder / old).unlink(missing_ok=True)
-
-    def _state(self):
-        path = self.folder / STATE_FILE
-        try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ValueError(
-                f"{path} is not a backup state kwiden can read ({error}): it was changed or damaged. Delete it "
-                "to start afresh (its model files stay), or give another backup_dir."
-            ) from None
-        if (
-            not isinstance(state, dict)
-            or not {"model", "growths_done", "schedule"} <= set(state)
-            or not isinstance(state["model"], str)
-            or pathlib.Path(state["model"]).name != state["model"]
-            or not state["model"].endswith(".keras")
-        ):
-            raise ValueError(
-                f"{path} is not a backup state kwiden wrote (it names a .keras file in its folder); delete it, or "
-                "give another backup_dir."
-            )
-        return state
+        self.saved.write(model, f"{consumed}-{growths_done}",
+                         {"growths_done": growths_done, "batches": consumed, "schedule": self.schedule_text})  # fmt: skip
 
     def load(self, live):
         """`(model, growths done, batches trained on or None)`: the saved
@@ -100,32 +146,32 @@ class Backup:
         saved optimizer and state; not compiled by Keras' loader, which
         cannot find a loss function that is not registered. An uncompiled
         `live` takes the saved compile."""
-        state = self._state()
+        state = self.saved.read("backup_dir")
+        if not {"growths_done", "schedule"} <= set(state):
+            raise ValueError(
+                f"{self.saved.state_path} is not a backup state kwiden wrote (it holds the growths done and the "
+                "schedule); delete it, or give another backup_dir."
+            )
         if state["schedule"] != self.schedule_text:
             raise ValueError(
                 f"The backup in {self.folder} was made under another growth schedule "
                 f"({state['schedule']['growths']}, now {self.schedule!r}): pass the same "
                 "schedule to resume, or another backup_dir to start afresh."
             )
-        began = state.get("backend", keras.backend.backend())  # an older kwiden's state does not say
-        if began != keras.backend.backend():
-            raise ValueError(
-                f"The backup in {self.folder} was made on the {began} backend; resumed on "
-                f"{keras.backend.backend()} it would not end on the weights the run would have reached: resume "
-                f"with KERAS_BACKEND={began}, or give another backup_dir to start afresh."
-            )
-        path = self.folder / state["model"]
         config = compile_arguments(live)
         if config is None:
             try:
-                return keras.saving.load_model(path), state["growths_done"], state.get("batches")
+                model = self.saved.load(state, loaded=keras.saving.load_model)
             except TypeError as error:  # Keras' "Could not locate function 'my_loss'"
                 raise ValueError(
-                    f"The backup {path} cannot be compiled as saved ({str(error).split('. ')[0]}): pass fit_growing "
-                    "the model compiled with its loss and metrics, and it resumes with those."
+                    f"The backup {self.folder / state['model']} cannot be compiled as saved "
+                    f"({str(error).split('. ')[0]}): pass fit_growing the model compiled with its loss and metrics, "
+                    "and it resumes with those."
                 ) from None
-        config.pop("optimizer")
-        return load_with_optimizer(path, **config), state["growths_done"], state.get("batches")
+        else:
+            config.pop("optimizer")
+            model = self.saved.load(state, **config)
+        return model, state["growths_done"], state.get("batches")
 
 
 def load_with_optimizer(path, **compile_arguments):

@@ -4,7 +4,6 @@ and a Ctrl-C that saves one first."""
 
 import contextlib
 import dataclasses
-import json
 import re
 import signal
 import time
@@ -14,10 +13,9 @@ import keras
 import numpy as np
 
 from kwiden import naming, recipe
-from kwiden.backups import load_with_optimizer
+from kwiden.backups import SavedModel
 from kwiden.builder import build_transformer_model
 from kwiden.compute import flops_per_token
-from kwiden.files import read_json, replaced_atomically
 from kwiden.growth import grow
 from kwiden.keras_internals import seed_generator_states
 from kwiden.models.hf import refuse_copied_rotary
@@ -109,6 +107,7 @@ class Trainer:
         self.phases, self.growths, self.per_update, self.total = phases, growths, per_update, total
         self.schedule, self.tokenizer, self.verbose = schedule, tokenizer, verbose
         self.backups = folder.folder / BACKUP
+        self.saved = SavedModel(self.backups, STATE_FILE, "model-")
         self.eval_every = options.eval_every or max(1, total // EVALUATIONS)
         self.tokens_per_update = options.batch_size * options.accum_steps * objective.seq_len
         self.stop_asked = False
@@ -137,31 +136,19 @@ class Trainer:
 
     # Backups
     def save(self, model, update, growths_done, seconds):
-        """A backup to resume from: the model with its optimizer, the position,
-        and the training losses since the last metrics row (the next row averages
-        them, resumed or not)."""
-        self.backups = self.folder.will_write(BACKUP)
-        if self.backups.is_symlink():
+        """A backup to resume from (`kwiden.backups.SavedModel`: the model with its optimizer, Dropout's
+        generators), with the position and the training losses since the last metrics row (the next row
+        averages them, resumed or not)."""
+        if self.folder.will_write(BACKUP).is_symlink():
             raise ValueError(f"{self.backups} is a link; kwiden keeps its backups in a folder of its own: remove it.")
-        self.backups.mkdir(exist_ok=True)
-        name = f"model-{update}-{growths_done}.keras"
-        with replaced_atomically(self.backups / name) as temporary:
-            model.save(temporary)
-        # Dropout's generators: their state is not in the .keras file.
-        generators = [np.asarray(state).tolist() for state in seed_generator_states(model)]
-        state = dict(model=name, update=update, growths_done=growths_done, seconds=seconds, generators=generators,
-                     train_losses=self.train_losses)  # fmt: skip
-        with replaced_atomically(self.backups / STATE_FILE) as temporary:
-            temporary.write_text(json.dumps(state, indent=1), "utf-8")
+        position = dict(update=update, growths_done=growths_done, seconds=seconds, train_losses=self.train_losses)
+        self.saved.write(model, f"{update}-{growths_done}", position)
         if not self.folder.record_value("backed_up"):  # from here a missing state.json is a loss, not a new run
             self.folder.record_value("backed_up", True)
-        for old in self.backups.glob("model-*-*.keras"):  # backup/ is the run's: only its own backups are there
-            if old.name != name:
-                old.unlink(missing_ok=True)
 
     def restore(self):
         """`(model, update, growths done, seconds)` from the last backup, or None where the run never backed up."""
-        path = self.backups / STATE_FILE
+        path = self.saved.state_path
         if not path.is_file():
             if self.folder.record_value("backed_up"):
                 raise ValueError(
@@ -169,20 +156,17 @@ class Trainer:
                     "replace its backup. Restore backup/, or give another --output-dir for a new run."
                 )
             return None
-        state = read_json(path, f"{path}, the backup's position, is not what kwiden wrote",
-                          "restore it, or give another --output-dir")  # fmt: skip
+        state = self.saved.read("--output-dir")
         update, growths_done = self._position(state, path)
         model_file = self.backups / state["model"]
         try:
-            model = load_with_optimizer(model_file, loss=self.objective.losses())
+            model = self.saved.load(state, loss=self.objective.losses())
         except (OSError, ValueError, zipfile.BadZipFile) as error:
             raise ValueError(f"The backup {model_file} cannot be loaded ({str(error)[:200]}); restore it, or give "
                              "another --output-dir.") from None  # fmt: skip
         if weight_shapes(model) != self.phases[growths_done].weight_shapes:
             raise ValueError(f"The backup {model_file} is not this run's model after {growths_done} growth(s) (its "
                              "weights have other shapes); restore it, or give another --output-dir.")  # fmt: skip
-        for variable, value in zip(seed_generator_states(model), state.get("generators", [])):
-            variable.assign(np.array(value, dtype=variable.dtype))
         # A backup of an older kwiden holds no losses: the next row then averages the resumed updates' alone.
         self.train_losses = [float(loss) for loss in state.get("train_losses", [])]
         return model, update, growths_done, float(state["seconds"])

@@ -365,7 +365,8 @@ def test_a_backup_gone_or_edited_is_refused_not_trained_over(english, tmp_path):
     for edit in [dict(update=999), dict(update="8"), dict(update=-5), dict(growths_done=3), dict(train_losses="abc"),
                  dict(model=str(tmp_path / "run" / "backup" / state["model"])), dict(model="model-9-0.keras")]:  # fmt: skip
         (tmp_path / "run" / "backup" / "state.json").write_text(json.dumps({**state, **edit}))
-        with pytest.raises(ValueError, match=r"state\.json, the backup's position, is not one this run wrote"):
+        with pytest.raises(ValueError, match=r"state\.json(, the backup's position,)? is not (one this run wrote|a "
+                           r"backup state kwiden wrote)"):  # fmt: skip
             pretrain(english, tmp_path / "run", **arguments)
     (tmp_path / "run" / "backup" / "state.json").write_text(json.dumps(state))
     model = tmp_path / "run" / "backup" / state["model"]
