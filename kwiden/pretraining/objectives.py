@@ -6,6 +6,8 @@ positions only, optionally whole words)."""
 import keras
 import numpy as np
 
+from kwiden.pretraining import tokens
+
 MASKED = 0.15
 # Of the masked positions: [MASK], a random token, the token itself.
 REPLACED_BY_MASK, REPLACED_BY_RANDOM = 0.8, 0.1
@@ -27,6 +29,13 @@ class Objective:
     `kwiden.build_transformer_model` takes to give the model the heads the
     objective trains; `losses()` what `compile` takes; `counted(targets)` how
     many targets a batch's loss averages over (evaluations weigh batches so).
+
+    Its data: `read(corpus, tokenizer, folder, verbose)` makes it from the
+    corpus files (by default the token stream, `kwiden.pretraining.tokens`;
+    whatever it returns has a length and a `digest`, which a resume compares),
+    `split(data, valid_fraction)` holds the end out, and `training_batch` and
+    `validation_batches` draw from the parts. An objective that reads records
+    (sentence pairs, documents) overrides these four.
     """
 
     name = None
@@ -53,6 +62,21 @@ class Objective:
 
     def counted(self, targets):
         return int(np.size(targets))
+
+    # Its data; by default the token stream, its windows at random places.
+    marks_words = False  # whether it reads where words start (whole-word masking)
+
+    def read(self, corpus, tokenizer, folder, verbose):
+        return tokens.tokenized(corpus, tokenizer, folder, self.marks_words, verbose)
+
+    def split(self, data, valid_fraction):
+        return split(data, self, valid_fraction)
+
+    def training_batch(self, train, batch_size, seed, update, micro_step):
+        return training_batch(self, train, batch_size, seed, update, micro_step)
+
+    def validation_batches(self, valid, batch_size, seed):
+        return validation_batches(self, valid, batch_size, seed)
 
     def windows(self, tokens, starts):
         """The stream's windows at `starts`, one a row."""
@@ -106,6 +130,7 @@ class MaskedLM(Objective):
     def __init__(self, seq_len, vocab_size, mask, cls=None, separator=None, whole_words=False):
         super().__init__(seq_len, vocab_size)
         self.mask, self.cls, self.separator, self.whole_words = mask, cls, separator, whole_words
+        self.marks_words = whole_words
 
     @classmethod
     def made_for(cls, tokenizer, seq_len, whole_words, family):

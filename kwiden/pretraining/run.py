@@ -178,9 +178,9 @@ def _pretrain(folder, corpus, options, verbose):
             _target_config(options, family, corpus_tokenizer), options
         )  # (a GPU's memory is not what it reads)
     folder.will_write(TOKENS)
-    token_file = tokens.tokenized(corpus, corpus_tokenizer, folder.folder, options.whole_word_mask, verbose)
+    token_file = objective.read(corpus, corpus_tokenizer, folder.folder, verbose)
     folder.check_tokens(token_file)
-    train, valid = objectives.split(token_file, objective, options.valid_fraction)
+    train, valid = objective.split(token_file, options.valid_fraction)
     folder.log(
         f"corpus: {len(token_file):,} tokens ({corpus_tokenizer.source}, vocabulary {corpus_tokenizer.vocab_size:,}), "
         f"{len(valid):,} held out; objective: {objective.name}"

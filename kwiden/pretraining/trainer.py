@@ -20,7 +20,6 @@ from kwiden.growth import grow
 from kwiden.keras_internals import seed_generator_states
 from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
-from kwiden.pretraining import objectives
 from kwiden.pretraining.outputs import BACKUP
 
 STATE_FILE = "state.json"
@@ -102,7 +101,7 @@ class Trainer:
         self.folder, self.options, self.objective = folder, options, objective
         self.train, self.valid_batches = (
             train,
-            objectives.validation_batches(objective, valid, options.batch_size, options.seed),
+            objective.validation_batches(valid, options.batch_size, options.seed),
         )
         self.phases, self.growths, self.per_update, self.total = phases, growths, per_update, total
         self.schedule, self.tokenizer, self.verbose = schedule, tokenizer, verbose
@@ -276,8 +275,8 @@ class Trainer:
         """Train update `update + 1` (its micro-batches); its seconds. A loss that is not finite stops the run."""
         start = time.perf_counter()
         for micro_step in range(self.options.accum_steps):
-            x, y = objectives.training_batch(
-                self.objective, self.train, self.options.batch_size, self.options.seed, update, micro_step
+            x, y = self.objective.training_batch(
+                self.train, self.options.batch_size, self.options.seed, update, micro_step
             )
             self.train_losses.append(float(model.train_on_batch(x, y, return_dict=True)["loss"]))
         took = time.perf_counter() - start

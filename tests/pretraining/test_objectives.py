@@ -1,5 +1,8 @@
 """The pieces under `kwiden.pretrain`: tokenizers, the token file, masking, the growth spec."""
 
+import hashlib
+import json
+
 import numpy as np
 import pytest
 from conftest import TINY_GPT, TINY_RUN, chinese_lines
@@ -184,3 +187,56 @@ def test_a_family_and_an_objective_registered_outside_the_package_pretrain(engli
         kwiden.pretrain(english, tmp_path / "nope", objective="nope", config=TINY_GPT, **TINY_RUN)
     with pytest.raises(ValueError, match=r"--model nope: the families kwiden knows are bert, gpt"):
         kwiden.pretrain(english, tmp_path / "nofamily", model="nope", config=TINY_GPT, **TINY_RUN)
+
+
+class Records:
+    """What a records objective reads: one padded row of ids a line (a length and a digest, as a resume compares)."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.digest = hashlib.sha256(rows.tobytes()).hexdigest()
+
+    def __len__(self):
+        return int(self.rows.size)
+
+
+class LineByLine(objectives.CausalLM):
+    """A test's own objective on records, not the token stream: each example one line of the corpus."""
+
+    name = "line_by_line"
+
+    def read(self, corpus, tokenizer, folder, verbose):
+        lines = [line for path in tokens.corpus_files(corpus, folder) for line in tokens.lines_of(path) if line.strip()]
+        ids, _ = tokenizer.encode_lines(lines)
+        rows = np.zeros((len(lines), self.seq_len + 1), np.int32)
+        for row, line_ids in zip(rows, ids):
+            row[: min(len(line_ids), len(row))] = line_ids[: len(row)]
+        return Records(rows)
+
+    def split(self, data, valid_fraction):
+        held = max(4, int(len(data.rows) * valid_fraction))
+        return Records(data.rows[:-held]), Records(data.rows[-held:])
+
+    def training_batch(self, train, batch_size, seed, update, micro_step):
+        rows = train.rows[np.random.default_rng([seed, update, micro_step]).integers(0, len(train.rows), batch_size)]
+        return rows[:, :-1], rows[:, 1:]
+
+    def validation_batches(self, valid, batch_size, seed):
+        rows = np.resize(valid.rows, (batch_size, valid.rows.shape[1]))
+        return [(rows[:, :-1], rows[:, 1:])]
+
+
+def test_an_objective_reads_its_own_data_records_not_the_token_stream(english, tmp_path, monkeypatch):
+    import kwiden
+
+    monkeypatch.setattr(objectives, "OBJECTIVES", dict(objectives.OBJECTIVES))
+    objectives.register_objective(LineByLine)
+    result = kwiden.pretrain(english, tmp_path / "run", objective="line_by_line", config=TINY_GPT, grow="none",
+                             **{**TINY_RUN, "budget": 3})  # fmt: skip
+    assert result.updates == 3 and "objective: line_by_line" in (tmp_path / "run" / "log.txt").read_text()
+    lines = [line for line in english.read_text().splitlines() if line.strip()]
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["tokens"]
+    assert recorded["count"] == len(lines) * (TINY_RUN["seq_len"] + 1)  # the records, as a resume compares them
+    assert not (tmp_path / "run" / "tokens").exists()  # no token stream was made
+    assert kwiden.pretrain(english, tmp_path / "run", objective="line_by_line", config=TINY_GPT, grow="none",
+                           **{**TINY_RUN, "budget": 3}).updates == 3  # resumed  # fmt: skip
