@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import TINY_GPT, TINY_RUN, chinese_lines
 
-from kwiden import corpus, recipe
+from kwiden import corpus
 from kwiden.pretraining import objectives, tokens, vocabulary
 
 
@@ -80,53 +80,6 @@ def test_masking_is_bert_s_15_percent_80_10_10():
     assert (segments == 0).all() and (inputs[~masked] == original[~masked]).all()
     again = objectives.training_batch(objective, Stream(), 512, 0, 3, 0)
     np.testing.assert_array_equal(again[0][0], inputs)  # drawn from (seed, update, micro-step) alone
-
-
-def test_the_growth_spec_and_undoing_it():
-    growths = recipe.parse("0.33:k=2 2/3:depth=2,optimizer_state=grown,spread=0")
-    assert [(g.fraction, g.arguments) for g in growths] == [
-        (0.33, {"k": 2}), (2 / 3, {"depth": 2, "optimizer_state": "grown", "spread": 0.0})]  # fmt: skip
-    target = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
-                  attention_head_size=16)  # fmt: skip
-    small = recipe.undone(target, growths)
-    assert small == dict(hidden_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         attention_head_size=8)  # fmt: skip
-    counted = recipe.undone(target, recipe.parse("0.5:k=2,heads=count"))
-    assert (counted["num_attention_heads"], counted["attention_head_size"]) == (2, 16)
-    assert recipe.parse(" none ") == "none" and recipe.parse("auto") == "auto"
-    with pytest.raises(ValueError, match=r"'0.5' is not FRACTION:ARG=VALUE"):
-        recipe.parse("0.5")
-    with pytest.raises(ValueError, match=r"optimizer_state=fresh; it takes"):
-        recipe.parse("0.5:optimizer_state=fresh")
-    assert recipe.parse("0.8:k=2,relax_learning_rates=300")[0].arguments == {"k": 2, "relax_learning_rates": 300}
-    with pytest.raises(ValueError, match=r"relax_learning_rates=1e3 is not an integer"):
-        recipe.parse("0.8:k=2,relax_learning_rates=1e3")
-
-
-def test_growth_points_are_placed_at_equal_flops():
-    growths = recipe.parse("0.5:k=2")
-    total, placed = recipe.place(growths, 100, [1.0, 3.0], warmup=5)
-    # 100 updates at cost 3 = 300; half the run's U updates at cost 1, half at 3: 2U = 300, U = 150
-    assert (placed[0].update, total) == (75, 150) and growths[0].update is None  # its input is left as it was
-    assert recipe.flops_spent(total, [75], [1.0, 3.0]) == 75 * 1.0 + 75 * 3.0 == 300
-
-
-@pytest.mark.parametrize(
-    "tokens, says, table",
-    [
-        (2_000_000, "larger than compute-optimal. For the lowest loss on this compute, train a smaller target",
-         "the small model it starts from, trained alone on the same compute, ended lower"),
-        (20_000_000, "about compute-optimal", "the small model it starts from"),
-        (56_000_000, "smaller than compute-optimal", "ended below both the target from scratch and the small model"),
-        (100_000_000, "smaller than compute-optimal", "the target from scratch ended lowest"),
-    ],
-)  # fmt: skip
-def test_advice_places_the_target_against_the_compute_optimal_size(tokens, says, table):
-    text = recipe.advice(1_000_000, tokens, 6 * 1_000_000 * tokens)
-    assert f"{tokens / 1e6:.1f} tokens per parameter" in text and says in text
-    assert text.endswith(recipe.measured(tokens / 1e6)) and table in text
-    optimal = f"at about {(tokens / 20) ** 0.5 * 1000:,.0f} parameters"  # √(C / 120) with C = 6·N·D
-    assert optimal in text
 
 
 class NextButOne(objectives.CausalLM):

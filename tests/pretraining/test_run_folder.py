@@ -19,7 +19,6 @@ import pytest
 from conftest import TINY_BERT, TINY_GPT, TINY_RUN
 
 import kwiden
-from kwiden import recipe
 from kwiden.files import FolderLock
 from kwiden.pretraining import checks, outputs, run, tokens
 
@@ -257,29 +256,6 @@ def test_the_first_row_after_a_resume_is_the_uninterrupted_runs(english, tmp_pat
 
     assert [r["update"] for r in resumed.metrics] == [0, 3, 6, 9, 12]
     assert without_time(resumed.metrics) == without_time(whole.metrics)
-
-
-@pytest.mark.parametrize(
-    "spec, message",
-    [
-        ("0.5:k=1", r"nothing grows in '0.5:k=1' \(k, ffn_factor, depth are 1\)"),
-        ("0.5:depth=1", r"nothing grows in '0.5:depth=1'"),
-        ("0.5:k=1,ffn_factor=1,depth=1", r"nothing grows"),
-        ("0.5:spread=3", r"nothing grows in '0.5:spread=3'"),
-        ("0.5:k=-2", r"k=-2 in '0.5:k=-2': a factor must be at least 1 \(2 doubles\)"),
-        ("0.5:k=1/2", r"k=1/2 in '0.5:k=1/2': a factor must be at least 1"),
-        ("0.5:depth=0", r"depth=0 in '0.5:depth=0': a factor must be at least 1"),
-        ("0.3:k=2 0.6:k=1", r"nothing grows in '0.6:k=1'"),
-    ],
-)
-def test_a_growth_in_which_nothing_grows_or_a_factor_below_one_is_refused(spec, message):
-    with pytest.raises(ValueError, match=message):
-        recipe.parse(spec)
-
-
-def test_growths_of_one_factor_alone_are_taken():
-    assert [g.arguments for g in recipe.parse("0.5:k=1,ffn_factor=2 0.7:depth=2")] == [
-        dict(k=1, ffn_factor=2), dict(depth=2)]  # fmt: skip
 
 
 def test_a_corpus_file_edited_in_place_keeping_its_size_and_time_is_noticed(english, tmp_path):
