@@ -10,9 +10,8 @@ import pathlib
 import keras
 import numpy as np
 
-from kwiden.files import HELD, LOCKED, TEMPORARY, FolderLock, replaced_atomically, sweep
+from kwiden.files import TEMPORARY, FolderLock, replaced_atomically, sweep
 from kwiden.keras_internals import compile_arguments, saved_optimizer_config, seed_generator_states
-from kwiden.messages import warn
 
 STATE_FILE = "kwiden-growing.json"
 # The name of every model a backup writes: `fit_growing` deletes only files it wrote.
@@ -59,7 +58,7 @@ class SavedModel:
             name = json.loads(self.state_path.read_text(encoding="utf-8")).get("model")
         except (OSError, ValueError, AttributeError):
             return None
-        return name if isinstance(name, str) and pathlib.Path(name).name == name and name.endswith(".keras") else None
+        return name if _model_file(name) else None
 
     def read(self, where):
         """The state, or None where there is none; refused, naming `where` (the argument that gave the folder),
@@ -74,7 +73,7 @@ class SavedModel:
                 f"Delete it to start afresh (its model files stay), or give another {where}."
             ) from None
         name = state.get("model") if isinstance(state, dict) else None
-        if not (isinstance(name, str) and pathlib.Path(name).name == name and name.endswith(".keras")):
+        if not _model_file(name):
             raise ValueError(
                 f"{self.state_path} is not a backup state kwiden wrote (it names a .keras file of its own in its "
                 f"folder); delete it, or give another {where}."
@@ -96,6 +95,11 @@ class SavedModel:
         for variable, value in zip(seed_generator_states(model), state.get("generators", [])):
             variable.assign(np.array(value, dtype=variable.dtype))
         return model
+
+
+def _model_file(name):
+    """Whether `name` is a .keras file's name in the backup's own folder (no path)."""
+    return isinstance(name, str) and pathlib.Path(name).name == name and name.endswith(".keras")
 
 
 class Backup:
@@ -120,14 +124,13 @@ class Backup:
         would delete each other's saves."""
         self.folder.mkdir(parents=True, exist_ok=True)
         lock = FolderLock(self.folder)
-        taken = lock.acquire()
-        if taken == HELD:
-            raise ValueError(
+        lock.hold(
+            lambda: (
                 f"`backup_dir` {self.folder} is in use by another process backing up there: wait for it to end, "
                 "or give another backup_dir."
-            )
-        if taken != LOCKED:
-            warn(f"`backup_dir` {self.folder} is on a file system without locks: start one run on it at a time.")
+            ),
+            f"`backup_dir` {self.folder} is on a file system without locks: start one run on it at a time.",
+        )
         try:
             yield
         finally:

@@ -212,6 +212,16 @@ class FolderLock:
             self.descriptor = descriptor
         return taken
 
+    def hold(self, in_use, without_locks):
+        """Acquire the lock, or refuse: `ValueError(in_use())` where a live
+        process holds it; where no lock is to be had, warn `without_locks`
+        and go on."""
+        taken = self.acquire()
+        if taken is HELD:
+            raise ValueError(in_use())
+        if taken is not LOCKED:
+            warn(without_locks)
+
     def release(self):
         if self.descriptor is not None:
             os.close(self.descriptor)  # closing drops the lock

@@ -81,3 +81,8 @@ def seed_generator_states(model):
     """The state variables of the random-number generators of `model`'s
     layers (Dropout's), in layer order. `model.save` does not keep them."""
     return [g.state for layer in model._flatten_layers() for g in getattr(layer, "_seed_generators", [])]
+
+
+def inner_optimizer(optimizer):
+    """The optimizer under a `LossScaleOptimizer` (mixed_float16 wraps it), or `optimizer` itself."""
+    return getattr(optimizer, "inner_optimizer", optimizer)

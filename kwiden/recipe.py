@@ -10,7 +10,7 @@ import math
 
 from kwiden.growth import grow
 from kwiden.growth.options import GROW, taken_by
-from kwiden.keras_internals import compile_arguments
+from kwiden.keras_internals import compile_arguments, inner_optimizer
 
 # What `auto` does, chosen from the sweep of benchmarks/grow_vs_scratch.py (docs/growth-that-pays.md#the-sweep):
 # grow once, late, at 80% of the run's updates (the small model takes the cheap updates, the target the last,
@@ -314,7 +314,7 @@ def grow_and_compile(model, update, arguments, seed=0):
     (the one under mixed_float16's loss scaling), the splits seeded by `growth_seed`, compiled with `model`'s loss
     and metrics (a mixed_float16 model's new optimizer is wrapped for loss scaling again, with a fresh scale)."""
     arguments = {"seed": growth_seed(seed, update), **arguments}
-    big, optimizer = grow(model, optimizer=getattr(model.optimizer, "inner_optimizer", model.optimizer), **arguments)
+    big, optimizer = grow(model, optimizer=inner_optimizer(model.optimizer), **arguments)
     config = compile_arguments(model)
     config.pop("optimizer")
     big.compile(optimizer=optimizer, **config)

@@ -11,7 +11,7 @@ from kwiden.backups import Backup
 from kwiden.builder import build_transformer_model
 from kwiden.compute import flops_per_token
 from kwiden.growth.options import GROW, names
-from kwiden.keras_internals import compile_arguments
+from kwiden.keras_internals import compile_arguments, inner_optimizer
 from kwiden.models import get_family
 from kwiden.optimizers import AccumulatingOptimizer
 
@@ -200,7 +200,7 @@ def _fit_growing(model, data, schedule, steps, callbacks, verbose, backup):
     if backup is not None and backup.exists():
         model, growths_done, consumed = backup.load(model)
     _check_compiled(model, schedule)
-    accumulation = getattr(_inner(model.optimizer), "accum_steps", 1)
+    accumulation = getattr(inner_optimizer(model.optimizer), "accum_steps", 1)
     if consumed is None:
         consumed = _batches_trained(model)
     _remember_batches(model, consumed)
@@ -286,11 +286,6 @@ def _steps(value):
     return int(value)
 
 
-def _inner(optimizer):
-    """The optimizer under a `LossScaleOptimizer` (mixed_float16 wraps it)."""
-    return getattr(optimizer, "inner_optimizer", optimizer)
-
-
 def _check_compiled(model, schedule):
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None or compile_arguments(model) is None:
@@ -298,7 +293,7 @@ def _check_compiled(model, schedule):
             f"fit_growing needs a compiled model: call {model.name}.compile(optimizer, loss) first "
             "(with one of kwiden's optimizers, or Keras' SGD, Adam or AdamW)."
         )
-    inner = _inner(optimizer)
+    inner = inner_optimizer(optimizer)
     if getattr(inner, "gradient_accumulation_steps", None):
         raise ValueError(
             "fit_growing counts growth points in updates, and Keras' gradient_accumulation_steps counts "

@@ -55,7 +55,7 @@ def _probability(value):
 NUMBER_RULES = {
     **dict.fromkeys(EPSILONS, (_positive, "a finite number above 0 (the norms divide by √(variance + ε)), such as 1e-05")),
     **dict.fromkeys(ROTARY_BASES, (_positive, "a finite number above 0 (the rotary base), such as 10000.0")),
-    **dict.fromkeys(SIZES, (lambda value: _is_count(value, 1), "a whole number, at least 1")),
+    **dict.fromkeys(SIZES, (lambda value: is_count(value, 1), "a whole number, at least 1")),
     **dict.fromkeys(DROPOUTS, (_probability, "a probability in [0, 1), such as 0.1")),
 }  # fmt: skip
 
@@ -167,7 +167,7 @@ def complete_config(config, defaults=None):
             "`config`, in the file at `config_path`, or as keyword arguments."
         )
     wrong = {
-        key: config[key] for key in REQUIRED if not _is_count(config[key], least=0 if key == "num_hidden_layers" else 1)
+        key: config[key] for key in REQUIRED if not is_count(config[key], least=0 if key == "num_hidden_layers" else 1)
     }
     if wrong:
         raise ValueError(
@@ -185,7 +185,8 @@ def complete_config(config, defaults=None):
     return config
 
 
-def _is_count(value, least):
+def is_count(value, least=0):
+    """Whether `value` is a whole number (a NumPy one too, not a bool) of at least `least`."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= least
 
 

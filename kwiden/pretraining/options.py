@@ -13,6 +13,7 @@ import numbers
 import pathlib
 
 from kwiden import recipe
+from kwiden.models.config import is_count
 from kwiden.optimizers.schedules import SCHEDULES
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")
@@ -102,8 +103,7 @@ def _checked(field, value):
     if value is None and field.default is None:
         return None
     if rules["kind"] == "count":
-        whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-        if not whole or value < rules["least"] or (rules["most"] is not None and value > rules["most"]):
+        if not is_count(value, rules["least"]) or (rules["most"] is not None and value > rules["most"]):
             most = rules["most"]
             span = f"from {rules['least']} to {most}" if most is not None else f"of at least {rules['least']}"
             raise ValueError(f"{flag} must be a whole number {span}, got {value!r}.")

@@ -10,8 +10,6 @@ import warnings
 
 from kwiden.checkpoints import save_checkpoint
 from kwiden.files import (
-    HELD,
-    LOCKED,
     TEMPORARY,
     FolderLock,
     append_text,
@@ -21,6 +19,7 @@ from kwiden.files import (
     temporary_beside,
 )  # fmt: skip
 from kwiden.messages import warn
+from kwiden.models.config import is_count
 
 RUN_FILE = "run.json"
 LOG_FILE = "log.txt"
@@ -96,19 +95,21 @@ class RunFolder:
             raise
 
     def _hold(self):
-        taken = self.lock.acquire()
-        if taken is HELD:
-            try:
-                process = f"process {json.loads((self.folder / RUN_FILE).read_text('utf-8'))['process']}"
-            except (OSError, ValueError, KeyError, TypeError):
-                process = "another process"
-            raise ValueError(
-                f"--output-dir {self.folder} is in use by {process} (a kwiden run holds it): wait for it to end, "
-                "or give another --output-dir."
-            )
-        if taken is not LOCKED:
-            warn(f"--output-dir {self.folder} is on a file system without locks: kwiden cannot refuse a second run "
-                 "started on it meanwhile, and two at once would mix their files. Start one at a time.")  # fmt: skip
+        self.lock.hold(
+            lambda: (
+                f"--output-dir {self.folder} is in use by {self._holder()} (a kwiden run holds it): wait for it "
+                "to end, or give another --output-dir."
+            ),
+            f"--output-dir {self.folder} is on a file system without locks: kwiden cannot refuse a second run "
+            "started on it meanwhile, and two at once would mix their files. Start one at a time.",
+        )
+
+    def _holder(self):
+        """The process the record names as the last to claim the folder."""
+        try:
+            return f"process {json.loads((self.folder / RUN_FILE).read_text('utf-8'))['process']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another process"
 
     def _read_record(self):
         path = self.folder / RUN_FILE
@@ -270,7 +271,7 @@ class RunFolder:
                 row = json.loads(line)
             except ValueError:
                 row = None
-            if not (isinstance(row, dict) and set(METRICS) <= set(row) and _whole(row["update"])):
+            if not (isinstance(row, dict) and set(METRICS) <= set(row) and is_count(row["update"])):
                 if number == len(lines) and not text.endswith("\n"):
                     warn(f"{path}: its last line was cut short (written when the run stopped); dropped, and "
                          "written again from the backup.")  # fmt: skip
@@ -356,10 +357,6 @@ def _is_record(record):
     if not isinstance(record.get("vocabulary", ""), str) or not isinstance(record.get("backed_up", False), bool):
         return False
     return record.get("state") == REFUSED or isinstance(record.get("arguments"), dict)
-
-
-def _whole(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _present(path):

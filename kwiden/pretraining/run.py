@@ -173,10 +173,9 @@ def _pretrain(folder, corpus, options, verbose):
     if getattr(start_model, "fresh_weights", ()):
         folder.log(f"--from {checkpoint}: it has no weights for the heads {objective.name} trains; they start "
                    f"freshly initialised: {', '.join(start_model.fresh_weights)}")  # fmt: skip
-    if start_model is None and not _accelerated():  # before the corpus is read: a target that cannot train here
-        checks.memory(
-            _target_config(options, family, corpus_tokenizer), options
-        )  # (a GPU's memory is not what it reads)
+    target = None if options.config is None else _target_config(options, family, corpus_tokenizer)
+    if start_model is None and not _accelerated():  # before the corpus is read (a GPU's memory is not what it reads)
+        checks.memory(target, options)
     folder.will_write(TOKENS)
     token_file = objective.read(corpus, corpus_tokenizer, folder.folder, verbose)
     folder.check_tokens(token_file)
@@ -185,7 +184,7 @@ def _pretrain(folder, corpus, options, verbose):
         f"corpus: {len(token_file):,} tokens ({corpus_tokenizer.source}, vocabulary {corpus_tokenizer.vocab_size:,}), "
         f"{len(valid):,} held out; objective: {objective.name}"
     )
-    phases, growths, why = _stages(options, family, start_model, corpus_tokenizer, objective)
+    phases, growths, why = _stages(options, family, start_model, corpus_tokenizer, target, objective)
     tokens_per_update = options.batch_size * options.accum_steps * options.seq_len
     per_update = [tokens_per_update * s.flops_per_token for s in phases]
     warmup = options.warmup if options.warmup is not None else default_warmup(options.budget)
@@ -362,9 +361,10 @@ def _target_config(options, family, corpus_tokenizer):
     return complete
 
 
-def _stages(options, family, start_model, corpus_tokenizer, objective):
+def _stages(options, family, start_model, corpus_tokenizer, target, objective):
     """The models of the run, smallest first (each to be grown into the next),
-    the growths between them, and why `auto` chose them."""
+    the growths between them, and why `auto` chose them; `target`: the
+    complete config `--config` gives, or None."""
     parsed = recipe.parse(options.grow)
     if start_model is not None:
         if start_model.get_layer(naming.EMBEDDING_TOKEN).input_dim < corpus_tokenizer.vocab_size:
@@ -377,15 +377,14 @@ def _stages(options, family, start_model, corpus_tokenizer, objective):
             why = "none" if parsed == "none" else f"as given: {options.grow}"
             parsed = [] if parsed == "none" else parsed
         phases = Phase.grown_from(start_model, parsed, family, objective)
-        if options.config is not None:
-            wanted = Phase.built(_target_config(options, family, corpus_tokenizer), family, objective)
+        if target is not None:
+            wanted = Phase.built(target, family, objective)
             if wanted.weight_shapes != phases[-1].weight_shapes:
                 raise ValueError(
                     f"--grow {options.grow!r} grows {options.from_checkpoint} to {phases[-1].describe()}, not the "
                     f"--config target {wanted.describe()}: give growths that reach it."
                 )
         return phases, parsed, why
-    target = _target_config(options, family, corpus_tokenizer)
     if parsed == "auto":
         parsed, why = recipe.auto(target)
     elif parsed == "none":

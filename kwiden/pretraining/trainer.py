@@ -18,6 +18,7 @@ from kwiden.builder import build_transformer_model
 from kwiden.compute import flops_per_token
 from kwiden.growth import grow
 from kwiden.keras_internals import seed_generator_states
+from kwiden.models.config import is_count
 from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
 from kwiden.pretraining.outputs import BACKUP
@@ -32,10 +33,6 @@ OPTIMIZER_ARGUMENTS = ("optimizer_state", "rewarm")
 
 def weight_shapes(model):
     return tuple(sorted((w.path, tuple(w.shape)) for w in model.weights))
-
-
-def _whole(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @dataclasses.dataclass
@@ -177,8 +174,8 @@ class Trainer:
             and isinstance(state.get("model"), str)
             and re.fullmatch(r"model-\d+-\d+\.keras", state["model"]) is not None
             and (self.backups / state["model"]).is_file()
-            and _whole(state.get("update"))
-            and _whole(state.get("growths_done"))
+            and is_count(state.get("update"))
+            and is_count(state.get("growths_done"))
             and isinstance(state.get("seconds"), (int, float))
             and isinstance(state.get("train_losses", []), list)
             and all(isinstance(loss, (int, float)) for loss in state.get("train_losses", []))
