@@ -59,8 +59,7 @@ class RunFolder:
         self.lock = FolderLock(self.folder)
 
     def claim(self, arguments, removed=None, free=(), computed_on=None):
-        """Hold the folder and record the run's `arguments`; returns whether
-        this call resumes a run that trained. Refused: a folder another process
+        """Hold the folder and record the run's `arguments`. Refused: a folder another process
         holds, one with files kwiden did not write, and one holding a run with
         other arguments (the first that differs is named) or computed on another
         backend or precision (`computed_on`). An argument the record holds that
@@ -85,11 +84,10 @@ class RunFolder:
                     **record, "arguments": arguments, "computed_on": record.get("computed_on") or computed_on,
                     "written": record.get("written", list(OWN)), "process": os.getpid(),
                 })  # fmt: skip
-                return True
+                return
             written = self._take_over(record)
             self._write_record(dict(arguments=arguments, state=CLAIMED, computed_on=computed_on, written=written,
                                     process=os.getpid()))  # fmt: skip
-            return False
         except BaseException:
             self.unlock()
             raise
