@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import safetensors.numpy
 import tensorflow as tf
-from test_grow_checkpoint import MODELS, SAFETENSORS, tensors_of
+from checkpoint_folders import MODELS, tensors_of
 
 import kwiden
-from kwiden.checkpoints import MANIFEST, SafetensorsWriter
+from kwiden.checkpoints import MANIFEST, SAFETENSORS, SafetensorsWriter
 from kwiden.files import TEMPORARY
 from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
 

@@ -8,23 +8,14 @@ import pathlib
 
 import numpy as np
 import pytest
+from checkpoint_folders import DECODER, MODELS, SIZES, tensors_of
 
 import kwiden
 from kwiden import cli
-from kwiden.checkpoints import SAFETENSORS, SAFETENSORS_INDEX, read_tensors
+from kwiden.checkpoints import SAFETENSORS, SAFETENSORS_INDEX
 from kwiden.growth import streaming as grow_module
-from kwiden.testing import NOTICEABLE_EPSILON, randomize_weights
+from kwiden.testing import randomize_weights
 
-SIZES = dict(
-    vocab_size=50, hidden_size=16, num_hidden_layers=2, intermediate_size=24, layer_norm_eps=NOTICEABLE_EPSILON
-)
-DECODER = dict(SIZES, mask_padding=False)  # as Hugging Face's decoders: token id 0 is a token
-MODELS = {
-    "llama": dict(DECODER, num_attention_heads=4, num_key_value_heads=2),  # GQA, untied head
-    "qwen2": dict(DECODER, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),  # q/k/v biases
-    "gpt": dict(DECODER, num_attention_heads=2, max_position_embeddings=16, hidden_dropout_prob=0.0,
-                attention_probs_dropout_prob=0.0),  # GPT-2: fused c_attn, tied
-}  # fmt: skip
 IDS = np.array([[3, 7, 11, 2, 9, 4], [5, 1, 8, 8, 30, 2]])
 
 
@@ -37,13 +28,6 @@ def folders(tmp_path_factory):
         model = randomize_weights(kwiden.build_transformer_model(config, model=family), seed=1, std=0.3)
         made[family] = kwiden.save_checkpoint(model, root / family)
     return made
-
-
-def tensors_of(folder):
-    folder = pathlib.Path(folder)
-    path = folder / SAFETENSORS_INDEX if (folder / SAFETENSORS_INDEX).exists() else folder / SAFETENSORS
-    tensors = read_tensors("hf", path)
-    return {name: tensors[name] for name in tensors}
 
 
 def grown_in_memory(src, dst, **options):
