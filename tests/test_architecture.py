@@ -296,8 +296,8 @@ def test_layer_names_are_spelled_only_in_naming():
 
 
 def test_pretrain_options_are_declared_once():
-    """`kwiden.pretrain`'s signature, the `kwiden pretrain` flags and the README's table follow
-    `kwiden.pretraining.options.PretrainOptions`: the same names, defaults and flags."""
+    """`kwiden.pretrain`'s signature, the `kwiden pretrain` flags and the options table of
+    docs/pretraining.md follow `kwiden.pretraining.options.PretrainOptions`: the same names, defaults and flags."""
     import dataclasses
     import inspect
 
@@ -311,11 +311,11 @@ def test_pretrain_options_are_declared_once():
     assert {f.name: signature[f.name].default for f in fields} == {f.name: f.default for f in fields}
     command = cli.parser().parse_args(["pretrain", "corpus.txt", "--output-dir", "run"])
     assert options.given(command) == {f.name: f.default for f in fields}
-    readme = (PACKAGE.parent / "README.md").read_text()
-    section = readme.split("## Pretrain on your own corpus")[1].split("\n## ")[0]
+    page = (PACKAGE.parent / "docs" / "pretraining.md").read_text()
+    section = page.split("\n## Options\n")[1].split("\n## ")[0]
     table = "\n".join(line for line in section.splitlines() if line.startswith("| `--"))
     missing = [options.flag_of(f) for f in fields if f"`{options.flag_of(f)}" not in table]
-    assert not missing, f"README's pretrain table lacks {missing}"
+    assert not missing, f"docs/pretraining.md's options table lacks {missing}"
 
 
 def test_growth_options_are_declared_once():
