@@ -6,7 +6,10 @@ updates from scratch."""
 
 import dataclasses
 import fractions
+import functools
+import json
 import math
+from importlib import resources
 
 from kwiden.growth import grow
 from kwiden.growth.options import GROW, taken_by
@@ -29,30 +32,8 @@ OPTIMAL_TOKENS_PER_PARAMETER = 20
 # Below this many tokens per parameter the target is well beyond compute-optimal for its budget.
 UNDERTRAINED = 10
 # What benchmarks/grow_vs_scratch.py measured (docs/growth-that-pays.md#the-protocol-table), by the budget's tokens
-# per parameter of the target: `(up to this ratio, what the table says)`, the last for any ratio beyond.
-MEASURED = (
-    (
-        38,  # between the 20 and 56 measured
-        "Measured from 2 to 20 tokens per parameter (36k to 438k parameters), --grow auto ended below the target "
-        "from scratch and reached its final loss on about 70% of the compute in most cells, but the small model it "
-        "starts from, trained alone on the same compute, ended lower in every cell but one (GPT at 20 on 11 MB of "
-        "text, where auto ended 0.004 below it, within the seeds' spread, and the half-width model alone lower "
-        "still): grow for the larger model, not for a lower loss on this budget.",
-    ),
-    (
-        67,  # between the 56 and 80 measured
-        "Measured at 56 tokens per parameter (36k parameters), --grow auto ended below both the target from scratch "
-        "and the small model alone for GPT (depth growth), by 0.004 to 0.03, saving under 15% of the compute; for "
-        "BERT (width growth, measured with splits of spread 3; 2 ended 0.006 to 0.014 higher) it tied or beat the "
-        "target from scratch, and the small model alone ended lower, by 0.008 to 0.17.",
-    ),
-    (
-        math.inf,
-        "Measured at 80 tokens per parameter (36k parameters), the target from scratch ended lowest for GPT, 0.02 "
-        "to 0.04 below --grow auto; for BERT it tied the small model alone and --grow auto ended above both (one "
-        "seed of three collapsed before its growth): for the lowest loss on this budget, --grow none.",
-    ),
-)
+# per parameter of the target, is data shipped beside the code (`measured_table`).
+MEASURED_FILE = "growth_protocol.json"  # in kwiden/data
 # Arguments that set a size outright: the small model cannot be found from them.
 ABSOLUTE = ("hidden_size", "intermediate_size", "num_layers")
 # Arguments the trainer gives grow itself.
@@ -209,7 +190,16 @@ def advice(parameters, tokens, flops):
 
 def measured(ratio):
     """What the measured table says at `ratio` tokens per parameter of the target."""
-    return next(says for up_to, says in MEASURED if ratio <= up_to)
+    return next(says for up_to, says in measured_table() if ratio <= up_to)
+
+
+@functools.cache
+def measured_table():
+    """`((up to this ratio, what the table says), …)` from kwiden/data/growth_protocol.json, read once: each entry
+    for the ratios above the previous one's, the last (`up_to` null there) for any ratio beyond."""
+    text = resources.files("kwiden").joinpath("data", MEASURED_FILE).read_text(encoding="utf-8")
+    entries = json.loads(text)["measured"]
+    return tuple((math.inf if entry["up_to"] is None else entry["up_to"], entry["says"]) for entry in entries)
 
 
 def undone(config, growths):
