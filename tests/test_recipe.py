@@ -1,6 +1,11 @@
 """`kwiden.recipe`: the `--grow` spec, the small model found by undoing it, growths placed at equal FLOPs, and
 the advice on a budget."""
 
+import fnmatch
+import math
+import pathlib
+import re
+
 import pytest
 
 from kwiden import recipe
@@ -51,6 +56,22 @@ def test_advice_places_the_target_against_the_compute_optimal_size(tokens, says,
     assert text.endswith(recipe.measured(tokens / 1e6)) and table in text
     optimal = f"at about {(tokens / 20) ** 0.5 * 1000:,.0f} parameters"  # √(C / 120) with C = 6·N·D
     assert optimal in text
+
+
+def test_the_measured_figures_are_shipped_data_covering_every_ratio():
+    """kwiden/data/growth_protocol.json loads, its bounds rise, the last is unbounded, so every ratio has its text;
+    setup.py ships it."""
+    table = recipe.measured_table()
+    bounds = [up_to for up_to, _ in table]
+    assert len(table) >= 2 and bounds == sorted(set(bounds)) and bounds[0] > 0 and bounds[-1] == math.inf
+    assert all(says.startswith("Measured") and says.endswith(".") for _, says in table)
+    assert recipe.measured(0) == table[0][1] and recipe.measured(1e12) == table[-1][1]
+    for (up_to, says), (_, beyond) in zip(table, table[1:]):
+        assert recipe.measured(up_to) == says and recipe.measured(up_to + 1e-6) == beyond
+    assert recipe.measured_table() is table  # read once
+    setup = (pathlib.Path(__file__).resolve().parents[1] / "setup.py").read_text()
+    patterns = re.findall(r'"(data/[^"]+)"', setup)
+    assert any(fnmatch.fnmatch(f"data/{recipe.MEASURED_FILE}", pattern) for pattern in patterns), patterns
 
 
 @pytest.mark.parametrize(
