@@ -196,14 +196,14 @@ CONFIG = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, interm
 def pretrain(folder="run", **changes):
     arguments = dict(model="gpt", config=CONFIG, seq_len=16, batch_size=4, budget=12, lr=3e-3, save_every=4, verbose=0)
     return kwiden.pretrain("corpus.txt", folder, **{**arguments, **changes})
-def kill_at_update(n):
-    real, calls = keras.Model.train_on_batch, [0]
-    def train_on_batch(self, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] == n:
+def kill_at_update(n):  # at the end of the compiled call that trains update n
+    from kwiden.pretraining import trainer
+    real = trainer._Watch.on_train_batch_end
+    def watched(self, batch, logs=None):
+        if self.update + min(batch + 1, self.params["steps"]) // self.trainer.options.accum_steps >= n:
             kill()
-        return real(self, *args, **kwargs)
-    keras.Model.train_on_batch = train_on_batch
+        return real(self, batch, logs)
+    trainer._Watch.on_train_batch_end = watched
 """
 # The next call after a kill: the uninterrupted run beside it, then the call; prints the weights' largest
 # difference and whether the metrics rows (but their seconds) are the same.
@@ -217,10 +217,11 @@ print([{{k: v for k, v in r.items() if k != "seconds"}} for r in whole.metrics] 
 # A first call that holds the folder, training forever.
 HOLDER = """
 import time
-def slow(self, *args, **kwargs):
+from kwiden.pretraining import trainer
+def slow(*args, **kwargs):
     print("training", flush=True)
     time.sleep(3600)
-keras.Model.train_on_batch = slow
+trainer.fit_stretch = slow
 pretrain()
 """
 

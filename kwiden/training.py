@@ -14,6 +14,7 @@ from kwiden.growth.options import GROW, names
 from kwiden.keras_internals import compile_arguments, inner_optimizer
 from kwiden.models import get_family
 from kwiden.optimizers import AccumulatingOptimizer
+from kwiden.stretch import fit_stretch
 
 # The growth options a schedule may set: `kwiden.grow`'s (`growth.options.OPTIONS`) but its optimizer, which
 # the trainer passes with the model.
@@ -226,37 +227,24 @@ def _fit_growing(model, data, schedule, steps, callbacks, verbose, backup):
         if done >= stop:
             break
         micro_steps = stop * accumulation - consumed
-        counter = _BatchCounter()
-        fitted = model.fit(
+        trained, fitted = fit_stretch(
+            model,
             _take(batches, micro_steps, consumed),
-            steps_per_epoch=micro_steps,
+            micro_steps,
             initial_epoch=growths_done,  # stretch i is epoch i: callbacks see the epochs go on
             epochs=growths_done + 1,
-            shuffle=False,
-            callbacks=[*(callbacks or []), counter],
+            callbacks=callbacks or [],
             verbose=verbose,
         )
-        for key, values in fitted.history.items():
+        for key, values in fitted.items():
             history.setdefault(key, []).extend(values)
-        consumed += counter.batches
+        consumed += trained
         _remember_batches(model, consumed)
-        if counter.batches < micro_steps or model.stop_training:
+        if trained < micro_steps or model.stop_training:
             break  # a callback stopped training (TerminateOnNaN, or any that sets stop_training)
     if backup is not None:
         backup.save(model, growths_done, consumed)
     return model, history
-
-
-class _BatchCounter(keras.callbacks.Callback):
-    """How many batches a `fit` trained on. Not the optimizer's iterations:
-    a step that loss scaling skips (mixed_float16) leaves those as they were."""
-
-    def __init__(self):
-        super().__init__()
-        self.batches = 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.batches = batch + 1  # `batch` is the last of the steps just run (steps_per_execution)
 
 
 def _remember_batches(model, consumed):

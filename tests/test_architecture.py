@@ -30,6 +30,7 @@ LAYERS = [
         "kwiden.quiet",
         "kwiden.backups",
         "kwiden.memory",
+        "kwiden.stretch",
     ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),

@@ -66,6 +66,19 @@ def test_two_growths_train_and_carry_the_optimizer(gpt):
     assert big.get_compile_config()["metrics"] == ["accuracy"]
 
 
+def test_several_steps_a_call_reach_every_growth_and_train_the_same_weights(gpt):
+    """Stretches of 3 and 3 updates in calls of 4 (`steps_per_execution`): each stretch's short last call counts
+    the batches it ran, not the 4 Keras names it by."""
+    one, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0)
+    several = compiled(gpt)
+    several.compile(several.optimizer, several.loss, metrics=["accuracy"], steps_per_execution=4)
+    several, _ = kwiden.fit_growing(several, batches(), SCHEDULE, steps=9, verbose=0)
+    assert int(several.optimizer.updates_done) == 9
+    assert kwiden.naming.count_blocks(layer.name for layer in several.layers) == 4
+    for a, b in zip(one.get_weights(), several.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_resumes_after_a_growth_to_identical_weights(gpt, tmp_path):
     straight, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0)
     with pytest.raises(KeyboardInterrupt):

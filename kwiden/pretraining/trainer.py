@@ -22,9 +22,12 @@ from kwiden.models.config import is_count
 from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
 from kwiden.pretraining.outputs import BACKUP
+from kwiden.stretch import fit_stretch
 
 STATE_FILE = "state.json"
 EVALUATIONS = 20
+# Updates a compiled call runs where nothing happens between them (Keras' steps_per_execution, in updates).
+UPDATES_PER_CALL = 32
 WEIGHT_DECAY = 0.01
 # `grow`'s arguments about the optimizer, left out where a growth is tried on a model without one
 # (`scale_learning_rates` and `relax_learning_rates` are checked there, together: `grow` takes them without one).
@@ -92,6 +95,19 @@ class Phase:
         return f"width {self.hidden_size} × {self.num_layers} blocks ({self.parameters:,} parameters)"
 
 
+def mean_loss(losses):
+    """The mean over the micro-batches of `(mean loss, micro-batches)` pairs, or None where there are none."""
+    counts = sum(count for _, count in losses)
+    return float(sum(loss * count for loss, count in losses) / counts) if counts else None
+
+
+def _is_loss(loss):
+    """Whether `loss` is a backup's training loss: `[mean, micro-batches]`, or one number (one micro-batch)."""
+    if isinstance(loss, list) and len(loss) == 2:
+        return isinstance(loss[0], (int, float)) and is_count(loss[1])
+    return isinstance(loss, (int, float)) and not isinstance(loss, bool)
+
+
 class Trainer:
     def __init__(self, folder, options, objective, train, valid, phases, growths, per_update, total, schedule,
                  tokenizer, verbose):  # fmt: skip
@@ -114,8 +130,11 @@ class Trainer:
         """Training FLOPs of the first `update` updates, each phase at its own cost."""
         return recipe.flops_spent(update, [g.update for g in self.growths], self.per_update)
 
+    def compile_arguments(self):
+        return dict(loss=self.objective.losses(), steps_per_execution=UPDATES_PER_CALL * self.options.accum_steps)
+
     def compile(self, model, optimizer):
-        model.compile(optimizer, self.objective.losses())
+        model.compile(optimizer, **self.compile_arguments())
         return model
 
     def fresh_model(self):
@@ -156,15 +175,16 @@ class Trainer:
         update, growths_done = self._position(state, path)
         model_file = self.backups / state["model"]
         try:
-            model = self.saved.load(state, loss=self.objective.losses())
+            model = self.saved.load(state, **self.compile_arguments())
         except (OSError, ValueError, zipfile.BadZipFile) as error:
             raise ValueError(f"The backup {model_file} cannot be loaded ({str(error)[:200]}); restore it, or give "
                              "another --output-dir.") from None  # fmt: skip
         if weight_shapes(model) != self.phases[growths_done].weight_shapes:
             raise ValueError(f"The backup {model_file} is not this run's model after {growths_done} growth(s) (its "
                              "weights have other shapes); restore it, or give another --output-dir.")  # fmt: skip
-        # A backup of an older kwiden holds no losses: the next row then averages the resumed updates' alone.
-        self.train_losses = [float(loss) for loss in state.get("train_losses", [])]
+        # A backup of an older kwiden holds no losses (the next row then averages the resumed updates' alone), or
+        # one a micro-batch.
+        self.train_losses = [tuple(loss) if isinstance(loss, list) else (loss, 1) for loss in state["train_losses"]]
         return model, update, growths_done, float(state["seconds"])
 
     def _position(self, state, path):
@@ -177,8 +197,8 @@ class Trainer:
             and is_count(state.get("update"))
             and is_count(state.get("growths_done"))
             and isinstance(state.get("seconds"), (int, float))
-            and isinstance(state.get("train_losses", []), list)
-            and all(isinstance(loss, (int, float)) for loss in state.get("train_losses", []))
+            and isinstance(state.setdefault("train_losses", []), list)
+            and all(_is_loss(loss) for loss in state["train_losses"])
             and isinstance(state.get("generators", []), list)
         )
         if fits:
@@ -209,7 +229,7 @@ class Trainer:
             hidden_size=phase.hidden_size,
             num_layers=phase.num_layers,
             lr=float(keras.ops.convert_to_numpy(self.schedule(update))),
-            train_loss=float(np.mean(train_losses)) if train_losses else None,
+            train_loss=mean_loss(train_losses),
             valid_loss=self.evaluate(model),
             seconds=round(seconds, 3),
         )
@@ -232,15 +252,9 @@ class Trainer:
                     growths_done += 1
                     rows.append(self.record(model, update, [], seconds, grew=True))
                     self.save(model, update, growths_done, seconds)
-                took = self._update(model, update)
+                trained, took = self._train(model, update, self._next_stop(update), progress, growths_done)
                 seconds += took
-                update += 1
-                phase = self.phases[growths_done]
-                progress.update(1)
-                progress.set_postfix_str(
-                    f"loss {self.train_losses[-1]:.3f}, {self.tokens_per_update / max(took, 1e-9):,.0f} tok/s, "
-                    f"{phase.hidden_size}×{phase.num_layers}"
-                )
+                update += trained
                 if update % self.eval_every == 0 or update == self.total:
                     rows.append(self.record(model, update, self.train_losses, seconds))
                     self.train_losses = []
@@ -250,6 +264,15 @@ class Trainer:
                     self.folder.log(f"stopped at update {update}: backup saved; run the same command to resume")
                     raise KeyboardInterrupt
         return self._finish(model, update, growths_done, seconds, rows)
+
+    def _next_stop(self, update):
+        """The first update after `update` at which something happens between updates: an evaluation, a backup,
+        a growth, the end. The updates up to it run in compiled calls of `UPDATES_PER_CALL`."""
+        stops = [self.total, (update // self.eval_every + 1) * self.eval_every]
+        if self.options.save_every:
+            stops.append((update // self.options.save_every + 1) * self.options.save_every)
+        stops.extend(g.update for g in self.growths if g.update > update)
+        return min(stops)
 
     def _start(self):
         """`(model, update, growths done, seconds, metrics rows)` to train on from: the last backup's, or a fresh
@@ -268,24 +291,30 @@ class Trainer:
             rows.append(self.record(model, 0, [], seconds))
         return model, update, growths_done, seconds, rows
 
-    def _update(self, model, update):
-        """Train update `update + 1` (its micro-batches); its seconds. A loss that is not finite stops the run."""
+    def _train(self, model, update, stop, progress, growths_done):
+        """Train updates `update + 1` to `stop` (fewer where Ctrl-C stops it); `(updates trained, seconds)`. Their
+        training loss joins `train_losses`; a loss that is not finite stops the run."""
+        accum = self.options.accum_steps
+        batches = (
+            self.objective.training_batch(self.train, self.options.batch_size, self.options.seed, u, micro_step)
+            for u in range(update, stop)
+            for micro_step in range(accum)
+        )
+        watch = _Watch(self, update, progress, self.phases[growths_done])
         start = time.perf_counter()
-        for micro_step in range(self.options.accum_steps):
-            x, y = self.objective.training_batch(
-                self.train, self.options.batch_size, self.options.seed, update, micro_step
-            )
-            self.train_losses.append(float(model.train_on_batch(x, y, return_dict=True)["loss"]))
+        steps, _ = fit_stretch(model, batches, (stop - update) * accum, callbacks=[watch])
         took = time.perf_counter() - start
-        if not np.isfinite(self.train_losses[-1]):
+        loss = watch.loss
+        self.train_losses.append((loss, steps))
+        if not np.isfinite(loss):
             message = (
-                f"The training loss is {self.train_losses[-1]} at update {update + 1}: training diverged. Give a "
+                f"The training loss is {loss} by update {update + steps // accum}: training diverged. Give a "
                 f"lower --lr or a longer --warmup, in a new --output-dir; {self.folder.folder} keeps this "
                 "run's log, metrics and last backup (the same command resumes it from there)."
             )
             self.folder.log(message)
             raise ValueError(message)
-        return took
+        return steps // accum, took
 
     def _finish(self, model, update, growths_done, seconds, rows):
         self.save(model, update, growths_done, seconds)
@@ -326,3 +355,25 @@ class Trainer:
             yield
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+class _Watch(keras.callbacks.Callback):
+    """After each compiled call: the progress bar moved on, and training stopped where Ctrl-C asked it to or the
+    loss is no longer finite."""
+
+    def __init__(self, trainer, update, progress, phase):
+        super().__init__()
+        self.trainer, self.update, self.progress, self.phase = trainer, update, progress, phase
+        self.start, self.loss = time.perf_counter(), np.nan
+
+    def on_train_batch_end(self, batch, logs=None):
+        trainer, accum = self.trainer, self.trainer.options.accum_steps
+        self.loss = loss = float((logs or {}).get("loss", np.nan))  # the mean over the stretch so far
+        updates = min(batch + 1, self.params["steps"]) // accum
+        self.progress.update(self.update + updates - self.progress.n)
+        tokens_per_second = updates * trainer.tokens_per_update / max(time.perf_counter() - self.start, 1e-9)
+        self.progress.set_postfix_str(
+            f"loss {loss:.3f}, {tokens_per_second:,.0f} tok/s, {self.phase.hidden_size}×{self.phase.num_layers}"
+        )
+        if trainer.stop_asked or not np.isfinite(loss):
+            self.model.stop_training = True

@@ -46,3 +46,25 @@ def chinese(tmp_path_factory):
     path = tmp_path_factory.mktemp("chinese") / "zh.txt"
     path.write_text("\n".join(chinese_lines() * 3) + "\n", encoding="utf-8")
     return path
+
+
+def after_update(monkeypatch, n, action):
+    """Call `action(logs)` once, when the trainer has trained update `n` or later (the end of the compiled call
+    that trains it), before its own check of the loss: to kill, interrupt or poison a run at a known place."""
+    from kwiden.pretraining import trainer
+
+    real, done = trainer._Watch.on_train_batch_end, []
+
+    def watched(self, batch, logs=None):
+        trained = self.update + min(batch + 1, self.params["steps"]) // self.trainer.options.accum_steps
+        if trained >= n and not done:
+            done.append(trained)
+            action(logs)
+        return real(self, batch, logs)
+
+    monkeypatch.setattr(trainer._Watch, "on_train_batch_end", watched)
+    return done
+
+
+def kill(logs):
+    raise SystemExit("killed")

@@ -5,13 +5,12 @@ import json
 import os
 import signal
 
-import keras
 import numpy as np
 import pytest
-from conftest import TINY_BERT, TINY_GPT, TINY_RUN
+from conftest import TINY_BERT, TINY_GPT, TINY_RUN, after_update, kill
 
 import kwiden
-from kwiden.pretraining import outputs
+from kwiden.pretraining import outputs, trainer
 
 
 def read_metrics(folder):
@@ -97,20 +96,11 @@ def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, monkeypatc
     run = dict(model="gpt", config={**TINY_GPT, "hidden_dropout_prob": 0.1}, save_every=4, **TINY_RUN)
     whole = kwiden.pretrain(english, tmp_path / "whole", **run)
     grew = whole.growths[0].update
-    real = keras.Model.train_on_batch
-    calls = {"n": 0}
-
-    def killed(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == grew + 1:  # the first update after the growth, whose backup is the last
-            raise SystemExit("killed")
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(keras.Model, "train_on_batch", killed)
+    after_update(monkeypatch, grew + 1, kill)  # the first update after the growth, whose backup is the last
     with pytest.raises(SystemExit):
         kwiden.pretrain(english, tmp_path / "killed", **run)
     assert not (tmp_path / "killed" / "final").exists()
-    monkeypatch.setattr(keras.Model, "train_on_batch", real)
+    monkeypatch.undo()
     resumed = kwiden.pretrain(english, tmp_path / "killed", **{**run, **resumed_with})
     assert f"resuming from the backup at update {grew}" in (tmp_path / "killed" / "log.txt").read_text()
     for a, b in zip(whole.model.weights, resumed.model.weights):
@@ -127,24 +117,53 @@ def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, monkeypatc
 def test_ctrl_c_saves_a_backup_first(english, tmp_path, monkeypatch):
     run = dict(model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
     whole = kwiden.pretrain(english, tmp_path / "whole", **run)
-    real = keras.Model.train_on_batch
-    calls = {"n": 0}
-
-    def interrupted(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(keras.Model, "train_on_batch", interrupted)
+    after_update(monkeypatch, 5, lambda logs: os.kill(os.getpid(), signal.SIGINT))
     with pytest.raises(KeyboardInterrupt):
         kwiden.pretrain(english, tmp_path / "stopped", **run)
     state = json.loads((tmp_path / "stopped" / "backup" / "state.json").read_text())
     assert state["update"] == 5
-    monkeypatch.setattr(keras.Model, "train_on_batch", real)
+    monkeypatch.undo()
     resumed = kwiden.pretrain(english, tmp_path / "stopped", **run)
     for a, b in zip(whole.model.weights, resumed.model.weights):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
+
+
+def assert_same_weights(a, b):
+    assert [w.path for w in a.weights] == [w.path for w in b.weights]
+    for x, y in zip(a.weights, b.weights):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
+
+
+# Evaluating every update runs one update a compiled call; evaluating at the end alone runs each phase's updates in
+# calls of UPDATES_PER_CALL (3 here), the last call of a phase short.
+@pytest.mark.parametrize("accum_steps", [1, 2])
+def test_one_or_several_updates_a_call_train_the_same_weights(english, tmp_path, monkeypatch, accum_steps):
+    run = dict(model="gpt", config={**TINY_GPT, "hidden_dropout_prob": 0.1}, accum_steps=accum_steps, **TINY_RUN)
+    one = kwiden.pretrain(english, tmp_path / "one", eval_every=1, **run)
+    monkeypatch.setattr(trainer, "UPDATES_PER_CALL", 3)
+    calls = []
+    real = trainer.fit_stretch
+    monkeypatch.setattr(trainer, "fit_stretch", lambda model, batches, steps, **kw: calls.append(steps) or real(
+        model, batches, steps, **kw))  # fmt: skip
+    several = kwiden.pretrain(english, tmp_path / "several", eval_every=1000, **run)
+    grew = one.growths[0].update
+    assert calls == [grew * accum_steps, (several.updates - grew) * accum_steps]  # one stretch a phase
+    assert_same_weights(one.model, several.model)
+    every_update = [r["train_loss"] for r in one.metrics if r["train_loss"] is not None]
+    assert len(every_update) == several.updates  # a growth's row has no training loss: the next row averages on
+    assert several.metrics[-1]["train_loss"] == pytest.approx(np.mean(every_update), rel=1e-5)
+
+
+def test_ctrl_c_stops_at_the_end_of_the_compiled_call_under_way(english, tmp_path, monkeypatch):
+    run = dict(model="gpt", config=TINY_GPT, grow="none", eval_every=1000, **TINY_RUN)
+    whole = kwiden.pretrain(english, tmp_path / "whole", **run)
+    monkeypatch.setattr(trainer, "UPDATES_PER_CALL", 4)
+    after_update(monkeypatch, 5, lambda logs: os.kill(os.getpid(), signal.SIGINT))
+    with pytest.raises(KeyboardInterrupt):
+        kwiden.pretrain(english, tmp_path / "stopped", **run)
+    assert json.loads((tmp_path / "stopped" / "backup" / "state.json").read_text())["update"] == 8
+    monkeypatch.undo()
+    assert_same_weights(whole.model, kwiden.pretrain(english, tmp_path / "stopped", **run).model)
 
 
 def test_an_explicit_schedule_grows_width_then_depth(english, tmp_path):

@@ -16,7 +16,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_BERT, TINY_GPT, TINY_RUN
+from conftest import TINY_BERT, TINY_GPT, TINY_RUN, after_update, kill
 
 import kwiden
 from kwiden.files import FolderLock
@@ -92,14 +92,7 @@ def test_a_call_killed_before_it_trained_leaves_the_folder_to_the_corrected_one(
 def test_a_run_that_trained_and_failed_keeps_its_files_and_resumes(english, tmp_path, monkeypatch):
     folder = tmp_path / "run"
     run_arguments = dict(grow="none", save_every=2, warmup=0)
-    real = keras.Model.train_on_batch
-    calls = {"n": 0}
-
-    def diverging(self, *args, **kwargs):
-        calls["n"] += 1
-        return {"loss": np.float32("nan")} if calls["n"] == 5 else real(self, *args, **kwargs)
-
-    monkeypatch.setattr(keras.Model, "train_on_batch", diverging)
+    after_update(monkeypatch, 5, lambda logs: logs.update(loss=np.float32("nan")))
     with pytest.raises(ValueError, match=r"training diverged\. Give a lower --lr .* keeps this run's log, metrics"):
         pretrain(english, folder, **run_arguments)
     assert {"run.json", "log.txt", "metrics.jsonl", "backup"} <= set(names(folder))
@@ -236,16 +229,7 @@ def test_a_run_resumed_by_a_process_on_another_backend_is_refused(english, tmp_p
 def test_the_first_row_after_a_resume_is_the_uninterrupted_runs(english, tmp_path, monkeypatch):
     arguments = dict(grow="none", eval_every=3, save_every=4)
     whole = pretrain(english, tmp_path / "whole", **arguments)
-    real = keras.Model.train_on_batch
-    calls = {"n": 0}
-
-    def killed(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 6:  # the backup is at update 4, the next row at 6
-            raise SystemExit("killed")
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(keras.Model, "train_on_batch", killed)
+    after_update(monkeypatch, 5, kill)  # the backup is at update 4, the next row at 6
     with pytest.raises(SystemExit):
         pretrain(english, tmp_path / "killed", **arguments)
     monkeypatch.undo()
