@@ -198,12 +198,12 @@ def pretrain(folder="run", **changes):
     return kwiden.pretrain("corpus.txt", folder, **{**arguments, **changes})
 def kill_at_update(n):  # at the end of the compiled call that trains update n
     from kwiden.pretraining import trainer
-    real = trainer._Watch.on_train_batch_end
-    def watched(self, batch, logs=None):
-        if self.update + min(batch + 1, self.params["steps"]) // self.trainer.options.accum_steps >= n:
+    real = trainer.Trainer._after_call
+    def watched(self, first, trained, *args):
+        if trained >= n:
             kill()
-        return real(self, batch, logs)
-    trainer._Watch.on_train_batch_end = watched
+        return real(self, first, trained, *args)
+    trainer.Trainer._after_call = watched
 """
 # The next call after a kill: the uninterrupted run beside it, then the call; prints the weights' largest
 # difference and whether the metrics rows (but their seconds) are the same.
@@ -221,7 +221,7 @@ from kwiden.pretraining import trainer
 def slow(*args, **kwargs):
     print("training", flush=True)
     time.sleep(3600)
-trainer.fit_stretch = slow
+trainer.train_stretch = slow
 pretrain()
 """
 

@@ -22,7 +22,7 @@ from kwiden.models.config import is_count
 from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
 from kwiden.pretraining.outputs import BACKUP
-from kwiden.stretch import fit_stretch
+from kwiden.stretch import train_stretch
 
 STATE_FILE = "state.json"
 EVALUATIONS = 20
@@ -294,17 +294,18 @@ class Trainer:
     def _train(self, model, update, stop, progress, growths_done):
         """Train updates `update + 1` to `stop` (fewer where Ctrl-C stops it); `(updates trained, seconds)`. Their
         training loss joins `train_losses`; a loss that is not finite stops the run."""
-        accum = self.options.accum_steps
+        accum, phase, start = self.options.accum_steps, self.phases[growths_done], time.perf_counter()
         batches = (
             self.objective.training_batch(self.train, self.options.batch_size, self.options.seed, u, micro_step)
             for u in range(update, stop)
             for micro_step in range(accum)
         )
-        watch = _Watch(self, update, progress, self.phases[growths_done])
-        start = time.perf_counter()
-        steps, _ = fit_stretch(model, batches, (stop - update) * accum, callbacks=[watch])
-        took = time.perf_counter() - start
-        loss = watch.loss
+
+        def after_call(steps, logs):
+            return self._after_call(update, update + steps // accum, logs, progress, phase, start)
+
+        steps, logs = train_stretch(model, batches, (stop - update) * accum, after_call)
+        took, loss = time.perf_counter() - start, logs.get("loss", np.nan)
         self.train_losses.append((loss, steps))
         if not np.isfinite(loss):
             message = (
@@ -315,6 +316,17 @@ class Trainer:
             self.folder.log(message)
             raise ValueError(message)
         return steps // accum, took
+
+    def _after_call(self, first, trained, logs, progress, phase, start):
+        """After a compiled call that trained up to update `trained` (from `first`): the progress bar moved on;
+        whether to stop there (Ctrl-C asked, or the loss, the mean since `first`, is not finite)."""
+        loss = logs.get("loss", np.nan)
+        progress.update(trained - progress.n)
+        tokens_per_second = (trained - first) * self.tokens_per_update / max(time.perf_counter() - start, 1e-9)
+        progress.set_postfix_str(
+            f"loss {loss:.3f}, {tokens_per_second:,.0f} tok/s, {phase.hidden_size}×{phase.num_layers}"
+        )
+        return self.stop_asked or not np.isfinite(loss)
 
     def _finish(self, model, update, growths_done, seconds, rows):
         self.save(model, update, growths_done, seconds)
@@ -355,25 +367,3 @@ class Trainer:
             yield
         finally:
             signal.signal(signal.SIGINT, previous)
-
-
-class _Watch(keras.callbacks.Callback):
-    """After each compiled call: the progress bar moved on, and training stopped where Ctrl-C asked it to or the
-    loss is no longer finite."""
-
-    def __init__(self, trainer, update, progress, phase):
-        super().__init__()
-        self.trainer, self.update, self.progress, self.phase = trainer, update, progress, phase
-        self.start, self.loss = time.perf_counter(), np.nan
-
-    def on_train_batch_end(self, batch, logs=None):
-        trainer, accum = self.trainer, self.trainer.options.accum_steps
-        self.loss = loss = float((logs or {}).get("loss", np.nan))  # the mean over the stretch so far
-        updates = min(batch + 1, self.params["steps"]) // accum
-        self.progress.update(self.update + updates - self.progress.n)
-        tokens_per_second = updates * trainer.tokens_per_update / max(time.perf_counter() - self.start, 1e-9)
-        self.progress.set_postfix_str(
-            f"loss {loss:.3f}, {tokens_per_second:,.0f} tok/s, {self.phase.hidden_size}×{self.phase.num_layers}"
-        )
-        if trainer.stop_asked or not np.isfinite(loss):
-            self.model.stop_training = True

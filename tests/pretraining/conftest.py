@@ -49,20 +49,19 @@ def chinese(tmp_path_factory):
 
 
 def after_update(monkeypatch, n, action):
-    """Call `action(logs)` once, when the trainer has trained update `n` or later (the end of the compiled call
-    that trains it), before its own check of the loss: to kill, interrupt or poison a run at a known place."""
+    """Call `action(logs)` once, when the trainer has trained update `n` or later (after the compiled call that
+    trains it), before its own look at the loss: to kill, interrupt or poison a run at a known place."""
     from kwiden.pretraining import trainer
 
-    real, done = trainer._Watch.on_train_batch_end, []
+    real, done = trainer.Trainer._after_call, []
 
-    def watched(self, batch, logs=None):
-        trained = self.update + min(batch + 1, self.params["steps"]) // self.trainer.options.accum_steps
+    def watched(self, first, trained, logs, *args):
         if trained >= n and not done:
             done.append(trained)
             action(logs)
-        return real(self, batch, logs)
+        return real(self, first, trained, logs, *args)
 
-    monkeypatch.setattr(trainer._Watch, "on_train_batch_end", watched)
+    monkeypatch.setattr(trainer.Trainer, "_after_call", watched)
     return done
 
 

@@ -136,15 +136,16 @@ def assert_same_weights(a, b):
 
 # Evaluating every update runs one update a compiled call; evaluating at the end alone runs each phase's updates in
 # calls of UPDATES_PER_CALL (3 here), the last call of a phase short.
+@pytest.mark.backends
 @pytest.mark.parametrize("accum_steps", [1, 2])
 def test_one_or_several_updates_a_call_train_the_same_weights(english, tmp_path, monkeypatch, accum_steps):
     run = dict(model="gpt", config={**TINY_GPT, "hidden_dropout_prob": 0.1}, accum_steps=accum_steps, **TINY_RUN)
     one = kwiden.pretrain(english, tmp_path / "one", eval_every=1, **run)
     monkeypatch.setattr(trainer, "UPDATES_PER_CALL", 3)
     calls = []
-    real = trainer.fit_stretch
-    monkeypatch.setattr(trainer, "fit_stretch", lambda model, batches, steps, **kw: calls.append(steps) or real(
-        model, batches, steps, **kw))  # fmt: skip
+    real = trainer.train_stretch
+    monkeypatch.setattr(trainer, "train_stretch", lambda model, batches, steps, after_call: calls.append(steps) or
+                        real(model, batches, steps, after_call))  # fmt: skip
     several = kwiden.pretrain(english, tmp_path / "several", eval_every=1000, **run)
     grew = one.growths[0].update
     assert calls == [grew * accum_steps, (several.updates - grew) * accum_steps]  # one stretch a phase
