@@ -242,6 +242,23 @@ def test_the_first_row_after_a_resume_is_the_uninterrupted_runs(english, tmp_pat
     assert without_time(resumed.metrics) == without_time(whole.metrics)
 
 
+def test_a_backup_of_the_previous_format_one_loss_a_micro_batch_resumes(english, tmp_path, monkeypatch):
+    arguments = dict(grow="none", eval_every=3, save_every=4)
+    whole = pretrain(english, tmp_path / "whole", **arguments)
+    after_update(monkeypatch, 5, kill)
+    with pytest.raises(SystemExit):
+        pretrain(english, tmp_path / "killed", **arguments)
+    monkeypatch.undo()
+    path = tmp_path / "killed" / "backup" / "state.json"
+    state = json.loads(path.read_text())
+    assert state["update"] == 4 and [count for _, count in state["train_losses"]] == [1]  # update 4, since row 3
+    state["train_losses"] = [loss for loss, count in state["train_losses"] for _ in range(count)]
+    path.write_text(json.dumps(state))
+    resumed = pretrain(english, tmp_path / "killed", **arguments)
+    assert resumed.metrics[0]["train_loss"] is None  # the first row, before any update
+    assert [r["train_loss"] for r in resumed.metrics[1:]] == pytest.approx([r["train_loss"] for r in whole.metrics[1:]])
+
+
 def test_a_corpus_file_edited_in_place_keeping_its_size_and_time_is_noticed(english, tmp_path):
     corpus = tmp_path / "a.txt"
     corpus.write_text(english.read_text()[:8000])
