@@ -131,7 +131,9 @@ class Trainer:
         return recipe.flops_spent(update, [g.update for g in self.growths], self.per_update)
 
     def compile_arguments(self):
-        return dict(loss=self.objective.losses(), steps_per_execution=UPDATES_PER_CALL * self.options.accum_steps)
+        # Keras' PyTorch trainer runs one batch a call.
+        calls = 1 if keras.backend.backend() == "torch" else UPDATES_PER_CALL * self.options.accum_steps
+        return dict(loss=self.objective.losses(), steps_per_execution=calls)
 
     def compile(self, model, optimizer):
         model.compile(optimizer, **self.compile_arguments())
@@ -220,8 +222,8 @@ class Trainer:
             weights.append(self.objective.counted(y))
         return float(np.average(losses, weights=weights))
 
-    def record(self, model, update, train_losses, seconds, grew=False):
-        phase = self.phases[sum(g.update <= update for g in self.growths)]
+    def record(self, model, update, growths_done, train_losses, seconds, grew=False):
+        phase = self.phases[growths_done]
         row = dict(
             update=update,
             tokens=update * self.tokens_per_update,
@@ -250,20 +252,25 @@ class Trainer:
                 if growths_done < len(self.growths) and self.growths[growths_done].update == update:
                     model = self._grow(model, update, growths_done, seconds)  # the source need not live on
                     growths_done += 1
-                    rows.append(self.record(model, update, [], seconds, grew=True))
+                    rows.append(self.record(model, update, growths_done, [], seconds, grew=True))
                     self.save(model, update, growths_done, seconds)
+                if self.stop_asked:  # asked during the growth: before another call
+                    self._stop(update)
                 trained, took = self._train(model, update, self._next_stop(update), progress, growths_done)
                 seconds += took
                 update += trained
                 if update % self.eval_every == 0 or update == self.total:
-                    rows.append(self.record(model, update, self.train_losses, seconds))
+                    rows.append(self.record(model, update, growths_done, self.train_losses, seconds))
                     self.train_losses = []
                 if (self.options.save_every and update % self.options.save_every == 0) or self.stop_asked:
                     self.save(model, update, growths_done, seconds)
                 if self.stop_asked:
-                    self.folder.log(f"stopped at update {update}: backup saved; run the same command to resume")
-                    raise KeyboardInterrupt
+                    self._stop(update)
         return self._finish(model, update, growths_done, seconds, rows)
+
+    def _stop(self, update):
+        self.folder.log(f"stopped at update {update}: backup saved; run the same command to resume")
+        raise KeyboardInterrupt
 
     def _next_stop(self, update):
         """The first update after `update` at which something happens between updates: an evaluation, a backup,
@@ -288,7 +295,7 @@ class Trainer:
             self.folder.metrics(until=update, regrow=regrow)
         rows = self.folder.metrics()
         if not rows:
-            rows.append(self.record(model, 0, [], seconds))
+            rows.append(self.record(model, 0, growths_done, [], seconds))
         return model, update, growths_done, seconds, rows
 
     def _train(self, model, update, stop, progress, growths_done):

@@ -167,6 +167,32 @@ def test_ctrl_c_stops_at_the_end_of_the_compiled_call_under_way(english, tmp_pat
     assert_same_weights(whole.model, kwiden.pretrain(english, tmp_path / "stopped", **run).model)
 
 
+def test_ctrl_c_during_a_growth_stops_before_another_call(english, tmp_path, monkeypatch):
+    run = dict(model="gpt", config=TINY_GPT, eval_every=1000, **TINY_RUN)
+    whole = kwiden.pretrain(english, tmp_path / "whole", **run)
+    real = trainer.recipe.grow_and_compile
+
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer.recipe, "grow_and_compile", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        kwiden.pretrain(english, tmp_path / "stopped", **run)
+    state = json.loads((tmp_path / "stopped" / "backup" / "state.json").read_text())
+    assert (state["update"], state["growths_done"]) == (whole.growths[0].update, 1)  # just after the growth
+    monkeypatch.undo()
+    assert_same_weights(whole.model, kwiden.pretrain(english, tmp_path / "stopped", **run).model)
+
+
+def test_the_row_at_a_growths_update_describes_the_model_before_it(english, tmp_path):
+    result = kwiden.pretrain(english, tmp_path, model="gpt", config=TINY_GPT, grow="0.5:depth=2", eval_every=1,
+                             **TINY_RUN)  # fmt: skip
+    before, after = [row for row in result.metrics if row["update"] == result.growths[0].update]
+    assert (before["num_layers"], after["num_layers"]) == (1, 2)
+    assert after["grew"] and "grew" not in before and before["train_loss"] is not None
+
+
 def test_an_explicit_schedule_grows_width_then_depth(english, tmp_path):
     result = kwiden.pretrain(
         english, tmp_path, model="gpt", config=TINY_GPT, grow="0.3:k=2 0.6:depth=2,optimizer_state=grown",
