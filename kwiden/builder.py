@@ -18,6 +18,7 @@ def build_transformer_model(
     model=None,
     with_mlm=False,
     with_pool=False,
+    unilm=False,
     residual=None,
     keep_tokens=None,
     allow_nonfinite=False,
@@ -82,6 +83,10 @@ def build_transformer_model(
             LayerNorm, tied logits plus a bias) as the last output, as logits.
         with_pool: BERT only: add the pooler (tanh Dense on the first token)
             as an output.
+        unilm: BERT and RoFormer: UniLM's sequence-to-sequence attention
+            mask from the segment ids, as bert4keras's `application="unilm"`:
+            segment 0 (the source) sees itself both ways, segment 1 (the
+            target) the source and its own past; `kwiden.grow` keeps it.
         residual: how blocks normalise: `"post_ln"` (`LN(x + f(x))`, the
             default for BERT and RoFormer), `"pre_ln"` (`x + f(LN(x))` and a
             final norm (`naming.OUTPUT_NORM`), the default for GPT, LLaMA and T5) or
@@ -115,7 +120,7 @@ def build_transformer_model(
     named = _family_of_sources(config, config_path, overrides, model)
     family = get_family(model if model is not None else named or "bert")
     _check_weights_options(family, checkpoint_path, keep_tokens, named)
-    flags = _flags(family, with_mlm=with_mlm, with_pool=with_pool)
+    flags = _flags(family, with_mlm=with_mlm, with_pool=with_pool, unilm=unilm)
     if keep_tokens is not None:
         overrides["vocab_size"] = len(keep_tokens)
     config = family.config(config, config_path, **overrides)
@@ -144,8 +149,9 @@ def _family_of_sources(config, config_path, overrides, model=None):
 
 def _flags(family, **flags):
     """The flags `family` builds with; raises on a set one it has not."""
-    if any(value and name not in family.flags for name, value in flags.items()):
-        raise ValueError(f"`with_mlm` and `with_pool` apply to BERT-style models, not {family.name!r}.")
+    wrong = [name for name, value in flags.items() if value and name not in family.flags]
+    if wrong:
+        raise ValueError(f"`{wrong[0]}` applies to BERT-style models (bert, roformer), not {family.name!r}.")
     return {name: value for name, value in flags.items() if name in family.flags}
 
 

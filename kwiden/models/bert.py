@@ -15,14 +15,16 @@ from kwiden.models import blocks, hf
 from kwiden.models.family import ALTERNATIVE_NAMES, HEADS, Family
 
 DEFAULTS = dict(residual="post_ln", causal=False)
-FLAGS = ("with_mlm", "with_pool")
+FLAGS = ("with_mlm", "with_pool", "unilm")
 # The Adam slots some Google checkpoints keep beside each variable: optimizer state, not weights.
 BUFFERS = (r".*/adam_[mv]",)
 
 
-def build_bert(config, with_mlm=False, with_pool=False, name="bert"):
+def build_bert(config, with_mlm=False, with_pool=False, unilm=False, name="bert"):
     """BERT from a complete config; a `rotary_base` in it makes a RoFormer.
     The model is named `name` and records it as its family (`model.family`).
+    `unilm` gives every block UniLM's sequence-to-sequence mask from the
+    segment ids (`blocks.unilm_mask`) instead of the padding mask alone.
 
     >>> from kwiden.models import load_config
     >>> bert = build_bert(load_config(dict(vocab_size=50, hidden_size=8, num_hidden_layers=1,
@@ -35,7 +37,8 @@ def build_bert(config, with_mlm=False, with_pool=False, name="bert"):
     segment_ids = keras.Input((None,), dtype="int32", name=naming.INPUT_SEGMENT)
     token_embedding = blocks.embedding(config, config["vocab_size"], naming.EMBEDDING_TOKEN)
     x = _embeddings(config, token_embedding, token_ids, segment_ids)
-    x = blocks.stack(x, blocks.padding_mask(token_ids, config), config)
+    mask = blocks.unilm_mask(token_ids, segment_ids, config) if unilm else blocks.padding_mask(token_ids, config)
+    x = blocks.stack(x, mask, config)
     outputs = [x]
     if with_pool:
         outputs.append(_pooler(config, x))

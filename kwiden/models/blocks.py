@@ -96,6 +96,18 @@ def padding_mask(token_ids, config):
     return ops.not_equal(token_ids, 0)
 
 
+def unilm_mask(token_ids, segment_ids, config):
+    """UniLM's sequence-to-sequence mask (Dong et al. 2019; bert4keras's
+    `application="unilm"`), `(batch, queries, keys)`: position i sees
+    position j where j's count of segment-1 tokens so far is at most i's, so
+    the first segment sees itself both ways and the second sees the first
+    and its own past; padding (`padding_mask`) is never a key."""
+    seen = ops.cumsum(segment_ids, axis=1)
+    mask = ops.less_equal(seen[:, None, :], seen[:, :, None])
+    padding = padding_mask(token_ids, config)
+    return mask if padding is None else ops.logical_and(mask, padding[:, None, :])
+
+
 def block(x, mask, config, index, bias=None):
     """Block `index`: attention then feed-forward, each a residual branch.
 

@@ -236,6 +236,25 @@ def test_roformer_grows_exactly(k, heads):
     assert_exact(small, big, padded_batch())
 
 
+@pytest.mark.backends
+@pytest.mark.parametrize("family", ["bert", "roformer"])
+@pytest.mark.parametrize("growth", [dict(k=2), dict(depth=2), dict(k=2, depth=2)])
+def test_a_unilm_model_grows_exactly_and_keeps_its_mask(family, growth):
+    # Depth grows exactly for Pre-LN stacks (docs/depth.md): BERT and RoFormer built so for it.
+    residual = "pre_ln" if "depth" in growth else None
+    small = kwiden.build_transformer_model(tiny_config(), model=family, with_mlm=True, unilm=True, residual=residual)
+    small = randomize_weights(small)
+    big = kwiden.grow(small, **growth, **({"heads": "count"} if family == "roformer" else {}))
+    inputs = padded_batch()
+    assert_exact(small, big, inputs)
+    edited = inputs[0].copy()
+    edited[2, 7] = edited[2, 7] % 96 + 1  # a target token of the longest row (9 tokens, the target from 4)
+    before, after = numpy_outputs(big, inputs)[0], numpy_outputs(big, [edited, inputs[1]])[0]
+    np.testing.assert_allclose(
+        after[2, :7], before[2, :7], rtol=1e-6, atol=1e-6
+    )  # the grown model's past is blind to it
+
+
 def test_roformer_standard_rope_is_approximate_and_reported():
     small = roformer()
     with pytest.raises(GrowthError, match=r"rope='standard'.*allow_approximate=True"):

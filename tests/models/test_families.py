@@ -69,7 +69,7 @@ def test_the_registry_takes_a_new_family_by_name():
 def test_family_errors():
     plain = Family("plain", bert.build_bert)  # no flags, no checkpoint names
     assert plain.title == "plain" and plain.defaults == {}
-    with pytest.raises(ValueError, match=r"`with_mlm` and `with_pool` apply to BERT-style models, not 'plain'"):
+    with pytest.raises(ValueError, match=r"`with_pool` applies to BERT-style models \(bert, roformer\), not 'plain'"):
         kwiden.build_transformer_model(tiny_config(), model=plain, with_pool=True)
     with pytest.raises(
         ValueError,
