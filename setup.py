@@ -12,7 +12,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["kwiden", "kwiden.*"]),
     package_data={"kwiden": ["data/*.gz", "data/*.md", "data/*.json"]},
-    install_requires=["keras>=3.8", "tensorflow>=2.18", "numpy", "tqdm", "safetensors", "tokenizers", "matplotlib"],
+    install_requires=["keras>=3.8", "tensorflow>=2.18", "numpy", "tqdm", "safetensors", "tokenizers", "matplotlib", "scipy"],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3", "jax[cpu]", "nbclient", "nbformat", "ipykernel", "keras-hub>=0.20", "matplotlib", "ruff", "jieba"],
         "chinese": ["jieba"],  # kwiden pretrain --whole-word-mask

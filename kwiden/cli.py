@@ -125,6 +125,22 @@ def _demo(args):
     return 0
 
 
+def _eval_sts(args):
+    import kwiden
+    from kwiden import sts
+
+    pairs = sts.read_pairs(args.file)  # before the model loads: a bad file is named at once
+    encoder = kwiden.SentenceEncoder(args.checkpoint, pooling=args.pooling, batch_size=args.batch_size)
+    if pairs.scores is not None:
+        print(f"Spearman {sts.spearman(encoder, pairs.pairs, pairs.scores):.4f} over {len(pairs.pairs)} scored pairs "
+              f"({encoder.pooling} pooling)")  # fmt: skip
+    else:
+        top1, mrr = sts.retrieval(encoder, pairs.pairs)
+        print(f"top-1 {top1:.4f}, MRR {mrr:.4f}: each of {2 * len(pairs.pairs)} texts' partner among all the others "
+              f"({encoder.pooling} pooling)")  # fmt: skip
+    return 0
+
+
 def _pretrain(args):
     import kwiden
 
@@ -202,6 +218,12 @@ def parser():
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--output-dir", help="keep the two runs here (default: a temporary folder)")
     demo.set_defaults(run=_demo)
+    sts = commands.add_parser("eval-sts", help="score sentence vectors: Spearman on an STS file, retrieval on pairs")
+    sts.add_argument("checkpoint", help="a BERT or RoFormer folder with its vocab.txt")
+    sts.add_argument("file", help="text1<TAB>text2<TAB>score lines (Spearman), or text1<TAB>text2 (retrieval)")
+    sts.add_argument("--pooling", choices=["cls", "mean"], help="default: the folder's 1_Pooling, else cls")
+    sts.add_argument("--batch-size", type=_positive, default=32, help="texts a forward pass")
+    sts.set_defaults(run=_eval_sts)
     return root
 
 

@@ -41,7 +41,7 @@ LAYERS = [
     ("kwiden.builder",),
     ("kwiden.hub",),
     ("kwiden.growth",),
-    ("kwiden.admin", "kwiden.testing", "kwiden.training", "kwiden.recipe", "kwiden.sentence"),
+    ("kwiden.admin", "kwiden.testing", "kwiden.training", "kwiden.recipe", "kwiden.sentence", "kwiden.sts"),
     ("kwiden.pretraining",),
     ("kwiden",),
     ("kwiden.cli", "kwiden.demo"),
