@@ -6,6 +6,7 @@ import pathlib
 import keras
 import numpy as np
 
+from kwiden import naming
 from kwiden.builder import build_transformer_model
 from kwiden.tokenizer import Tokenizer
 
@@ -61,7 +62,7 @@ class SentenceEncoder:
         for index, text in enumerate(texts):
             if not isinstance(text, str):
                 raise ValueError(f"SentenceEncoder.encode takes texts; item {index} is a {type(text).__name__}.")
-        width = self.model.get_layer("Embedding-Token").output_dim
+        width = self.model.get_layer(naming.EMBEDDING_TOKEN).output_dim
         rows = [self._encoded(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
         return np.concatenate(rows) if rows else np.zeros((0, width), "float32")
 
