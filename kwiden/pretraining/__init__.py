@@ -3,5 +3,6 @@
 
 from kwiden.pretraining.objectives import CausalLM, MaskedLM, Objective, register_objective
 from kwiden.pretraining.run import PretrainResult, pretrain
+from kwiden.pretraining.seq2seq import Seq2Seq
 
-__all__ = ["CausalLM", "MaskedLM", "Objective", "PretrainResult", "pretrain", "register_objective"]
+__all__ = ["CausalLM", "MaskedLM", "Objective", "PretrainResult", "Seq2Seq", "pretrain", "register_objective"]

@@ -39,7 +39,9 @@ class PretrainOptions:
     but the corpus, the folder and `verbose`), checked; `run.json` records them."""
 
     model: str = option(None, "the target's family: gpt, llama, qwen2, mistral (next token); bert, roformer (masked)")
-    objective: str = option(None, "causal_lm or masked_lm (default: the family's), or one registered in Python")
+    objective: str = option(
+        None, "causal_lm, masked_lm or seq2seq (default: the family's), or one registered in Python"
+    )
     config: object = option(
         None, "the target's config.json (Hugging Face keys); vocab_size defaults to the tokenizer's"
     )

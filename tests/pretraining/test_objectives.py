@@ -136,7 +136,9 @@ def test_a_family_and_an_objective_registered_outside_the_package_pretrain(engli
         ValueError, match=r"--model plain-gpt: the family names no pretraining objective; give --objective"
     ):
         kwiden.pretrain(english, tmp_path / "none", model="plain-gpt", config=TINY_GPT, **TINY_RUN)
-    with pytest.raises(ValueError, match=r"--objective nope: pretraining knows causal_lm, masked_lm, next_but_one"):
+    with pytest.raises(
+        ValueError, match=r"--objective nope: pretraining knows causal_lm, masked_lm, next_but_one, seq2seq"
+    ):
         kwiden.pretrain(english, tmp_path / "nope", objective="nope", config=TINY_GPT, **TINY_RUN)
     with pytest.raises(ValueError, match=r"--model nope: the families kwiden knows are bert, gpt"):
         kwiden.pretrain(english, tmp_path / "nofamily", model="nope", config=TINY_GPT, **TINY_RUN)

@@ -1,0 +1,67 @@
+"""`--objective seq2seq`: UniLM on {"source", "target"} lines, end to end through `kwiden.pretrain` on a tiny BERT
+and RoFormer, its batches as UniLM trains, and its bad input named before training."""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import TINY_BERT, TINY_RUN
+
+import kwiden
+from kwiden.pretraining import objectives
+from kwiden.pretraining.seq2seq import Seq2Seq
+
+RUN = {**TINY_RUN, "seq_len": 24, "build_vocab": 300}
+
+
+@pytest.fixture(scope="module")
+def pairs(english, tmp_path_factory):
+    """Each line of the English text and the next, as a source and its target."""
+    lines = [line.strip() for line in english.read_text().splitlines() if len(line.strip()) > 20][:300]
+    path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
+    path.write_text("".join(json.dumps({"source": a, "target": b}) + "\n" for a, b in zip(lines, lines[1:])))
+    return path
+
+
+def test_a_batch_predicts_each_next_token_of_the_target_alone():
+    objective = Seq2Seq(seq_len=9, vocab_size=50, cls=2, separator=3)
+    token_ids, segment_ids, cut = objective.encoded([[10, 11, 12, 13, 14]], [[20, 21, 22, 23]])
+    assert cut == 1  # 5 + 4 + 3 > 9: the longer side (the source) cut first, then they take turns
+    assert token_ids.tolist() == [[2, 10, 11, 12, 3, 20, 21, 22, 3]]
+    assert segment_ids.tolist() == [[0, 0, 0, 0, 0, 1, 1, 1, 1]]
+    (inputs, segments), (none, targets) = objective.examples(token_ids, segment_ids)
+    ignored = objectives.IGNORED
+    assert none is None and targets.tolist() == [[ignored] * 4 + [20, 21, 22, 3, ignored]]
+
+
+@pytest.mark.parametrize("family", ["bert", "roformer"])
+def test_pretrains_a_unilm_and_resumes(pairs, tmp_path, family):
+    result = kwiden.pretrain(pairs, tmp_path / "run", model=family, objective="seq2seq", config=TINY_BERT, **RUN)
+    assert result.updates > RUN["budget"] and result.growths  # grown on the way, as any run
+    losses = [row["valid_loss"] for row in result.metrics]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
+    assert "objective: seq2seq" in (tmp_path / "run" / "log.txt").read_text()
+    again = kwiden.pretrain(pairs, tmp_path / "run", model=family, objective="seq2seq", config=TINY_BERT, **RUN)
+    assert again.updates == result.updates  # the finished run read back, its records compared
+
+
+def test_bad_input_is_named_before_training(pairs, tmp_path):
+    def pretrain(corpus, **changes):
+        arguments = dict(model="bert", objective="seq2seq", config=TINY_BERT, **RUN)
+        return kwiden.pretrain(corpus, tmp_path / f"run{len(list(tmp_path.iterdir()))}", **{**arguments, **changes})
+
+    bad = tmp_path / "bad.jsonl"
+    for text, message in [
+        ('{"source": "a b"}\n', r"bad\.jsonl, line 1: --objective seq2seq wants a non-empty text at each of 'source', "
+                                r"'target'"),
+        ('{"source": "a", "target": "b"}\nnot json\n', r"bad\.jsonl, line 2: not JSON"),
+        ('{"source": "a", "target": "  "}\n', r"line 1: .* wants a non-empty text"),
+        ("\n\n", r"the corpus holds no JSON lines"),
+    ]:  # fmt: skip
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            pretrain(bad)
+    with pytest.raises(ValueError, match=r"--objective seq2seq trains a UniLM \(--model bert or roformer\), not gpt"):
+        pretrain(pairs, model="gpt")
+    with pytest.raises(ValueError, match=r"--objective seq2seq needs a tokenizer with \[CLS\] and \[SEP\]"):
+        pretrain(pairs, build_vocab=None)  # bytes
