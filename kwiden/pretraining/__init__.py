@@ -4,5 +4,15 @@
 from kwiden.pretraining.objectives import CausalLM, MaskedLM, Objective, register_objective
 from kwiden.pretraining.run import PretrainResult, pretrain
 from kwiden.pretraining.seq2seq import Seq2Seq
+from kwiden.pretraining.simbert import SimBERT
 
-__all__ = ["CausalLM", "MaskedLM", "Objective", "PretrainResult", "Seq2Seq", "pretrain", "register_objective"]
+__all__ = [
+    "CausalLM",
+    "MaskedLM",
+    "Objective",
+    "PretrainResult",
+    "Seq2Seq",
+    "SimBERT",
+    "pretrain",
+    "register_objective",
+]

@@ -40,7 +40,7 @@ class PretrainOptions:
 
     model: str = option(None, "the target's family: gpt, llama, qwen2, mistral (next token); bert, roformer (masked)")
     objective: str = option(
-        None, "causal_lm, masked_lm or seq2seq (default: the family's), or one registered in Python"
+        None, "causal_lm, masked_lm, seq2seq or simbert (default: the family's), or one registered in Python"
     )
     config: object = option(
         None, "the target's config.json (Hugging Face keys); vocab_size defaults to the tokenizer's"

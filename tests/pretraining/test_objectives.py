@@ -137,7 +137,7 @@ def test_a_family_and_an_objective_registered_outside_the_package_pretrain(engli
     ):
         kwiden.pretrain(english, tmp_path / "none", model="plain-gpt", config=TINY_GPT, **TINY_RUN)
     with pytest.raises(
-        ValueError, match=r"--objective nope: pretraining knows causal_lm, masked_lm, next_but_one, seq2seq"
+        ValueError, match=r"--objective nope: pretraining knows causal_lm, masked_lm, next_but_one, seq2seq, simbert"
     ):
         kwiden.pretrain(english, tmp_path / "nope", objective="nope", config=TINY_GPT, **TINY_RUN)
     with pytest.raises(ValueError, match=r"--model nope: the families kwiden knows are bert, gpt"):
