@@ -1,6 +1,5 @@
 """Sentence vectors from a BERT-style checkpoint: `SentenceEncoder`."""
 
-import json
 import pathlib
 
 import keras
@@ -8,6 +7,7 @@ import numpy as np
 
 from kwiden import naming
 from kwiden.builder import build_transformer_model
+from kwiden.files import read_json
 from kwiden.tokenizer import Tokenizer
 
 POOLINGS = ("cls", "mean")
@@ -89,7 +89,7 @@ def _pooling_of(folder):
     path = folder / "1_Pooling" / "config.json"
     if not path.is_file():
         return "cls"
-    config = json.loads(path.read_text(encoding="utf-8"))
+    config = read_json(path, f"{path} is not the JSON sentence-transformers writes", "repair it, or pass pooling=")
     if config.get("pooling_mode_mean_tokens"):
         return "mean"
     if config.get("pooling_mode_cls_token"):
@@ -102,4 +102,5 @@ def _lowercase_of(folder):
     path = folder / "tokenizer_config.json"
     if not path.is_file():
         return True
-    return bool(json.loads(path.read_text(encoding="utf-8")).get("do_lower_case", True))
+    config = read_json(path, f"{path} is not the JSON Hugging Face writes", "repair it, or pass lowercase=")
+    return bool(config.get("do_lower_case", True))

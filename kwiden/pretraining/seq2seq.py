@@ -27,7 +27,12 @@ class Rows:
     def __len__(self):
         return int(np.count_nonzero(self.token_ids))
 
+    @property
+    def records(self):
+        return len(self.token_ids)
+
     def take(self, rows):
+        rows = np.asarray(rows)
         return Rows(self.token_ids[rows], self.segment_ids[rows])
 
 
@@ -38,6 +43,8 @@ class Seq2Seq(Objective):
     name = "seq2seq"
     model_arguments = {"with_mlm": True, "unilm": True}
     fields = ("source", "target")
+    line_format = '{"source": …, "target": …}'
+    records_are = "pairs"
 
     def __init__(self, seq_len, vocab_size, cls, separator):
         super().__init__(seq_len, vocab_size)
@@ -84,12 +91,16 @@ class Seq2Seq(Objective):
         if not count:
             raise ValueError(f"--objective {self.name}: the corpus holds no JSON lines.")
 
-    def record(self, line, where):
+    def parsed(self, line, where):
+        """The JSON value of one corpus line; a line that is not JSON refused naming `where`."""
         try:
-            record = json.loads(line)
+            return json.loads(line)
         except json.JSONDecodeError as error:
             raise ValueError(f"{where}: not JSON ({error.msg}); --objective {self.name} reads one "
-                             '{"source": …, "target": …} a line.') from None  # fmt: skip
+                             f"{self.line_format} a line.") from None  # fmt: skip
+
+    def record(self, line, where):
+        record = self.parsed(line, where)
         if not isinstance(record, dict) or not all(isinstance(record.get(f), str) and record[f].strip()
                                                    for f in self.fields):  # fmt: skip
             raise ValueError(f"{where}: --objective {self.name} wants a non-empty text at each of "
@@ -113,12 +124,13 @@ class Seq2Seq(Objective):
         return token_ids, segment_ids, cut
 
     def split(self, data, valid_fraction):
-        count = len(data.token_ids)
+        """The last `valid_fraction` of the records (at least `LEAST_VALID_WINDOWS`) held out."""
+        count = data.records
         held = max(int(valid_fraction * count), LEAST_VALID_WINDOWS)
         if count - held < 1:
-            raise ValueError(f"--objective {self.name}: {count} pairs are too few for training and "
+            raise ValueError(f"--objective {self.name}: {count} {self.records_are} are too few for training and "
                              f"{LEAST_VALID_WINDOWS} held out; give more.")  # fmt: skip
-        return data.take(slice(0, count - held)), data.take(slice(count - held, count))
+        return data.take(range(count - held)), data.take(range(count - held, count))
 
     def training_batch(self, train, batch_size, seed, update, micro_step):
         rows = np.random.default_rng([seed, update, micro_step]).integers(0, len(train.token_ids), batch_size)

@@ -6,13 +6,12 @@ as ZhuiyiTechnology's SimBERT trains. The corpus holds JSON lines
 `[CLS]` vector should find its neighbour's among the batch's."""
 
 import hashlib
-import json
 
 import keras
 import numpy as np
 from keras import ops
 
-from kwiden.pretraining.objectives import IGNORED, LEAST_VALID_WINDOWS, register_objective
+from kwiden.pretraining.objectives import IGNORED, register_objective
 from kwiden.pretraining.seq2seq import MAX_VALID_ROWS, Seq2Seq
 
 # SimBERT's: the cosines are multiplied by this before the softmax over the batch.
@@ -58,6 +57,10 @@ class Sentences:
     def __len__(self):
         return int(sum(len(sentence) for sentence in self.ids))
 
+    @property
+    def records(self):
+        return len(self.groups)
+
     def take(self, records):
         return Sentences(self.ids, [self.groups[r] for r in records])
 
@@ -68,6 +71,8 @@ class SimBERT(Seq2Seq):
 
     name = "simbert"
     fields = ("text", "synonyms")
+    line_format = '{"text": …, "synonyms": [ … ]}'
+    records_are = "records"
 
     def losses(self):
         return [InBatchSimilarity(), keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)]
@@ -83,11 +88,7 @@ class SimBERT(Seq2Seq):
         return Sentences([np.asarray(sentence, np.int32) for sentence in ids], groups)
 
     def record(self, line, where):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{where}: not JSON ({error.msg}); --objective simbert reads one "
-                             '{"text": …, "synonyms": [ … ]} a line.') from None  # fmt: skip
+        record = self.parsed(line, where)
         text = record.get("text") if isinstance(record, dict) else None
         synonyms = record.get("synonyms") if isinstance(record, dict) else None
         if not (isinstance(text, str) and text.strip()):
@@ -95,14 +96,6 @@ class SimBERT(Seq2Seq):
         if not (isinstance(synonyms, list) and synonyms and all(isinstance(s, str) and s.strip() for s in synonyms)):
             raise ValueError(f"{where}: --objective simbert wants 'synonyms', a list of one or more non-empty texts.")
         return text, synonyms
-
-    def split(self, data, valid_fraction):
-        count = len(data.groups)
-        held = max(int(valid_fraction * count), LEAST_VALID_WINDOWS)
-        if count - held < 1:
-            raise ValueError(f"--objective simbert: {count} records are too few for training and "
-                             f"{LEAST_VALID_WINDOWS} held out; give more.")  # fmt: skip
-        return data.take(range(count - held)), data.take(range(count - held, count))
 
     def training_batch(self, train, batch_size, seed, update, micro_step):
         rng = np.random.default_rng([seed, update, micro_step])
