@@ -14,6 +14,8 @@ from kwiden.builder import build_transformer_model
 from kwiden.checkpoints import save_checkpoint
 from kwiden.distribution import layout_map
 from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
+from kwiden.generation import generate
+from kwiden.generation.similar import similar
 from kwiden.growth import GrowthResult, grow, growth_scales
 from kwiden.growth.streaming import GrownCheckpoint, grow_checkpoint
 from kwiden.pretraining import PretrainResult, pretrain
@@ -37,6 +39,7 @@ __all__ = [
     "Tokenizer",
     "build_transformer_model",
     "fit_growing",
+    "generate",
     "grow",
     "grow_checkpoint",
     "layout_map",
@@ -48,6 +51,7 @@ __all__ = [
     "PretrainResult",
     "SentenceEncoder",
     "save_checkpoint",
+    "similar",
     "testing",
     "verify",
     "VerifyReport",

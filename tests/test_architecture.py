@@ -34,7 +34,7 @@ LAYERS = [
     ),
     ("kwiden.layers", "kwiden.optimizers"),
     ("kwiden.graph",),
-    ("kwiden.walk", "kwiden.depth"),
+    ("kwiden.walk", "kwiden.depth", "kwiden.decoding"),
     ("kwiden.verify", "kwiden.models.config", "kwiden.models.family"),
     ("kwiden.models",),
     ("kwiden.checkpoints",),
@@ -43,6 +43,7 @@ LAYERS = [
     ("kwiden.growth",),
     ("kwiden.admin", "kwiden.testing", "kwiden.training", "kwiden.recipe", "kwiden.sentence", "kwiden.sts"),
     ("kwiden.pretraining",),
+    ("kwiden.generation",),
     ("kwiden",),
     ("kwiden.cli", "kwiden.demo"),
 ]

@@ -13,7 +13,8 @@ class ExpandableEmbedding(Expandable, keras.layers.Layer):
 
     `mode="lookup"` maps integer ids `(batch, seq)` to vectors
     `(batch, seq, output_dim)`. `mode="position"` takes any `(batch, seq, ...)`
-    tensor and returns the first `seq` rows of the table, one per position.
+    tensor and returns the first `seq` rows of the table, one per position
+    (or the rows `positions` `(batch, seq)` names, for a decoder's new tokens).
     Called with `reverse=True`, the layer turns hidden states into tied output
     logits `h Eᵀ` (as Keras-Hub's `ReversibleEmbedding`).
 
@@ -59,17 +60,19 @@ class ExpandableEmbedding(Expandable, keras.layers.Layer):
             name="embeddings",
         )
 
-    def call(self, inputs, reverse=False):
+    def call(self, inputs, reverse=False, positions=None):
         table = ops.cast(self.embeddings, self.compute_dtype)
         if reverse:
             return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(table))
+        if self.mode == "position" and positions is not None:
+            return ops.take(table, ops.cast(positions, "int32"), axis=0)
         if self.mode == "position":
             batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
             positions = ops.slice(table, (0, 0), (length, self.output_dim))
             return ops.broadcast_to(positions[None], (batch, length, self.output_dim))
         return ops.take(table, ops.cast(inputs, "int32"), axis=0)
 
-    def compute_output_spec(self, inputs, reverse=False):
+    def compute_output_spec(self, inputs, reverse=False, positions=None):
         if reverse:
             shape = (*inputs.shape[:-1], self.input_dim)
         else:

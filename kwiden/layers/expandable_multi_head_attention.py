@@ -158,23 +158,47 @@ class ExpandableMultiHeadAttention(Expandable, keras.layers.Layer):
             q, k = self.rotary(q), self.rotary(k)
         v = self._project("value", value)
         mask = self._mask(q, k, attention_mask, use_causal_mask)
+        return self._output(self._attend(q, k, v, mask, attention_bias, training))
+
+    def call_cached(self, query, cache, index, positions, mask):
+        """Self-attention of new positions on all earlier ones, for decoding.
+
+        `cache` is `(keys, values)`, each `(batch, length, key_value_heads,
+        head_size)`: every position's keys (rotated) and values so far. The
+        new positions' go in at `index`; `positions` `(batch, new)` are their
+        places in their rows (what rotary attention turns by) and `mask`
+        `(batch, new, length)` says which cache slots each may see. Returns
+        the output and the updated cache.
+        """
+        q, k, v = (self._project(name, query) for name in PROJECTIONS)
+        if self.rotary is not None:
+            q, k = self.rotary(q, positions), self.rotary(k, positions)
+        start = (0, index, 0, 0)
+        keys = ops.slice_update(cache[0], start, ops.cast(k, cache[0].dtype))
+        values = ops.slice_update(cache[1], start, ops.cast(v, cache[1].dtype))
+        y = self._output(self._attend(q, keys, values, ops.cast(mask, "bool")[:, None], None, False))
+        return y, (keys, values)
+
+    def _attend(self, q, k, v, mask, attention_bias, training):
+        """Each query's mix of the values, `(batch, queries, heads, head_size)`."""
         scale = self.head_size**-0.5 if self.scaled else 1.0
         if self.key_value_heads is not None:
             # Each key/value head serves its group of query heads. (Keras' fused
             # attention takes fewer key/value heads itself, but not one on TensorFlow.)
             groups = self.heads // self.key_value_heads
             k, v = ops.repeat(k, groups, axis=2), ops.repeat(v, groups, axis=2)
-        if training and self.dropout > 0:
-            logits = ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * scale
-            if attention_bias is not None:
-                logits = logits + ops.cast(attention_bias, "float32")
-            if mask is not None:
-                logits = ops.where(mask, logits, -1e9)
-            probs = ops.cast(ops.softmax(logits, axis=-1), self.compute_dtype)
-            probs = self.dropout_layer(probs, training=training)
-            o = ops.einsum("bnts,bsnh->btnh", probs, v)
-        else:
-            o = ops.dot_product_attention(q, k, v, bias=attention_bias, mask=mask, scale=scale)
+        if not (training and self.dropout > 0):
+            return ops.dot_product_attention(q, k, v, bias=attention_bias, mask=mask, scale=scale)
+        logits = ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * scale
+        if attention_bias is not None:
+            logits = logits + ops.cast(attention_bias, "float32")
+        if mask is not None:
+            logits = ops.where(mask, logits, -1e9)
+        probs = ops.cast(ops.softmax(logits, axis=-1), self.compute_dtype)
+        probs = self.dropout_layer(probs, training=training)
+        return ops.einsum("bnts,bsnh->btnh", probs, v)
+
+    def _output(self, o):
         kernel = ops.cast(self.output_kernel, self.compute_dtype)
         width = self.heads * self.head_size
         y = ops.matmul(ops.reshape(o, (-1, width)), ops.reshape(kernel, (width, kernel.shape[-1])))

@@ -15,7 +15,9 @@ class RotaryEmbedding(keras.layers.Layer):
     """Rotary position embedding (RoFormer): rotates each pair `(x_2i, x_2i+1)`
     of the last axis by `position · θ_i`.
 
-    Input `(batch, seq, heads, head_size)`; positions are 0, 1, … along `seq`.
+    Input `(batch, seq, heads, head_size)`; positions are 0, 1, … along `seq`,
+    or `positions` `(batch, seq)` given (a decoder's new tokens, each at its
+    place in its row).
     The layer carries its frequencies in its config, so a grown layer can keep
     the small model's (docs/widening.md#rotary-position-embedding: `θ̃ = repeat(θ, k)` keeps growth exact).
 
@@ -42,12 +44,12 @@ class RotaryEmbedding(keras.layers.Layer):
         self.head_size = head_size
         self.base = float(base)
 
-    def call(self, x):
-        length = ops.shape(x)[1]
-        positions = ops.cast(ops.arange(length), "float32")
-        angles = positions[:, None] * ops.convert_to_tensor(self.frequencies, "float32")[None, :]
-        cos = ops.cast(ops.cos(angles), x.dtype)[None, :, None, :]
-        sin = ops.cast(ops.sin(angles), x.dtype)[None, :, None, :]
+    def call(self, x, positions=None):
+        if positions is None:
+            positions = ops.arange(ops.shape(x)[1])[None, :]
+        angles = ops.cast(positions, "float32")[..., None] * ops.convert_to_tensor(self.frequencies, "float32")
+        cos = ops.cast(ops.cos(angles), x.dtype)[:, :, None, :]
+        sin = ops.cast(ops.sin(angles), x.dtype)[:, :, None, :]
         pairs = ops.reshape(x, (*ops.shape(x)[:-1], len(self.frequencies), 2))
         even, odd = pairs[..., 0], pairs[..., 1]
         rotated = ops.stack([even * cos - odd * sin, even * sin + odd * cos], axis=-1)

@@ -1,0 +1,91 @@
+"""Rows decoded together: their prompts left-padded into one buffer, the
+buffer's key/value cache, and the masks and positions each call needs."""
+
+import numpy as np
+from keras import ops
+
+from kwiden.decoding import CachedModel, compiled
+
+
+class Decoder:
+    """A model ready to decode: its `CachedModel` compiled, and what it takes
+    (`segments`: a UniLM, whose prompt is segment 0 and whose generated
+    tokens are segment 1) and how far its positions go (None: no table)."""
+
+    def __init__(self, model):
+        self.cached = CachedModel(model)
+        self.step = compiled(self.cached.__call__, model)
+        self.segments = self.cached.segment_input is not None
+        if not (self.cached.causal or self.segments):
+            raise ValueError(
+                f"Model {model.name!r} attends both ways and has no segment input: it is neither a decoder nor a "
+                "UniLM, so it cannot generate left to right."
+            )
+        tables = [layer for layer in model.layers if getattr(layer, "mode", None) == "position"]
+        self.max_positions = tables[0].input_dim if tables else None
+        self.vocab_size = self.cached.vocab_size
+
+
+class Rollout:
+    """`prompts` (lists of ids, one a row) and room for `max_new_tokens`
+    more, decoded together through `decoder`. Prompts are left-padded, so
+    every row's next token goes in the same slot; each row's positions
+    count from its own first token."""
+
+    def __init__(self, decoder, prompts, max_new_tokens):
+        self.decoder = decoder
+        lengths = np.array([len(prompt) for prompt in prompts])
+        self.prompt_length = int(lengths.max())
+        total = self.prompt_length + max_new_tokens
+        if decoder.max_positions is not None and lengths.max() + max_new_tokens > decoder.max_positions:
+            raise ValueError(
+                f"A prompt of {lengths.max()} tokens and max_new_tokens={max_new_tokens} need "
+                f"{lengths.max() + max_new_tokens} positions; the model has {decoder.max_positions}. Shorten the "
+                "prompt or ask for fewer tokens."
+            )
+        self.offsets = self.prompt_length - lengths
+        self.tokens = np.zeros((len(prompts), total), np.int32)
+        self.seen = np.zeros((len(prompts), total), bool)  # the slots holding a real token
+        for row, prompt in enumerate(prompts):
+            self.tokens[row, self.offsets[row] : self.prompt_length] = prompt
+            self.seen[row, self.offsets[row] : self.prompt_length] = True
+        self.cache = decoder.cached.empty_cache(len(prompts), total)
+        self.filled = 0
+
+    def start(self):
+        """The logits of each row's next token after its prompt, `(rows, vocabulary)`."""
+        length = self.prompt_length
+        slots = np.arange(self.tokens.shape[1])
+        visible = np.repeat(slots[None, :] < length, length, axis=0)  # (queries, slots): the prompt's; a
+        if self.decoder.cached.causal:  # decoder's, up to the query's
+            visible = visible & (slots[None, :] <= np.arange(length)[:, None])
+        mask = self.seen[:, None, :] & visible[None]
+        mask[:, np.arange(length), np.arange(length)] |= ~self.seen[:, :length]  # padding sees itself, never read
+        positions = np.maximum(np.arange(length)[None, :] - self.offsets[:, None], 0)
+        return self._call(self.tokens[:, :length], 0, positions, mask, segment=0)
+
+    def advance(self, tokens):
+        """Append one token a row; the logits of the token after it."""
+        slot = self.prompt_length + self.filled
+        self.tokens[:, slot], self.seen[:, slot] = tokens, True
+        positions = (slot - self.offsets)[:, None]
+        self.filled += 1
+        return self._call(self.tokens[:, slot : slot + 1], slot, positions, self.seen[:, None, :], segment=1)
+
+    def _call(self, tokens, slot, positions, mask, segment):
+        """Run `tokens` written at `slot` onwards; the last one's logits."""
+        segments = np.full(tokens.shape, segment, np.int32) if self.decoder.segments else None
+        logits, self.cache = self.decoder.step(
+            tokens, segments, positions.astype(np.int32), mask, self.cache, np.int32(slot)
+        )
+        return np.asarray(ops.convert_to_numpy(logits[:, -1]), np.float64)
+
+    def generated(self):
+        """The tokens appended so far, `(rows, count)`."""
+        return self.tokens[:, self.prompt_length : self.prompt_length + self.filled]
+
+    def reorder(self, rows):
+        """Keep rows `rows` (beam search's survivors, a row repeated where it has several)."""
+        self.tokens, self.seen, self.offsets = self.tokens[rows], self.seen[rows], self.offsets[rows]
+        indices = ops.convert_to_tensor(np.asarray(rows, np.int32))
+        self.cache = [tuple(ops.take(part, indices, axis=0) for part in pair) for pair in self.cache]

@@ -1,0 +1,123 @@
+"""Choosing the tokens: greedy, sampled (temperature, top-k, top-p) or by
+beam search, over a `Rollout`'s logits, on the host in float64 numpy, so a
+seed gives the same samples on every backend."""
+
+import dataclasses
+
+import numpy as np
+
+from kwiden.generation.rollout import Rollout
+
+# Beam search ranks finished continuations by their log-probability over their length, as transformers'
+# `length_penalty=1.0`.
+LENGTH_PENALTY = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """How to choose each next token: `greedy`, by a beam search of `beam`
+    continuations, or by sampling from the distribution at `temperature`,
+    cut to the `top_k` likeliest tokens and to the smallest set holding
+    `top_p` of the probability."""
+
+    greedy: bool = False
+    beam: int = None
+    top_k: int = None
+    top_p: float = 1.0
+    temperature: float = 1.0
+
+    @property
+    def samples(self):
+        return not self.greedy and self.beam is None
+
+
+def log_softmax(logits):
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def choose(logits, search, rng):
+    """One token a row of `logits` (banned tokens already at -inf)."""
+    if not search.samples:
+        return np.argmax(logits, axis=-1)
+    logits = logits / search.temperature
+    if search.top_k is not None and search.top_k < logits.shape[-1]:
+        kth = np.sort(logits, axis=-1)[:, -search.top_k][:, None]
+        logits = np.where(logits < kth, -np.inf, logits)
+    probabilities = np.exp(log_softmax(logits))
+    if search.top_p < 1.0:
+        order = np.argsort(-probabilities, axis=-1, kind="stable")
+        ranked = np.take_along_axis(probabilities, order, axis=-1)
+        outside = np.cumsum(ranked, axis=-1) - ranked >= search.top_p  # the likeliest token always stays
+        np.put_along_axis(ranked, order, np.where(outside, 0.0, ranked), axis=-1)
+        probabilities = ranked / ranked.sum(axis=-1, keepdims=True)
+    cumulative = np.cumsum(probabilities, axis=-1)
+    draws = rng.random(len(logits)) * cumulative[:, -1]
+    return np.minimum((cumulative <= draws[:, None]).sum(axis=-1), logits.shape[-1] - 1)
+
+
+def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, rng):
+    """Greedy or sampled continuations, one a prompt row: each a list of ids,
+    without the end token that stopped it."""
+    rollout = Rollout(decoder, prompts, max_new_tokens)
+    logits = rollout.start()
+    done = np.zeros(len(prompts), bool)
+    ends = np.full(len(prompts), max_new_tokens)
+    for step in range(max_new_tokens):
+        logits[:, banned] = -np.inf
+        tokens = np.where(done, 0, choose(logits, search, rng))
+        stopped = ~done & np.isin(tokens, end_ids)
+        ends[stopped], done = step, done | stopped
+        if done.all() or step == max_new_tokens - 1:
+            rollout.tokens[:, rollout.prompt_length + step] = tokens
+            rollout.filled = step + 1
+            break
+        logits = rollout.advance(tokens)
+    generated = rollout.generated()
+    return [generated[row, : ends[row]].tolist() for row in range(len(prompts))]
+
+
+def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):
+    """The `keep` best of `beam` continuations of each prompt, best first,
+    as `(ids, score)`: finished ones leave the beam as they end, and a
+    prompt is done once `beam` have (transformers' `early_stopping=True`)."""
+    rollout = Rollout(decoder, [prompt for prompt in prompts for _ in range(beam)], max_new_tokens)
+    logits = rollout.start()
+    scores = np.tile([0.0] + [-np.inf] * (beam - 1), len(prompts))
+    finished = [[] for _ in prompts]
+    history = np.zeros((len(scores), 0), np.int64)
+    for step in range(max_new_tokens):
+        logits[:, banned] = -np.inf
+        totals = (log_softmax(logits) + scores[:, None]).reshape(len(prompts), -1)
+        rows, tokens, scores = _next_beams(totals, beam, logits.shape[-1], end_ids, history, finished, step)
+        if all(len(done) >= beam for done in finished):
+            break
+        history = np.concatenate([history[rows], tokens[:, None]], axis=1)
+        if step == max_new_tokens - 1:
+            break
+        rollout.reorder(rows)
+        logits = rollout.advance(tokens)
+    for row, score in enumerate(scores):
+        if np.isfinite(score) and len(finished[row // beam]) < beam:
+            finished[row // beam].append((history[row].tolist(), score / max(history.shape[1], 1) ** LENGTH_PENALTY))
+    return [sorted(done, key=lambda pair: -pair[1])[:keep] for done in finished]
+
+
+def _next_beams(totals, beam, vocabulary, end_ids, history, finished, step):
+    """Each prompt's `beam` best continuing candidates among its `2·beam`
+    best; a candidate that ends within the first `beam` is finished."""
+    rows, tokens, scores = [], [], []
+    for prompt, candidates in enumerate(np.argsort(-totals, axis=-1, kind="stable")[:, : 2 * beam]):
+        chosen = []
+        for rank, candidate in enumerate(candidates):
+            row, token = prompt * beam + candidate // vocabulary, candidate % vocabulary
+            score = totals[prompt, candidate]
+            if token in end_ids:
+                if rank < beam and len(finished[prompt]) < beam and np.isfinite(score):
+                    finished[prompt].append((history[row].tolist(), score / (step + 1) ** LENGTH_PENALTY))
+            elif len(chosen) < beam:
+                chosen.append((row, token, score))
+        chosen += [(prompt * beam, 0, -np.inf)] * (beam - len(chosen))
+        for row, token, score in chosen:
+            rows.append(row), tokens.append(token), scores.append(score)
+    return np.array(rows), np.array(tokens), np.array(scores)

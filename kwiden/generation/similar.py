@@ -1,0 +1,51 @@
+"""Similar sentences, as SimBERT finds them: sample many second segments
+from a UniLM given the text as its first, and keep those whose sentence
+vectors lie closest to the text's."""
+
+from kwiden.generation import generate, load_generator
+from kwiden.sentence import SentenceEncoder
+
+
+def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None, seed=None):
+    """The `n` generated sentences most similar to each text, best first.
+
+    Args:
+        checkpoint: a BERT or RoFormer folder trained as a UniLM
+            (`kwiden pretrain --objective simbert` or `seq2seq`: its `final/`).
+        texts: a text, or a list of them (generated together).
+        n: sentences kept a text.
+        candidates: sentences sampled a text before ranking (SimBERT's 100).
+        top_k: each token sampled from the `top_k` likeliest (SimBERT's 5).
+        max_new_tokens: tokens a candidate at most; by default twice the
+            text's and 2 more.
+        seed: makes the sampling repeat.
+
+    Returns:
+        For one text, a list of `(sentence, cosine)` pairs: distinct
+        sentences, not the text itself, by the cosine of their `[CLS]`
+        vectors to the text's (`SentenceEncoder`); for a list, one such list
+        a text. Fewer than `n` where fewer distinct sentences came out.
+    """
+    single = isinstance(texts, str)
+    texts = [texts] if single else list(texts)
+    if not isinstance(candidates, int) or isinstance(candidates, bool) or candidates < 1:
+        raise ValueError(f"candidates must be a whole number ≥ 1, got {candidates!r}.")
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= candidates:
+        raise ValueError(f"n must be a whole number from 1 to candidates={candidates}, got {n!r}.")
+    model, tokenizer = load_generator(checkpoint)
+    if max_new_tokens is None:
+        longest = max((len(ids) for ids in tokenizer.encode_lines(texts)[0]), default=0)
+        max_new_tokens = 2 * longest + 2
+    sampled = generate(model, tokenizer, texts, max_new_tokens, top_k=top_k, num_samples=candidates, seed=seed)
+    encoder = SentenceEncoder(checkpoint, pooling="cls")
+    found = [_ranked(encoder, text, sentences, n) for text, sentences in zip(texts, sampled)]
+    return found[0] if single else found
+
+
+def _ranked(encoder, text, sentences, n):
+    distinct = [s for s in dict.fromkeys(s.strip() for s in sentences) if s and s != text.strip()]
+    if not distinct:
+        return []
+    cosines = encoder.similarity(text, distinct)[0]
+    order = sorted(range(len(distinct)), key=lambda i: -cosines[i])[:n]
+    return [(distinct[i], float(cosines[i])) for i in order]

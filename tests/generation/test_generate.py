@@ -1,0 +1,151 @@
+"""Generation: the cached decoder computes what the whole model computes,
+for every family that generates, and each search chooses as it says."""
+
+import itertools
+
+import keras
+import numpy as np
+import pytest
+
+import kwiden
+from kwiden.generation import Search, generate_ids
+from kwiden.generation.rollout import Decoder, Rollout
+from kwiden.generation.search import choose, log_softmax
+from kwiden.testing import randomize_weights, tiny_config
+
+RTOL = 1e-5
+UNILM = ("bert", "roformer")
+FAMILIES = ("gpt", "llama", "mistral", "qwen2", *UNILM)
+PROMPTS = [[5, 7, 9, 11, 2], [3, 4], [8]]  # of different lengths: left padding is exercised
+
+
+def built(family, seed=1, vocab_size=50, **config):
+    config = tiny_config(vocab_size=vocab_size, **config)
+    if family in ("llama", "mistral", "qwen2"):
+        config["num_key_value_heads"] = 1  # grouped-query attention
+    flags = dict(with_mlm=True, unilm=True) if family in UNILM else {}
+    return randomize_weights(kwiden.build_transformer_model(config, model=family, **flags), seed=seed, std=0.3)
+
+
+def full_logits(model, rows):
+    """The logits after each row, from the whole model run on the whole row
+    (a UniLM's prompt the first segment, the rest the second)."""
+    out = []
+    for prompt, tokens in rows:
+        ids = np.array([[*prompt, *tokens]], np.int32)
+        if any(layer.name == kwiden.naming.INPUT_SEGMENT for layer in model.layers):
+            segments = np.array([[0] * len(prompt) + [1] * len(tokens)], np.int32)
+            logits = model([ids, segments])[-1]
+        else:
+            logits = model(ids)
+        out.append(keras.ops.convert_to_numpy(logits)[0, -1])
+    return np.array(out, np.float64)
+
+
+def argmax_rollout(model, prompt, steps):
+    tokens = []
+    for _ in range(steps):
+        tokens.append(int(np.argmax(full_logits(model, [(prompt, tokens)])[0])))
+    return tokens
+
+
+# On JAX too: a decoder with grouped-query rotary attention, and a UniLM with a position table.
+ON_BACKENDS = [pytest.param(f, marks=pytest.mark.backends) if f in ("llama", "bert") else f for f in FAMILIES]
+
+
+@pytest.mark.parametrize("family", ON_BACKENDS)
+def test_cached_logits_equal_the_whole_model_run_again_each_step(family):
+    model = built(family)
+    decoder = Decoder(model)
+    rollout = Rollout(decoder, PROMPTS, 4)
+    fed = np.random.default_rng(0).integers(1, 50, (4, len(PROMPTS)))
+    logits = [rollout.start()] + [rollout.advance(tokens) for tokens in fed[:-1]]
+    for step, got in enumerate(logits):
+        want = full_logits(model, [(prompt, fed[:step, row].tolist()) for row, prompt in enumerate(PROMPTS)])
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * np.abs(want).max())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_equals_an_argmax_rollout_and_beam_one_equals_greedy(family):
+    model = built(family, seed=2)
+    greedy = generate_ids(model, PROMPTS, 6, Search(greedy=True))
+    assert greedy == [[argmax_rollout(model, prompt, 6)] for prompt in PROMPTS]
+    assert generate_ids(model, PROMPTS, 6, Search(beam=1)) == greedy
+
+
+def test_a_grown_model_generates_what_the_small_one_does():
+    small = built("gpt", seed=3)
+    big = kwiden.grow(small, 2)
+    assert big.get_layer(kwiden.naming.EMBEDDING_TOKEN).output_dim == 32
+    search = Search(greedy=True)
+    assert generate_ids(big, PROMPTS, 5, search) == generate_ids(small, PROMPTS, 5, search)
+
+
+def test_beam_search_wide_enough_is_exhaustive():
+    model = built("gpt", seed=4, vocab_size=6)
+    prompt = [1, 2, 3]
+    best = max(itertools.product(range(6), repeat=2), key=lambda pair: _log_probability(model, prompt, pair))
+    found = generate_ids(model, [prompt], 2, Search(beam=36), num_samples=3)[0]
+    assert found[0] == list(best)
+    scores = [_log_probability(model, prompt, ids) for ids in found]
+    assert scores == sorted(scores, reverse=True)
+
+
+def _log_probability(model, prompt, tokens):
+    logits = full_logits(model, [(prompt, list(tokens[:i])) for i in range(len(tokens))])
+    return sum(log_softmax(row)[token] for row, token in zip(logits, tokens))
+
+
+def test_a_seed_makes_sampling_repeat_and_top_k_one_is_greedy():
+    model = built("llama", seed=5)
+    sample = dict(search=Search(temperature=1.5), num_samples=3)
+    first = generate_ids(model, PROMPTS, 8, seed=7, **sample)
+    assert generate_ids(model, PROMPTS, 8, seed=7, **sample) == first
+    assert generate_ids(model, PROMPTS, 8, seed=8, **sample) != first
+    greedy = generate_ids(model, PROMPTS, 8, Search(greedy=True))
+    assert generate_ids(model, PROMPTS, 8, Search(top_k=1), seed=0) == greedy
+    assert generate_ids(model, PROMPTS, 8, Search(top_p=1e-9), seed=0) == greedy
+
+
+def test_sampling_draws_from_the_cut_distribution():
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 40000))
+    rng = np.random.default_rng(0)
+    counts = np.bincount(choose(logits, Search(), rng), minlength=4) / len(logits)
+    np.testing.assert_allclose(counts, [0.5, 0.3, 0.15, 0.05], atol=0.01)
+    counts = np.bincount(choose(logits, Search(top_k=2), rng), minlength=4) / len(logits)
+    np.testing.assert_allclose(counts, [0.625, 0.375, 0, 0], atol=0.01)
+    counts = np.bincount(choose(logits, Search(top_p=0.85), rng), minlength=4) / len(logits)  # 0.5+0.3 < 0.85
+    np.testing.assert_allclose(counts, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0], atol=0.01)
+    counts = np.bincount(choose(logits, Search(temperature=0.5), rng), minlength=4) / len(logits)
+    squared = np.array([0.25, 0.09, 0.0225, 0.0025])
+    np.testing.assert_allclose(counts, squared / squared.sum(), atol=0.01)
+
+
+def test_end_tokens_and_max_new_tokens_stop_it():
+    model = built("gpt", seed=6)
+    greedy = generate_ids(model, PROMPTS, 6, Search(greedy=True))
+    end = greedy[0][0][2]
+    stopped = generate_ids(model, PROMPTS, 6, Search(greedy=True), end_ids=[end])
+    for row, found in zip(greedy, stopped):
+        ids = row[0]
+        assert found[0] == (ids[: ids.index(end)] if end in ids else ids)
+    assert [len(row[0]) for row in generate_ids(model, PROMPTS, 3, Search(greedy=True))] == [3, 3, 3]
+
+
+def test_banned_tokens_never_come_out():
+    model = built("gpt", seed=6)
+    greedy = generate_ids(model, [[1, 2]], 6, Search(greedy=True))[0][0]
+    found = generate_ids(model, [[1, 2]], 6, Search(temperature=3.0), banned=set(greedy), num_samples=4, seed=1)[0]
+    assert all(token not in greedy for ids in found for token in ids)
+
+
+def test_models_that_cannot_generate_are_refused():
+    with pytest.raises(ValueError, match="no output of token logits"):
+        generate_ids(kwiden.build_transformer_model(tiny_config()), [[1]], 2)
+    with pytest.raises(ValueError, match="T5's relative positions"):
+        generate_ids(kwiden.build_transformer_model(tiny_config(), model="t5"), [[1]], 2)
+    model = built("gpt")
+    with pytest.raises(ValueError, match="need 35 positions; the model has 32"):
+        generate_ids(model, [[1] * 5], 30)
+    with pytest.raises(ValueError, match="Prompt 1 must be 1 or more token ids below"):
+        generate_ids(model, [[1], []], 2)
