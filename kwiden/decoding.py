@@ -40,7 +40,7 @@ class CachedModel:
     """`model` decoding with a key/value cache.
 
     `cached(token_ids, segment_ids, positions, mask, cache, index)` runs the
-    new positions `(batch, new)` (segment ids None for a model without
+    new positions `(batch, new)` (segment ids read only by a model with
     them), `positions` their places in their rows, `mask` `(batch, new,
     length)` the cache slots each sees, after writing their keys and values
     at slot `index` of `cache` (from `empty_cache`). It returns the logits
@@ -151,14 +151,12 @@ def _causal(nodes):
 
 
 def compiled(function, model):
-    """`function` traced once a shape by the backend (its variables read
-    from `model`'s): `tf.function` on TensorFlow, `jax.jit` on JAX, itself
-    on PyTorch."""
+    """`function` traced once by the backend, for every shape its arrays
+    take (its variables read from `model`'s): `tf.function` on TensorFlow,
+    `jax.jit` on JAX (once a shape), itself on PyTorch."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        import tensorflow as tf  # the backend's own tracer: what Keras compiles with
-
-        return tf.function(function, reduce_retracing=True)
+        return _traced_once(function)
     if backend == "jax":
         import jax  # jit over the weights as arguments, as Keras' JAX trainer does
 
@@ -171,3 +169,22 @@ def compiled(function, model):
 
         return lambda *args: stateless([variable.value for variable in variables], *args)
     return function
+
+
+def _traced_once(function):
+    """`tf.function` with a signature, from the first call, in which every
+    axis is of any length: one trace for the prompt and the steps, whatever
+    the batch."""
+    import tensorflow as tf  # the backend's own tracer: what Keras compiles with
+
+    traced = []
+
+    def call(*args):
+        if not traced:
+            signature = keras.tree.map_structure(
+                lambda x: tf.TensorSpec([None] * x.ndim, x.dtype), args
+            )
+            traced.append(tf.function(function, input_signature=signature))
+        return traced[0](*args)
+
+    return call

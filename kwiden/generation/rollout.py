@@ -74,7 +74,7 @@ class Rollout:
 
     def _call(self, tokens, slot, positions, mask, segment):
         """Run `tokens` written at `slot` onwards; the last one's logits."""
-        segments = np.full(tokens.shape, segment, np.int32) if self.decoder.segments else None
+        segments = np.full(tokens.shape, segment, np.int32)
         logits, self.cache = self.decoder.step(
             tokens, segments, positions.astype(np.int32), mask, self.cache, np.int32(slot)
         )

@@ -1,0 +1,122 @@
+"""Generation from texts and checkpoint folders: `kwiden.generate`,
+`kwiden.similar`, and the `kwiden generate` / `kwiden similar` commands."""
+
+import numpy as np
+import pytest
+
+import kwiden
+from kwiden.cli import main
+from kwiden.generation import Search, generate_ids, load_generator
+from kwiden.pretraining.vocabulary import byte_tokenizer, load_tokenizer
+from kwiden.testing import randomize_weights, tiny_config
+
+CHINESE = list("床前明月光疑是地上霜举头望低思故乡")
+VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CHINESE]
+
+
+@pytest.fixture(scope="module")
+def gpt_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt")
+    gpt = kwiden.build_transformer_model(tiny_config(vocab_size=258), model="gpt")
+    kwiden.save_checkpoint(randomize_weights(gpt, seed=1, std=0.3), folder)
+    byte_tokenizer().save(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def unilm_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("unilm")
+    bert = kwiden.build_transformer_model(tiny_config(vocab_size=len(VOCABULARY)), with_mlm=True, unilm=True)
+    kwiden.save_checkpoint(randomize_weights(bert, seed=2, std=0.3), folder)
+    (folder / "vocab.txt").write_text("\n".join(VOCABULARY) + "\n", "utf-8")
+    return folder
+
+
+def test_a_decoder_continues_texts_as_its_ids_say(gpt_folder):
+    model, tokenizer = load_generator(gpt_folder)
+    texts = kwiden.generate(model, tokenizer, ["ab", "xyz"], 5, greedy=True)
+    ids = generate_ids(model, [[98, 99], [121, 122, 123]], 5, Search(greedy=True), banned=[0, 257])
+    assert texts == [[bytes(i - 1 for i in found[0]).decode("utf-8", "replace")] for found in ids]
+    assert kwiden.generate(gpt_folder, None, "ab", 5, greedy=True) == texts[0]  # a folder is model and tokenizer
+
+
+def test_a_unilm_writes_the_second_segment_and_chinese_has_no_spaces(unilm_folder):
+    model, tokenizer = load_generator(unilm_folder)
+    texts = kwiden.generate(model, tokenizer, "床前明月光", 6, num_samples=4, seed=0, top_k=3)
+    prompt = [2, *(VOCABULARY.index(c) for c in "床前明月光"), 3]
+    ids = generate_ids(model, [prompt], 6, Search(top_k=3), end_ids=[3], banned=[0, 4, 2], num_samples=4, seed=0)
+    assert texts == ["".join(VOCABULARY[i] for i in found) for found in ids[0]]
+    assert all(" " not in text for text in texts)
+
+
+def test_end_tokens_are_named_by_text_or_id(unilm_folder):
+    model, tokenizer = load_generator(unilm_folder)
+    greedy = kwiden.generate(model, tokenizer, "低头", 8, greedy=True, end_tokens=[])[0]
+    end = greedy[1]
+    assert kwiden.generate(model, tokenizer, "低头", 8, greedy=True, end_tokens=end) == [greedy[: greedy.index(end)]]
+    with pytest.raises(ValueError, match="End token '\\[NOPE\\]' is not in the tokenizer's vocabulary"):
+        kwiden.generate(model, tokenizer, "低头", 8, end_tokens=["[NOPE]"])
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(greedy=True, beam=2), "Choose one of greedy=True, beam=K, or sampling"),
+        (dict(beam=2, top_k=3), "Choose one of greedy=True, beam=K, or sampling"),
+        (dict(beam=2, num_samples=3), "num_samples=3: a beam of 2 keeps 2 continuations at most"),
+        (dict(greedy=True, num_samples=2), "greedy=True gives one continuation a prompt"),
+        (dict(top_p=0), "top_p must be in \\(0, 1\\]"),
+        (dict(temperature=0.0), "temperature must be a positive number"),
+        (dict(top_k=0), "top_k must be a whole number ≥ 1"),
+        (dict(max_new_tokens=0), "max_new_tokens must be a whole number ≥ 1"),
+    ],
+)
+def test_bad_options_are_refused_by_name(gpt_folder, options, message):
+    model, tokenizer = load_generator(gpt_folder)
+    with pytest.raises(ValueError, match=message):
+        kwiden.generate(model, tokenizer, "ab", **{"max_new_tokens": 3, **options})
+
+
+def test_bad_prompts_are_refused(gpt_folder):
+    model, tokenizer = load_generator(gpt_folder)
+    with pytest.raises(ValueError, match="Prompt 1 \\(''\\) has no tokens"):
+        kwiden.generate(model, tokenizer, ["ab", ""], 3)
+    with pytest.raises(ValueError, match="Prompt 0 is a int; prompts are texts"):
+        kwiden.generate(model, tokenizer, [3], 3)
+    with pytest.raises(ValueError, match="need 40 positions; the model has 32"):
+        kwiden.generate(model, tokenizer, "abcdefghij", 30)
+
+
+def test_the_generate_command_prints_each_continuation(gpt_folder, capsys):
+    assert main(["generate", str(gpt_folder), "ab", "--greedy", "--max-new-tokens", "4"]) == 0
+    assert capsys.readouterr().out == "ab" + kwiden.generate(gpt_folder, None, "ab", 4, greedy=True)[0] + "\n"
+    assert main(["generate", str(gpt_folder), "ab", "cd", "--num-samples", "2", "--seed", "3", "--top-k", "5",
+                 "--max-new-tokens", "6"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out.split("\n---\n")
+    expected = kwiden.generate(gpt_folder, None, ["ab", "cd"], 6, num_samples=2, seed=3, top_k=5)
+    assert printed[:4] == [prompt + text for prompt, texts in zip(["ab", "cd"], expected) for text in texts]
+    assert main(["generate", str(gpt_folder / "nothing"), "ab"]) == 1
+    assert "is not a checkpoint folder" in capsys.readouterr().err
+
+
+def test_similar_ranks_distinct_generated_sentences_by_cosine(unilm_folder, capsys):
+    found = kwiden.similar(unilm_folder, "床前明月光", n=3, candidates=20, seed=0)
+    encoder = kwiden.SentenceEncoder(unilm_folder)
+    assert 1 <= len(found) <= 3
+    assert len({text for text, _ in found}) == len(found) and "床前明月光" not in [text for text, _ in found]
+    for text, cosine in found:
+        np.testing.assert_allclose(cosine, encoder.similarity("床前明月光", text), rtol=1e-5)
+    assert [c for _, c in found] == sorted((c for _, c in found), reverse=True)
+    assert main(["similar", str(unilm_folder), "床前明月光", "-n", "3", "--candidates", "20", "--seed", "0"]) == 0
+    assert capsys.readouterr().out == "".join(f"{cosine:.4f}\t{text}\n" for text, cosine in found)
+    with pytest.raises(ValueError, match="n must be a whole number from 1 to candidates=20"):
+        kwiden.similar(unilm_folder, "床前", n=21, candidates=20)
+
+
+def test_a_bert_saved_without_its_mlm_head_cannot_generate(tmp_path):
+    bert = kwiden.build_transformer_model(tiny_config(vocab_size=len(VOCABULARY)))
+    kwiden.save_checkpoint(bert, tmp_path)
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCABULARY) + "\n", "utf-8")
+    with pytest.raises(ValueError):
+        load_generator(tmp_path)
+    assert load_tokenizer(tmp_path).cls == 2
