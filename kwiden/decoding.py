@@ -12,6 +12,8 @@ the caller says which cache slots each new position sees, which is how one
 cache serves a causal decoder and UniLM alike.
 """
 
+import collections
+
 import keras
 from keras import ops
 
@@ -34,6 +36,10 @@ POSITIONWISE = (
     keras.layers.LayerNormalization,
     keras.layers.Identity,
 )
+
+
+# The compiled shapes kept a decoder on TensorFlow (a generate call uses two: its prompt's and its steps').
+TRACES = 8
 
 
 class CachedModel:
@@ -151,12 +157,12 @@ def _causal(nodes):
 
 
 def compiled(function, model):
-    """`function` traced once by the backend, for every shape its arrays
-    take (its variables read from `model`'s): `tf.function` on TensorFlow,
-    `jax.jit` on JAX (once a shape), itself on PyTorch."""
+    """`function` traced by the backend once for each shape its arrays take
+    (its variables read from `model`'s): `tf.function` on TensorFlow,
+    `jax.jit` on JAX, itself on PyTorch."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        return _traced_once(function)
+        return _traced_per_shape(function)
     if backend == "jax":
         import jax  # jit over the weights as arguments, as Keras' JAX trainer does
 
@@ -171,20 +177,22 @@ def compiled(function, model):
     return function
 
 
-def _traced_once(function):
-    """`tf.function` with a signature, from the first call, in which every
-    axis is of any length: one trace for the prompt and the steps, whatever
-    the batch."""
+def _traced_per_shape(function):
+    """`tf.function`s of `function`, one for each set of shapes its arrays
+    come in, each traced once: a graph of fixed shapes runs several times
+    faster on CPU than one of any shape, and keeping one function a shape
+    spares TensorFlow's retracing warnings. The latest `TRACES` are kept."""
     import tensorflow as tf  # the backend's own tracer: what Keras compiles with
 
-    traced = []
+    traced = collections.OrderedDict()
 
     def call(*args):
-        if not traced:
-            signature = keras.tree.map_structure(
-                lambda x: tf.TensorSpec([None] * x.ndim, x.dtype), args
-            )
-            traced.append(tf.function(function, input_signature=signature))
-        return traced[0](*args)
+        key = tuple((tuple(x.shape), str(x.dtype)) for x in keras.tree.flatten(args))
+        if key not in traced:  # a concrete function: called without tf.function's per-call lookup
+            traced[key] = tf.function(function).get_concrete_function(*args)
+            while len(traced) > TRACES:
+                traced.popitem(last=False)
+        traced.move_to_end(key)
+        return traced[key](*args)
 
     return call

@@ -1,0 +1,163 @@
+"""Generation speed: `kwiden.generate`'s key/value cache against running the
+whole model on the whole sequence at every step, side by side in one
+process, and against Hugging Face transformers' `generate` on the same
+saved folder (GPT-2 format) where a Python with transformers is given.
+
+Greedy decoding of random-weight GPTs (bytes, no padding mask, so
+transformers computes the same function) from prompts of `--prompt` tokens,
+`--new` tokens each, for a batch of 1 and of 8. Every arm runs once first
+(its tracing and compiling left out), then `--repeats` times alternating;
+the rate is the median's. The arms must agree on every token, which checks
+the cache against recomputing, and kwiden against transformers.
+
+    python benchmarks/generation.py
+    python benchmarks/generation.py --transformers-python /path/to/venv/bin/python
+    KERAS_BACKEND=jax python benchmarks/generation.py --sizes 128x4
+"""
+
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import tempfile
+import time
+
+import common  # noqa: F401  (first: the checkout's kwiden)
+import keras
+import numpy as np
+from common import environment, table
+
+import kwiden
+from kwiden.decoding import compiled
+from kwiden.generation import Search, generate_ids
+from kwiden.testing import randomize_weights
+
+VOCABULARY = 258
+
+# Run by the other Python: transformers' greedy generate on the folder, its tokens and its steady seconds.
+TRANSFORMERS = """
+import json, sys, time, torch, transformers
+folder, prompts, new, repeats = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.manual_seed(0)
+model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+ids = torch.tensor(prompts)
+def run():
+    with torch.no_grad():
+        return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                              do_sample=False, pad_token_id=0, eos_token_id=None)
+run()
+seconds = []
+for _ in range(repeats):
+    start = time.perf_counter(); out = run(); seconds.append(time.perf_counter() - start)
+print(json.dumps({"tokens": out[:, ids.shape[1]:].tolist(), "seconds": seconds,
+                  "version": transformers.__version__, "torch": torch.__version__, "threads": torch.get_num_threads()}))
+"""
+
+
+def gpt(width, blocks, positions):
+    config = dict(vocab_size=VOCABULARY, hidden_size=width, num_hidden_layers=blocks, num_attention_heads=width // 32,
+                  intermediate_size=4 * width, max_position_embeddings=positions, mask_padding=False,
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
+    return randomize_weights(kwiden.build_transformer_model(config, model="gpt"), seed=0, std=0.05)
+
+
+def cached(model, prompts, new):
+    found = generate_ids(model, prompts.tolist(), new, Search(greedy=True))
+    return np.array([rows[0] for rows in found])
+
+
+def recomputing(model):
+    """Greedy decoding that runs the whole model on the whole sequence at
+    each step: on a buffer of fixed length (prompt and new tokens), so one
+    compiled graph of fixed shapes serves every step; causal attention keeps
+    each position from what lies after it."""
+    forward = compiled(lambda ids, at: keras.ops.take(model(ids), at, axis=1), model)
+
+    def run(prompts, new):
+        ids = np.zeros((len(prompts), prompts.shape[1] + new), np.int32)
+        ids[:, : prompts.shape[1]] = prompts
+        for at in range(prompts.shape[1] - 1, ids.shape[1] - 1):
+            logits = keras.ops.convert_to_numpy(forward(ids, np.int32(at)))
+            ids[:, at + 1] = np.argmax(logits, axis=-1)
+        return ids[:, prompts.shape[1] :]
+
+    return run
+
+
+def timed(run, repeats):
+    """Each arm's tokens and seconds, the arms alternating `repeats` times after one untimed run each."""
+    tokens = {name: arm() for name, arm in run.items()}
+    seconds = {name: [] for name in run}
+    for _ in range(repeats):
+        for name, arm in run.items():
+            start = time.perf_counter()
+            arm()
+            seconds[name].append(time.perf_counter() - start)
+    return tokens, seconds
+
+
+def with_transformers(python, model, prompts, new, repeats):
+    if python is None:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        kwiden.save_checkpoint(model, folder)
+        done = subprocess.run([python, "-c", TRANSFORMERS, folder, json.dumps(prompts.tolist()), str(new),
+                               str(repeats)], capture_output=True, text=True, check=True)  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(size, batch, args):
+    width, blocks = (int(n) for n in size.split("x"))
+    model = gpt(width, blocks, args.prompt + args.new)
+    prompts = np.random.default_rng(batch).integers(1, VOCABULARY, (batch, args.prompt))
+    arms = {
+        "cache": lambda: cached(model, prompts, args.new),
+        "recompute": lambda: recomputing(model)(prompts, args.new),
+    }
+    tokens, seconds = timed(arms, args.repeats)
+    hf = with_transformers(args.transformers_python, model, prompts, args.new, args.repeats)
+    if hf is not None:
+        tokens["transformers"], seconds["transformers"] = np.array(hf["tokens"]), hf["seconds"]
+    rate = {name: batch * args.new / statistics.median(s) for name, s in seconds.items()}
+    agree = all(np.array_equal(tokens["cache"], found) for found in tokens.values())
+    row = [size, batch, f"{rate['cache']:.0f}", f"{rate['recompute']:.0f}", f"{rate['cache'] / rate['recompute']:.2f}x"]
+    if hf is not None:
+        row += [f"{rate['transformers']:.0f}", f"{rate['cache'] / rate['transformers']:.2f}x"]
+    return row + ["yes" if agree else "NO"], hf
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", nargs="+", default=["64x2", "128x4", "256x4"], help="width x blocks")
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--prompt", type=int, default=32, help="prompt tokens")
+    parser.add_argument("--new", type=int, default=96, help="tokens generated a row")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--transformers-python", help="a Python with torch and transformers installed")
+    parser.add_argument("--out", type=pathlib.Path, help="also write the table here")
+    args = parser.parse_args()
+    rows, extra, hf = [], [], None
+    for size in args.sizes:
+        for batch in args.batches:
+            row, hf = measure(size, batch, args)
+            rows.append(row)
+            print(" ".join(map(str, row)), flush=True)
+    if hf is not None:
+        extra.append(f"transformers {hf['version']}, torch {hf['torch']} ({hf['threads']} threads)")
+    header = ["GPT", "batch", "cache tok/s", "recompute tok/s", "cache/recompute"]
+    if hf is not None:
+        header += ["transformers tok/s", "cache/transformers"]
+    report = "\n\n".join([
+        f"Greedy generation, {args.prompt}-token prompts, {args.new} new tokens a row; steady rates (first run "
+        f"untimed), medians of {args.repeats}",
+        table(rows, header + ["same tokens"]),
+        environment(keras, np, extra),
+    ])  # fmt: skip
+    print(report)
+    if args.out:
+        args.out.write_text(report + "\n")
+
+
+if __name__ == "__main__":
+    main()
