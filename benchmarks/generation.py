@@ -3,8 +3,9 @@ whole model on the whole sequence at every step, side by side in one
 process, and against Hugging Face transformers' `generate` on the same
 saved folder (GPT-2 format) where a Python with transformers is given.
 
-Greedy decoding of random-weight GPTs (bytes, no padding mask, so
-transformers computes the same function) from prompts of `--prompt` tokens,
+Greedy decoding of random-weight GPTs, or LLaMAs with grouped-query
+attention (`--family llama`; bytes, no padding mask, so transformers
+computes the same function) from prompts of `--prompt` tokens,
 `--new` tokens each, for a batch of 1 and of 8. Every arm runs once first
 (its tracing and compiling left out), then `--repeats` times alternating;
 the rate is the median's. The arms must agree on every token, which checks
@@ -55,11 +56,14 @@ print(json.dumps({"tokens": out[:, ids.shape[1]:].tolist(), "seconds": seconds,
 """
 
 
-def gpt(width, blocks, positions):
+def decoder(family, width, blocks, positions):
+    """A random-weight decoder; LLaMA's with grouped-query attention (two query heads a key/value head)."""
     config = dict(vocab_size=VOCABULARY, hidden_size=width, num_hidden_layers=blocks, num_attention_heads=width // 32,
                   intermediate_size=4 * width, max_position_embeddings=positions, mask_padding=False,
                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
-    return randomize_weights(kwiden.build_transformer_model(config, model="gpt"), seed=0, std=0.05)
+    if family == "llama":
+        config.update(num_key_value_heads=max(1, width // 64), intermediate_size=8 * width // 3)
+    return randomize_weights(kwiden.build_transformer_model(config, model=family), seed=0, std=0.05)
 
 
 def cached(model, prompts, new):
@@ -109,7 +113,7 @@ def with_transformers(python, model, prompts, new, repeats):
 
 def measure(size, batch, args):
     width, blocks = (int(n) for n in size.split("x"))
-    model = gpt(width, blocks, args.prompt + args.new)
+    model = decoder(args.family, width, blocks, args.prompt + args.new)
     prompts = np.random.default_rng(batch).integers(1, VOCABULARY, (batch, args.prompt))
     arms = {
         "cache": lambda: cached(model, prompts, args.new),
@@ -129,6 +133,7 @@ def measure(size, batch, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", choices=["gpt", "llama"], default="gpt")
     parser.add_argument("--sizes", nargs="+", default=["64x2", "128x4", "256x4"], help="width x blocks")
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--prompt", type=int, default=32, help="prompt tokens")
@@ -145,7 +150,7 @@ def main():
             print(" ".join(map(str, row)), flush=True)
     if hf is not None:
         extra.append(f"transformers {hf['version']}, torch {hf['torch']} ({hf['threads']} threads)")
-    header = ["GPT", "batch", "cache tok/s", "recompute tok/s", "cache/recompute"]
+    header = [args.family, "batch", "cache tok/s", "recompute tok/s", "cache/recompute"]
     if hf is not None:
         header += ["transformers tok/s", "cache/transformers"]
     report = "\n\n".join([
