@@ -35,11 +35,22 @@ class Objective:
     whatever it returns has a length and a `digest`, which a resume compares),
     `split(data, valid_fraction)` holds the end out, and `training_batch` and
     `validation_batches` draw from the parts. An objective that reads records
-    (sentence pairs, documents) overrides these four.
+    (sentence pairs, documents) overrides these four; `notes(data)` are lines
+    the run's log.txt gets about what it read (pairs cut, …).
+
+    Its own options: `takes` names the `PretrainOptions` it reads beyond
+    every objective's (`scale`, `corrupt`, …; another run refuses them, naming
+    the flag), which `configured(options, tokenizer)` takes before the corpus
+    is read. Beside the validation loss, `measured` names what a metrics row
+    records as `valid_NAME` (a loss's parts, an accuracy): `measures(outputs,
+    targets)` of one validation batch's outputs, `{name: (value, weight)}`,
+    averaged over the batches by weight.
     """
 
     name = None
     model_arguments = {}
+    takes = ()
+    measured = ()
 
     def __init__(self, seq_len, vocab_size):
         self.seq_len, self.vocab_size = seq_len, vocab_size
@@ -62,6 +73,16 @@ class Objective:
 
     def counted(self, targets):
         return int(np.size(targets))
+
+    def configured(self, options, tokenizer):
+        """The objective with the options of `takes` (by default none)."""
+        return self
+
+    def measures(self, outputs, targets):
+        return {}
+
+    def notes(self, data):
+        return []
 
     # Its data; by default the token stream, its windows at random places.
     marks_words = False  # whether it reads where words start (whole-word masking)
@@ -183,16 +204,16 @@ class MaskedLM(Objective):
             word_starts[:, 0] = True  # a window's first token starts its (part of a) word
             words = np.cumsum(word_starts, axis=1) - 1
             chosen = rng.random(shape) < MASKED  # one draw a word, read at its first token
-            masked = np.take_along_axis(np.where(word_starts, chosen, False), _first_of(words, word_starts), 1)
+            masked = np.take_along_axis(np.where(word_starts, chosen, False), first_of(word_starts), 1)
         # A row with nothing masked would give no loss: mask the word at one position.
         for row in np.flatnonzero(~masked.any(axis=1)):
             masked[row] = words[row] == words[row, rng.integers(0, shape[1])]
         return masked
 
 
-def _first_of(words, word_starts):
-    """For each position, the position of its word's first token."""
-    positions = np.where(word_starts, np.arange(words.shape[1]), 0)
+def first_of(word_starts):
+    """For each position, the position of its word's first token (of the first position for those before any)."""
+    positions = np.where(word_starts, np.arange(word_starts.shape[1]), 0)
     return np.maximum.accumulate(positions, axis=1)
 
 

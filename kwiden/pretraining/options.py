@@ -15,6 +15,8 @@ import pathlib
 from kwiden import recipe
 from kwiden.models.config import is_count
 from kwiden.optimizers.schedules import SCHEDULES
+from kwiden.pretraining.objectives import OBJECTIVES
+from kwiden.pretraining.simbert import DISTILL_WEIGHT, SCALE
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")
 # Whether a resume may give another value: "same" (it would compute another run), "free" (how often it
@@ -25,8 +27,8 @@ SAME, FREE = "same", "free"
 
 def option(default, help, kind="text", least=None, most=None, choices=None, resume=SAME, flag=None, metavar=None):
     """A field of `PretrainOptions`: `kind` is "count" (a whole number from `least` to `most`), "positive" (a
-    finite number above 0), "fraction" (in (0, 1)), "share" (in (0, 1]), "choice" (one of `choices`),
-    "switch", "text" or "path"."""
+    finite number above 0), "fraction" (in (0, 1)), "share" (in (0, 1]), "portion" (in [0, 1]), "weight" (a
+    finite number of at least 0), "choice" (one of `choices`), "switch", "text" or "path"."""
     rules = dict(
         help=help, kind=kind, least=least, most=most, choices=choices, resume=resume, flag=flag, metavar=metavar
     )
@@ -59,6 +61,13 @@ class PretrainOptions:
     decay_fraction: float = option(0.2, "wsd: the share of updates that decay to 0", "share")
     grow: str = option("auto", 'auto, none, or growths such as "0.33:k=2 0.67:depth=2"')
     whole_word_mask: bool = option(False, "mask whole words (Chinese words by jieba)", "switch")
+    scale: float = option(SCALE, "simbert: the cosines' scale in the in-batch softmax", "positive", metavar="S")
+    corrupt: float = option(0.0, "seq2seq, simbert: the share of sources whole-word masked (RoFormer-Sim's)",
+                            "portion", metavar="F")  # fmt: skip
+    teacher: str = option(None, "simbert: distil the cosines of this checkpoint's sentence vectors (RoFormer-Sim)",
+                          "path", metavar="CHECKPOINT")  # fmt: skip
+    distill_weight: float = option(None, f"with --teacher: the weight of the squared cosine differences (default: "
+                                   f"{DISTILL_WEIGHT:g})", "weight", metavar="W")  # fmt: skip
     valid_fraction: float = option(0.01, "the end of the corpus held out", "fraction")
     eval_every: int = option(None, "updates between evaluations (default: 20 a run)", "count", 1, resume=FREE)
     save_every: int = option(None, "updates between backups (default: at growths and the end)", "count", 1,
@@ -77,13 +86,17 @@ class PretrainOptions:
             raise ValueError("Give --tokenizer or --build-vocab, not both.")
         if values["config"] is None and values["from_checkpoint"] is None:
             raise ValueError("Give the target model: --config config.json (with --model), or --from CHECKPOINT.")
-        checkpoint = values["from_checkpoint"]
-        if checkpoint is not None and not pathlib.Path(checkpoint).is_dir():
-            state = "is not a folder" if pathlib.Path(checkpoint).exists() else "does not exist"
-            raise ValueError(
-                f"--from {checkpoint} {state}: give a checkpoint folder (Hugging Face: config.json and "
-                "model.safetensors; Google: bert_config.json and bert_model.ckpt.*)."
-            )
+        for flag, checkpoint in (("--from", values["from_checkpoint"]), ("--teacher", values["teacher"])):
+            if checkpoint is not None and not pathlib.Path(checkpoint).is_dir():
+                state = "is not a folder" if pathlib.Path(checkpoint).exists() else "does not exist"
+                raise ValueError(
+                    f"{flag} {checkpoint} {state}: give a checkpoint folder (Hugging Face: config.json and "
+                    "model.safetensors; Google: bert_config.json and bert_model.ckpt.*)."
+                )
+        if values["distill_weight"] is not None and values["teacher"] is None:
+            raise ValueError("--distill-weight weighs the distillation from a --teacher: give --teacher CHECKPOINT.")
+        if values["teacher"] is not None and values["distill_weight"] is None:
+            values["distill_weight"] = DISTILL_WEIGHT
         recipe.parse(values["grow"])
         return cls(**values)
 
@@ -96,8 +109,15 @@ def flag_of(field):
 FREE_ON_RESUME = tuple(f.name for f in dataclasses.fields(PretrainOptions) if f.metadata["resume"] == FREE)
 
 
-# The real numbers' kinds: (their bound above, whether it is included); each is above 0.
-RANGES = {"positive": (math.inf, False), "fraction": (1, False), "share": (1, True)}
+# The real numbers' kinds: (whether 0 is included, their bound above, whether it is included), and how an error
+# spells their range.
+RANGES = {
+    "positive": (False, math.inf, False, "a positive number"),
+    "fraction": (False, 1, False, "in (0, 1)"),
+    "share": (False, 1, True, "in (0, 1]"),
+    "portion": (True, 1, True, "in [0, 1]"),
+    "weight": (True, math.inf, False, "a finite number of at least 0"),
+}
 
 
 def _checked(field, value):
@@ -111,10 +131,9 @@ def _checked(field, value):
             raise ValueError(f"{flag} must be a whole number {span}, got {value!r}.")
         return int(value)
     if rules["kind"] in RANGES:
-        most, included = RANGES[rules["kind"]]
+        zero, most, included, span = RANGES[rules["kind"]]
         fits = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-        if not (fits and 0 < value and (value <= most if included else value < most)):
-            span = "a positive number" if most == math.inf else f"in (0, {most}{']' if included else ')'}"
+        if not (fits and (0 <= value if zero else 0 < value) and (value <= most if included else value < most)):
             raise ValueError(f"{flag} must be {span}, got {value!r}.")
         return float(value)
     if rules["kind"] == "choice" and value not in rules["choices"]:
@@ -143,4 +162,15 @@ def given(args):
     return {field.name: getattr(args, field.name) for field in dataclasses.fields(PretrainOptions)}
 
 
-__all__ = ["FREE_ON_RESUME", "PretrainOptions", "add_flags", "given"]
+def refuse_untaken(options, objective):
+    """Refuse an option of one objective (`scale`, `corrupt`, …: those some registered objective `takes`) given to a
+    run of an objective that does not read it."""
+    for field in dataclasses.fields(PretrainOptions):
+        value = getattr(options, field.name)
+        own = any(field.name in other.takes for other in OBJECTIVES.values())
+        if own and field.name not in objective.takes and value != field.default:
+            raise ValueError(f"{flag_of(field)} is not an option of --objective {objective.name}; it is for "
+                             f"{field.metadata['help']}.")  # fmt: skip
+
+
+__all__ = ["FREE_ON_RESUME", "PretrainOptions", "add_flags", "given", "refuse_untaken"]

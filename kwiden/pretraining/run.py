@@ -16,7 +16,7 @@ from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, family_of, get_family
 from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import checks, objectives, tokens, vocabulary
-from kwiden.pretraining.options import FREE_ON_RESUME, PretrainOptions
+from kwiden.pretraining.options import FREE_ON_RESUME, PretrainOptions, refuse_untaken
 from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder
 from kwiden.pretraining.trainer import Phase, Trainer
 
@@ -70,6 +70,10 @@ def pretrain(
     decay_fraction=0.2,
     grow="auto",
     whole_word_mask=False,
+    scale=30.0,
+    corrupt=0.0,
+    teacher=None,
+    distill_weight=None,
     valid_fraction=0.01,
     eval_every=None,
     save_every=None,
@@ -122,6 +126,14 @@ def pretrain(
             with `kwiden.grow`'s arguments. The small model's config is the
             target's with the growths undone.
         whole_word_mask: mask whole words (Chinese words found by jieba).
+        scale: simbert: the cosines' scale in the in-batch softmax (SimBERT's 30).
+        corrupt: seq2seq, simbert: the share of the training sources whole-word
+            masked (RoFormer-Sim's BART-style corruption; 0 is none).
+        teacher: simbert: a checkpoint folder of the run's vocabulary whose
+            `SentenceEncoder` cosines the student's are pulled towards
+            (RoFormer-Sim's distillation).
+        distill_weight: with `teacher`, the weight of the mean squared
+            difference of the cosines (default 100, RoFormer-Sim's).
         valid_fraction: the end of the corpus held out for validation.
         eval_every: updates between evaluations (default: 20 a run).
         save_every: updates between backups (default: none but those at
@@ -170,6 +182,8 @@ def _pretrain(folder, corpus, options, verbose):
     objective = _objective_for(family, options.objective).made_for(
         corpus_tokenizer, options.seq_len, options.whole_word_mask, family
     )
+    refuse_untaken(options, objective)
+    objective = objective.configured(options, corpus_tokenizer)
     if getattr(start_model, "fresh_weights", ()):
         folder.log(f"--from {checkpoint}: it has no weights for the heads {objective.name} trains; they start "
                    f"freshly initialised: {', '.join(start_model.fresh_weights)}")  # fmt: skip
@@ -179,6 +193,8 @@ def _pretrain(folder, corpus, options, verbose):
     folder.will_write(TOKENS)
     token_file = objective.read(corpus, corpus_tokenizer, folder.folder, verbose)
     folder.check_tokens(token_file)
+    for note in objective.notes(token_file):
+        folder.log(note)
     train, valid = objective.split(token_file, options.valid_fraction)
     folder.log(
         f"corpus: {len(token_file):,} tokens ({corpus_tokenizer.source}, vocabulary {corpus_tokenizer.vocab_size:,}), "
@@ -211,7 +227,7 @@ def _recorded(options):
     """`options` as run.json keeps them: paths absolute ("run/" and "run", or a relative and an absolute path, are
     one run), a config file's content, the model's family named."""
     changes = {}
-    for name in ("tokenizer", "from_checkpoint"):
+    for name in ("tokenizer", "from_checkpoint", "teacher"):
         value = getattr(options, name)
         if value is not None and not (name == "tokenizer" and value == vocabulary.BYTES):
             changes[name] = str(pathlib.Path(value).resolve())

@@ -3,7 +3,12 @@ BERT or RoFormer built with its mask (`unilm=True`). Each example is one
 JSON line `{"source": …, "target": …}`, encoded `[CLS] source [SEP] target
 [SEP]` with the source as segment 0 and the target as segment 1; the loss is
 the next token's cross-entropy at every position whose next token is the
-target's (its closing [SEP] included), as bert4keras's UniLM trains."""
+target's (its closing [SEP] included), as bert4keras's UniLM trains.
+
+`--corrupt F` (RoFormer-Sim's BART-style corruption): a share F of the
+training rows get their source whole-word masked (15% of its words, each
+whole: 80% [MASK] tokens, 10% random tokens, 10% kept; Chinese words by
+jieba), and must still generate the target, which is never touched."""
 
 import hashlib
 import json
@@ -12,16 +17,27 @@ import keras
 import numpy as np
 
 from kwiden.pretraining import tokens
-from kwiden.pretraining.objectives import IGNORED, LEAST_VALID_WINDOWS, Objective, register_objective
+from kwiden.pretraining.objectives import (
+    IGNORED,
+    LEAST_VALID_WINDOWS,
+    MASKED,
+    REPLACED_BY_MASK,
+    REPLACED_BY_RANDOM,
+    Objective,
+    first_of,
+    register_objective,
+)
 
 MAX_VALID_ROWS = 256
 
 
 class Rows:
-    """Encoded examples: token and segment ids a row, padded with 0, with a length (their ids) and a digest."""
+    """Encoded examples: token and segment ids a row, padded with 0, with a length (their ids) and a digest; for
+    `--corrupt`, where the sources' words start (`word_starts`, the rows' shape, else None)."""
 
-    def __init__(self, token_ids, segment_ids, truncated=0):
+    def __init__(self, token_ids, segment_ids, truncated=0, word_starts=None):
         self.token_ids, self.segment_ids, self.truncated = token_ids, segment_ids, truncated
+        self.word_starts = word_starts
         self.digest = hashlib.sha256(token_ids.tobytes() + segment_ids.tobytes()).hexdigest()
 
     def __len__(self):
@@ -32,8 +48,9 @@ class Rows:
         return len(self.token_ids)
 
     def take(self, rows):
-        rows = np.asarray(rows)
-        return Rows(self.token_ids[rows], self.segment_ids[rows])
+        rows = np.asarray(rows, np.int64)
+        starts = None if self.word_starts is None else self.word_starts[rows]
+        return Rows(self.token_ids[rows], self.segment_ids[rows], word_starts=starts)
 
 
 @register_objective
@@ -45,10 +62,11 @@ class Seq2Seq(Objective):
     fields = ("source", "target")
     line_format = '{"source": …, "target": …}'
     records_are = "pairs"
+    takes = ("corrupt",)
 
-    def __init__(self, seq_len, vocab_size, cls, separator):
+    def __init__(self, seq_len, vocab_size, cls, separator, mask=None, corrupt=0.0):
         super().__init__(seq_len, vocab_size)
-        self.cls, self.separator = cls, separator
+        self.cls, self.separator, self.mask, self.corrupt = cls, separator, mask, corrupt
 
     @classmethod
     def made_for(cls, tokenizer, seq_len, whole_words, family):
@@ -69,16 +87,27 @@ class Seq2Seq(Objective):
     def counted(self, targets):
         return int(np.sum(targets[1] != IGNORED))
 
+    def configured(self, options, tokenizer):
+        if options.corrupt and tokenizer.mask is None:
+            raise ValueError(f"--corrupt {options.corrupt:g} masks words with [MASK]; the tokenizer "
+                             f"{tokenizer.source} has none.")  # fmt: skip
+        self.corrupt, self.mask = options.corrupt, tokenizer.mask
+        return self
+
     # Its data: records, not the token stream.
     def read(self, corpus, tokenizer, folder, verbose):
         pairs = list(self.records(corpus, folder))
-        sources, _ = tokenizer.encode_lines([source for source, _ in pairs])
+        sources, offsets = tokenizer.encode_lines([source for source, _ in pairs])
         targets, _ = tokenizer.encode_lines([target for _, target in pairs])
-        rows = Rows(*self.encoded(sources, targets))
-        if verbose and rows.truncated:
-            print(f"{rows.truncated:,} of {len(pairs):,} pairs were longer than --seq-len {self.seq_len}: the longer "
-                  "side cut first")  # fmt: skip
-        return rows
+        token_ids, segment_ids, cut = self.encoded(sources, targets)
+        starts = None
+        if self.corrupt:
+            starts = source_starts(word_starts([source for source, _ in pairs], offsets), segment_ids)
+        return Rows(token_ids, segment_ids, cut, starts)
+
+    def notes(self, data):
+        return [f"pairs longer than --seq-len {self.seq_len}: {data.truncated:,} of {data.records:,}, the longer "
+                "side cut first"]  # fmt: skip
 
     def records(self, corpus, folder):
         """The `(source, target)` of each JSON line of the corpus files; a line that is not one refused by name."""
@@ -133,8 +162,29 @@ class Seq2Seq(Objective):
         return data.take(range(count - held)), data.take(range(count - held, count))
 
     def training_batch(self, train, batch_size, seed, update, micro_step):
-        rows = np.random.default_rng([seed, update, micro_step]).integers(0, len(train.token_ids), batch_size)
-        return self.examples(train.token_ids[rows], train.segment_ids[rows])
+        rng = np.random.default_rng([seed, update, micro_step])
+        rows = rng.integers(0, len(train.token_ids), batch_size)
+        token_ids, segment_ids = train.token_ids[rows], train.segment_ids[rows]
+        if self.corrupt:
+            token_ids = self.corrupted(token_ids, segment_ids, train.word_starts[rows], rng)
+        return self.examples(token_ids, segment_ids)
+
+    def corrupted(self, token_ids, segment_ids, starts, rng):
+        """`token_ids` with a share `corrupt` of the rows' sources whole-word masked (RoFormer-Sim's): 15% of a
+        source's words, each whole: 80% [MASK] tokens, 10% random tokens (not padding), 10% kept. `starts`: where
+        the sources' words start (`source_starts`); the targets and special tokens are not touched."""
+        rows, length = token_ids.shape
+        positions = np.arange(length)
+        in_source = (positions >= 1) & (positions < np.argmax(segment_ids == 1, axis=1)[:, None] - 1)
+        starts = (starts | (positions == 1)) & in_source
+        picked = rng.random(rows) < self.corrupt
+        draw = np.take_along_axis(rng.random((rows, length)), first_of(starts), 1)  # one draw a word
+        random_ids = rng.integers(1, self.vocab_size, (rows, length))
+        chosen = picked[:, None] & in_source & (draw < MASKED)
+        draw = draw / MASKED  # of the chosen: [MASK], a random token, kept
+        corrupted = np.where(chosen & (draw < REPLACED_BY_MASK), self.mask, token_ids)
+        randomised = chosen & (draw >= REPLACED_BY_MASK) & (draw < REPLACED_BY_MASK + REPLACED_BY_RANDOM)
+        return np.where(randomised, random_ids, corrupted).astype(token_ids.dtype)
 
     def validation_batches(self, valid, batch_size, seed):
         count = max(min(len(valid.token_ids), MAX_VALID_ROWS) // batch_size, 1) * batch_size
@@ -149,3 +199,18 @@ class Seq2Seq(Objective):
         is_target = (segment_ids[:, 1:] == 1) & (token_ids[:, 1:] != 0)
         targets[:, :-1] = np.where(is_target, token_ids[:, 1:], IGNORED)
         return (token_ids, segment_ids), (None, targets)
+
+
+def word_starts(lines, offsets):
+    """Which tokens of each line start a word, for `--corrupt` (jieba's words, as `--whole-word-mask` cuts them)."""
+    segment = tokens.segmenter("--corrupt")
+    return [tokens.word_starts(line, o, segment) for line, o in zip(lines, offsets or [None] * len(lines))]
+
+
+def source_starts(starts, segment_ids):
+    """Each row's word starts (of its source, `starts[row]`) at the positions of the source it kept: after [CLS],
+    before its [SEP]."""
+    aligned = np.zeros(segment_ids.shape, bool)
+    for row, end in enumerate(np.argmax(segment_ids == 1, axis=1) - 1):
+        aligned[row, 1:end] = starts[row][: end - 1]
+    return aligned

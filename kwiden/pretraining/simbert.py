@@ -3,51 +3,96 @@ similar sentence plus an in-batch contrastive loss on the `[CLS]` vectors,
 as ZhuiyiTechnology's SimBERT trains. The corpus holds JSON lines
 `{"text": …, "synonyms": [ … ]}`; each batch holds pairs in both directions
 (`text → synonym` and `synonym → text`) as adjacent rows, and each row's
-`[CLS]` vector should find its neighbour's among the batch's."""
+`[CLS]` vector should find its neighbour's among the batch's.
+
+RoFormer-Sim's additions: `--corrupt F` (`Seq2Seq`'s: a share of the sources
+whole-word masked; a corrupted source still gives the row's `[CLS]` vector and
+must still generate its partner) and `--teacher CHECKPOINT` (distillation: the
+squared differences of the batch's cosines from a teacher's, weighted by
+`--distill-weight`)."""
 
 import hashlib
+import pathlib
 
 import keras
 import numpy as np
 from keras import ops
 
+from kwiden import naming
+from kwiden.pretraining import vocabulary
 from kwiden.pretraining.objectives import IGNORED, register_objective
-from kwiden.pretraining.seq2seq import MAX_VALID_ROWS, Seq2Seq
+from kwiden.pretraining.seq2seq import MAX_VALID_ROWS, Seq2Seq, source_starts, word_starts
+from kwiden.sentence import SentenceEncoder
 
 # SimBERT's: the cosines are multiplied by this before the softmax over the batch.
 SCALE = 30.0
+# RoFormer-Sim's: the weight of the mean squared difference of the cosines from the teacher's.
+DISTILL_WEIGHT = 100.0
 
 
 @keras.saving.register_keras_serializable(package="kwiden")
 class InBatchSimilarity(keras.losses.Loss):
     """Cross-entropy of each row's partner (rows 2i and 2i + 1 are partners)
     among the batch's other rows, by the cosines of their `[CLS]` vectors
-    times `scale`; `y_true` is not read (the partners are the row order)."""
+    times `scale`; the partners are the row order. With `distill_weight`,
+    plus that times each row's mean squared difference of its cosines to the
+    other rows from `y_true`'s (the teacher's cosines, a row a row of the
+    batch); without, `y_true` is not read."""
 
-    def __init__(self, scale=SCALE, name="in_batch_similarity", **kwargs):
+    def __init__(self, scale=SCALE, distill_weight=0.0, name="in_batch_similarity", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.scale = scale
+        self.scale, self.distill_weight = scale, distill_weight
 
     def call(self, y_true, y_pred):
-        vectors = y_pred[:, 0]
+        cosines = self.cosines(y_pred)
+        loss = self.softmax_loss(cosines)
+        if self.distill_weight:
+            loss = loss + self.distill_weight * self.distill_loss(y_true, cosines)
+        return loss
+
+    @staticmethod
+    def cosines(sequences):
+        """The cosines of the rows' `[CLS]` vectors (the first position of each row's sequence), a row a row."""
+        vectors = sequences[:, 0]
         vectors = vectors / ops.sqrt(ops.sum(ops.square(vectors), axis=-1, keepdims=True) + 1e-12)
-        scores = ops.matmul(vectors, ops.transpose(vectors)) * self.scale
-        rows = ops.shape(scores)[0]
-        scores = scores - ops.eye(rows, dtype=scores.dtype) * 1e12  # a row is not its own partner
+        return ops.matmul(vectors, ops.transpose(vectors))
+
+    def softmax_loss(self, cosines):
+        rows = ops.shape(cosines)[0]
+        scores = cosines * self.scale - ops.eye(rows, dtype=cosines.dtype) * 1e12  # a row is not its own partner
         index = ops.arange(rows, dtype="int32")
         partners = index + 1 - 2 * (index % 2)  # 0 ↔ 1, 2 ↔ 3, …
         return keras.losses.sparse_categorical_crossentropy(partners, scores, from_logits=True)
 
+    @staticmethod
+    def distill_loss(teacher, cosines):
+        """Each row's mean of `(teacher's cosine − cosine)²` over the other rows."""
+        rows = ops.shape(cosines)[0]
+        others = 1 - ops.eye(rows, dtype=cosines.dtype)
+        squared = ops.square(ops.cast(teacher, cosines.dtype) - cosines) * others
+        return ops.sum(squared, axis=-1) / ops.cast(rows - 1, cosines.dtype)
+
     def get_config(self):
-        return {**super().get_config(), "scale": self.scale}
+        return {**super().get_config(), "scale": self.scale, "distill_weight": self.distill_weight}
+
+
+def retrieval_accuracy(vectors):
+    """The share of rows whose most similar other row, by the cosine of `vectors`, is their partner (rows 2i and
+    2i + 1 are partners; a tie goes to the first row)."""
+    vectors = np.asarray(vectors, np.float64)
+    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    cosines = vectors @ vectors.T
+    np.fill_diagonal(cosines, -np.inf)
+    return float(np.mean(np.argmax(cosines, axis=1) == (np.arange(len(vectors)) ^ 1)))
 
 
 class Sentences:
     """Each record's text and synonyms, encoded: `ids[i]` a sentence's token ids, `groups[r]` record r's sentence
-    indices (its text first); a length (the ids) and a digest, as a resume compares."""
+    indices (its text first), `texts[i]` the sentence (what a teacher reads), `starts[i]` where its words start
+    (for `--corrupt`, else None); a length (the ids) and a digest, as a resume compares."""
 
-    def __init__(self, ids, groups):
-        self.ids, self.groups = ids, groups
+    def __init__(self, ids, groups, texts=None, starts=None):
+        self.ids, self.groups, self.texts, self.starts = ids, groups, texts, starts
         hashed = hashlib.sha256()
         for sentence in ids:
             hashed.update(np.asarray(sentence, np.int64).tobytes() + b"|")
@@ -55,14 +100,14 @@ class Sentences:
         self.digest = hashed.hexdigest()
 
     def __len__(self):
-        return int(sum(len(sentence) for sentence in self.ids))
+        return int(sum(len(self.ids[i]) for group in self.groups for i in group))
 
     @property
     def records(self):
         return len(self.groups)
 
     def take(self, records):
-        return Sentences(self.ids, [self.groups[r] for r in records])
+        return Sentences(self.ids, [self.groups[r] for r in records], self.texts, self.starts)
 
 
 @register_objective
@@ -73,19 +118,56 @@ class SimBERT(Seq2Seq):
     fields = ("text", "synonyms")
     line_format = '{"text": …, "synonyms": [ … ]}'
     records_are = "records"
+    takes = ("scale", "corrupt", "teacher", "distill_weight")
+    measured = ("seq2seq_loss", "similarity_loss", "retrieval_accuracy")
+    scale, distill_weight, teacher = SCALE, 0.0, None
+
+    def configured(self, options, tokenizer):
+        super().configured(options, tokenizer)
+        self.scale = options.scale
+        if options.teacher is not None:
+            self.teacher = teacher_for(options.teacher, tokenizer, self.seq_len)
+            self.distill_weight = options.distill_weight
+            self.measured = (*self.measured, "distill_loss")
+        return self
 
     def losses(self):
-        return [InBatchSimilarity(), keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)]
+        tokens = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)
+        return [InBatchSimilarity(self.scale, self.distill_weight), tokens]
+
+    def measures(self, outputs, targets):
+        """The seq2seq loss (weighed by the targets it averages), the in-batch softmax's loss, the retrieval
+        accuracy and, with a teacher, the distillation's loss (unweighted) of one validation batch."""
+        sequences, logits = outputs
+        teacher, tokens = targets
+        similarity, seq2seq = self.losses()
+        cosines = InBatchSimilarity.cosines(ops.convert_to_tensor(sequences, "float32"))
+        rows = len(sequences)
+        measures = dict(
+            seq2seq_loss=(_number(seq2seq(tokens, logits)), self.counted(targets)),
+            similarity_loss=(_number(ops.mean(similarity.softmax_loss(cosines))), rows),
+            retrieval_accuracy=(retrieval_accuracy(np.asarray(sequences)[:, 0]), rows),
+        )
+        if self.teacher is not None:
+            measures["distill_loss"] = (_number(ops.mean(similarity.distill_loss(teacher, cosines))), rows)
+        return measures
 
     def read(self, corpus, tokenizer, folder, verbose):
         records = list(self.records(corpus, folder))
         sentences = [sentence for text, synonyms in records for sentence in (text, *synonyms)]
-        ids, _ = tokenizer.encode_lines(sentences)
+        ids, offsets = tokenizer.encode_lines(sentences)
         groups, start = [], 0
         for _, synonyms in records:
             groups.append(list(range(start, start + 1 + len(synonyms))))
             start += 1 + len(synonyms)
-        return Sentences([np.asarray(sentence, np.int32) for sentence in ids], groups)
+        starts = word_starts(sentences, offsets) if self.corrupt else None
+        return Sentences([np.asarray(sentence, np.int32) for sentence in ids], groups, sentences, starts)
+
+    def notes(self, data):
+        pairs = [(group[0], other) for group in data.groups for other in group[1:]]
+        cut = sum(len(data.ids[a]) + len(data.ids[b]) + 3 > self.seq_len for a, b in pairs)
+        return [f"pairs (a text and a synonym) longer than --seq-len {self.seq_len}: {cut:,} of {len(pairs):,}, "
+                "the longer side cut first"]  # fmt: skip
 
     def record(self, line, where):
         record = self.parsed(line, where)
@@ -101,7 +183,7 @@ class SimBERT(Seq2Seq):
         rng = np.random.default_rng([seed, update, micro_step])
         records = rng.integers(0, len(train.groups), self._pairs(batch_size))
         pairs = [(train.groups[r][0], train.groups[r][rng.integers(1, len(train.groups[r]))]) for r in records]
-        return self._batch(train, pairs)
+        return self._batch(train, pairs, rng)
 
     def validation_batches(self, valid, batch_size, seed):
         pairs_a_batch = self._pairs(batch_size)
@@ -116,10 +198,61 @@ class SimBERT(Seq2Seq):
                              "(text → synonym, synonym → text): give an even batch size.")  # fmt: skip
         return batch_size // 2
 
-    def _batch(self, sentences, pairs):
-        """Each pair both ways, as adjacent rows."""
-        sources = [sentences.ids[i] for a, b in pairs for i in (a, b)]
-        targets = [sentences.ids[i] for a, b in pairs for i in (b, a)]
-        token_ids, segment_ids, _ = self.encoded(sources, targets)
+    def _batch(self, sentences, pairs, rng=None):
+        """Each pair both ways, as adjacent rows; with `rng` (training) the sources corrupted as `--corrupt` says.
+        The first target: the teacher's cosines of the (uncorrupted) sources, or zeros without a teacher."""
+        sources = [i for a, b in pairs for i in (a, b)]
+        targets = [i for a, b in pairs for i in (b, a)]
+        token_ids, segment_ids, _ = self.encoded([sentences.ids[i] for i in sources],
+                                                 [sentences.ids[i] for i in targets])  # fmt: skip
+        if rng is not None and self.corrupt:
+            starts = source_starts([sentences.starts[i] for i in sources], segment_ids)
+            token_ids = self.corrupted(token_ids, segment_ids, starts, rng)
         (inputs, segments), (_, targets) = self.examples(token_ids, segment_ids)
-        return (inputs, segments), (np.zeros(len(inputs), np.int32), targets)
+        if self.teacher is None:
+            return (inputs, segments), (np.zeros(len(inputs), np.int32), targets)
+        vectors = self.teacher.encode([sentences.texts[i] for i in sources])
+        return (inputs, segments), ((vectors @ vectors.T).astype(np.float32), targets)
+
+
+def _number(tensor):
+    return float(ops.convert_to_numpy(tensor))
+
+
+def teacher_for(folder, tokenizer, seq_len):
+    """A `SentenceEncoder` on the `--teacher` folder (its texts cut to `seq_len` tokens), refused where its
+    vocabulary is not the run's tokenizer's (its cosines would be of other tokens) or it cannot read them."""
+    words = pathlib.Path(folder) / "vocab.txt"
+    if not words.is_file():
+        raise ValueError(f"--teacher {folder} has no vocab.txt: a teacher is a BERT or RoFormer folder with its "
+                         "WordPiece vocab.txt, as kwiden.SentenceEncoder reads.")  # fmt: skip
+    theirs = vocabulary.load_tokenizer(words, flag="--teacher").tokenizer.get_vocab(with_added_tokens=True)
+    ours = tokenizer.tokenizer.get_vocab(with_added_tokens=True)
+    if theirs != ours:
+        raise ValueError(
+            f"--teacher {folder}: its vocabulary ({len(theirs):,} tokens) is not the run's ({tokenizer.source}, "
+            f"{len(ours):,} tokens){_first_difference(theirs, ours)}. The student learns the teacher's cosines of "
+            "the same texts: give a teacher of the run's vocabulary."
+        )
+    try:
+        teacher = SentenceEncoder(folder, batch_size=MAX_VALID_ROWS, maxlen=seq_len)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--teacher {folder}: {error}") from None
+    rows = teacher.model.get_layer(naming.EMBEDDING_TOKEN).input_dim
+    if rows < len(ours):
+        raise ValueError(f"--teacher {folder}: its model has {rows:,} token embeddings, fewer than the "
+                         f"{len(ours):,} tokens of its vocabulary; give a teacher of the run's vocabulary.")  # fmt: skip
+    positions = {layer.name: layer for layer in teacher.model.layers}.get(naming.EMBEDDING_POSITION)
+    if positions is not None and positions.input_dim < seq_len:
+        raise ValueError(f"--teacher {folder}: its model reads {positions.input_dim} positions, fewer than --seq-len "
+                         f"{seq_len}; give a shorter --seq-len or a teacher of more positions.")  # fmt: skip
+    return teacher
+
+
+def _first_difference(theirs, ours):
+    """Where two vocabularies of one size first differ, as words; else nothing."""
+    if len(theirs) != len(ours):
+        return ""
+    by_id = [{i: token for token, i in words.items()} for words in (theirs, ours)]
+    first = min(i for i in by_id[0] if by_id[0][i] != by_id[1].get(i))
+    return f" (token {first} is {by_id[0][first]!r} there, {by_id[1].get(first)!r} here)"

@@ -176,7 +176,7 @@ def _key(files, tokenizer, whole_words):
 def _token_batches(files, tokenizer, whole_words, verbose, text_seen):
     from tqdm.auto import tqdm
 
-    segment = _segmenter() if whole_words else None
+    segment = segmenter() if whole_words else None
     keep_blank = tokenizer.kind == "bytes"  # bytes are the text as it is; other tokenizers drop blank lines
     with tqdm(files, desc="tokenizing", unit="file", disable=not verbose or len(files) < 2) as progress:
         for path in progress:
@@ -205,11 +205,11 @@ def _encoded(lines, tokenizer, segment):
     if segment is None:
         return all_ids, None
     offsets = offsets or [None] * len(lines)
-    starts = [np.concatenate([_word_starts(line, o, segment), [True] * len(ending)]) for line, o in zip(lines, offsets)]
+    starts = [np.concatenate([word_starts(line, o, segment), [True] * len(ending)]) for line, o in zip(lines, offsets)]
     return all_ids, np.concatenate(starts)
 
 
-def _word_starts(line, offsets, segment):
+def word_starts(line, offsets, segment):
     """Which tokens of `line` start a word (jieba's words; a piece of a word,
     or a later byte of a character, does not)."""
     boundary = np.zeros(len(line) + 1, bool)
@@ -227,12 +227,12 @@ def _word_starts(line, offsets, segment):
     return boundary[starts_at] & first
 
 
-def _segmenter():
+def segmenter(flag="--whole-word-mask"):
+    """A function cutting a line into words (jieba's; other scripts at their spaces and punctuation), for `flag`'s
+    whole-word masking."""
     try:
         import jieba
     except ImportError:
-        raise ValueError(
-            "--whole-word-mask finds Chinese words with jieba, which is not installed: pip install jieba"
-        ) from None
+        raise ValueError(f"{flag} finds Chinese words with jieba, which is not installed: pip install jieba") from None
     jieba.setLogLevel(60)  # its dictionary-loading notices
     return lambda line: jieba.cut(line, HMM=True)

@@ -101,6 +101,12 @@ def mean_loss(losses):
     return float(sum(loss * count for loss, count in losses) / counts) if counts else None
 
 
+def _averaged(measures):
+    """The mean of `(value, weight)` pairs by their weights."""
+    values, weights = zip(*measures)
+    return float(np.average(values, weights=weights))
+
+
 def _is_loss(loss):
     """Whether `loss` is a backup's training loss: `[mean, micro-batches]`, or one number (one micro-batch)."""
     if isinstance(loss, list) and len(loss) == 2:
@@ -216,11 +222,17 @@ class Trainer:
 
     # Evaluation
     def evaluate(self, model):
-        losses, weights = [], []
+        """`{"valid_loss": …}` over the validation batches, and `valid_NAME` of each measure the objective names
+        (`Objective.measured`: its `measures` of the model's outputs, averaged over the batches by their weights)."""
+        losses, weights, measures = [], [], {name: [] for name in self.objective.measured}
         for x, y in self.valid_batches:
             losses.append(float(model.test_on_batch(x, y, return_dict=True)["loss"]))
             weights.append(self.objective.counted(y))
-        return float(np.average(losses, weights=weights))
+            if measures:
+                for name, measure in self.objective.measures(model.predict_on_batch(x), y).items():
+                    measures[name].append(measure)
+        averaged = {f"valid_{name}": _averaged(measure) for name, measure in measures.items()}
+        return {"valid_loss": float(np.average(losses, weights=weights)), **averaged}
 
     def record(self, model, update, growths_done, train_losses, seconds, grew=False):
         phase = self.phases[growths_done]
@@ -232,7 +244,7 @@ class Trainer:
             num_layers=phase.num_layers,
             lr=float(keras.ops.convert_to_numpy(self.schedule(update))),
             train_loss=mean_loss(train_losses),
-            valid_loss=self.evaluate(model),
+            **self.evaluate(model),
             seconds=round(seconds, 3),
         )
         if grew:

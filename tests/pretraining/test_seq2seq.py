@@ -8,7 +8,7 @@ import pytest
 from conftest import TINY_BERT, TINY_RUN
 
 import kwiden
-from kwiden.pretraining import objectives
+from kwiden.pretraining import objectives, vocabulary
 from kwiden.pretraining.seq2seq import Seq2Seq
 
 RUN = {**TINY_RUN, "seq_len": 24, "build_vocab": 300}
@@ -40,7 +40,14 @@ def test_pretrains_a_unilm_and_resumes(pairs, tmp_path, family):
     assert result.updates > RUN["budget"] and result.growths  # grown on the way, as any run
     losses = [row["valid_loss"] for row in result.metrics]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
-    assert "objective: seq2seq" in (tmp_path / "run" / "log.txt").read_text()
+    log = (tmp_path / "run" / "log.txt").read_text()
+    assert "objective: seq2seq" in log
+    tokenizer = vocabulary.load_tokenizer(tmp_path / "run" / "vocab.txt")  # the pairs cut, counted with its words
+    records = [json.loads(line) for line in pairs.read_text().splitlines()]
+    sources, targets = (tokenizer.encode_lines([r[side] for r in records])[0] for side in ("source", "target"))
+    cut = sum(len(a) + len(b) + 3 > RUN["seq_len"] for a, b in zip(sources, targets))
+    assert 0 < cut < len(records)
+    assert f"pairs longer than --seq-len 24: {cut:,} of {len(records):,}, the longer side cut first\n" in log
     again = kwiden.pretrain(pairs, tmp_path / "run", model=family, objective="seq2seq", config=TINY_BERT, **RUN)
     assert again.updates == result.updates  # the finished run read back, its records compared
 

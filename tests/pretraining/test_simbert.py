@@ -8,23 +8,71 @@ import pytest
 from conftest import TINY_BERT, TINY_RUN
 
 import kwiden
-from kwiden.pretraining.simbert import SCALE, InBatchSimilarity, Sentences, SimBERT
+from kwiden.pretraining import vocabulary
+from kwiden.pretraining.objectives import IGNORED
+from kwiden.pretraining.simbert import SCALE, InBatchSimilarity, Sentences, SimBERT, retrieval_accuracy
 
 RUN = {**TINY_RUN, "seq_len": 24, "build_vocab": 300}
 
 
-def test_the_in_batch_loss_is_each_rows_partner_by_scaled_cosine():
-    rng = np.random.default_rng(0)
-    sequence = rng.normal(size=(4, 3, 5)).astype("float32")
-    loss = float(InBatchSimilarity()(np.zeros(4), sequence))
+def cosines_of(sequence):
     vectors = sequence[:, 0].astype("float64")
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    scores = SCALE * vectors @ vectors.T
+    return vectors @ vectors.T
+
+
+def softmax_reference(sequence, scale=SCALE):
+    """SimBERT's in-batch loss in numpy: each row's partner (its neighbour) among the other rows by scaled cosine."""
+    scores = scale * cosines_of(sequence)
     np.fill_diagonal(scores, -np.inf)
     log_softmax = scores - np.log(np.exp(scores - scores.max(1, keepdims=True)).sum(1, keepdims=True)) - scores.max(
         1, keepdims=True)  # fmt: skip
-    expected = -np.mean([log_softmax[i, i ^ 1] for i in range(4)])
-    assert loss == pytest.approx(expected, rel=1e-5)
+    return -np.mean([log_softmax[i, i ^ 1] for i in range(len(sequence))])
+
+
+def test_the_in_batch_loss_is_each_rows_partner_by_scaled_cosine():
+    sequence = np.random.default_rng(0).normal(size=(4, 3, 5)).astype("float32")
+    assert float(InBatchSimilarity()(np.zeros(4), sequence)) == pytest.approx(softmax_reference(sequence), rel=1e-5)
+    loss = float(InBatchSimilarity(scale=7.5)(np.zeros(4), sequence))  # --scale
+    assert loss == pytest.approx(softmax_reference(sequence, 7.5), rel=1e-5)
+
+
+def test_the_distillation_term_is_the_mean_squared_cosine_difference_off_the_diagonal():
+    rng = np.random.default_rng(1)
+    sequence = rng.normal(size=(6, 3, 5)).astype("float32")
+    teacher = cosines_of(rng.normal(size=(6, 1, 4)))
+    loss = float(InBatchSimilarity(scale=20.0, distill_weight=100.0)(teacher.astype("float32"), sequence))
+    off_diagonal = ~np.eye(6, dtype=bool)
+    distilled = np.mean((teacher - cosines_of(sequence))[off_diagonal] ** 2)
+    assert loss == pytest.approx(softmax_reference(sequence, 20.0) + 100 * distilled, rel=1e-5)
+    again = InBatchSimilarity.from_config(InBatchSimilarity(20.0, 100.0).get_config())
+    assert (again.scale, again.distill_weight) == (20.0, 100.0)  # as a backup reads it back
+
+
+def test_the_retrieval_accuracy_is_the_share_of_rows_whose_nearest_other_row_is_their_partner():
+    vectors = np.array([[1, 0, 0], [0.9, 0.1, 0], [0, 1, 0], [0, 0, 1], [0, 0.8, 0.6], [0, 0.6, 0.8]])
+    cosines = vectors @ vectors.T / np.outer(*[np.linalg.norm(vectors, axis=1)] * 2)
+    np.fill_diagonal(cosines, -np.inf)
+    assert cosines.argmax(1).tolist() == [1, 0, 4, 5, 5, 4]  # partners 0-1, 2-3, 4-5: rows 2 and 3 miss theirs
+    assert retrieval_accuracy(vectors) == 4 / 6
+    assert retrieval_accuracy(vectors * [[3], [0.5], [2], [1], [7], [1]]) == 4 / 6  # cosines: lengths do not count
+    assert retrieval_accuracy(vectors[[0, 2, 1, 3, 4, 5]]) == 2 / 6
+
+
+def test_the_validation_measures_are_the_losses_parts_and_the_accuracy():
+    objective = SimBERT(seq_len=8, vocab_size=7, cls=2, separator=3)
+    rng = np.random.default_rng(2)
+    sequences = rng.normal(size=(4, 8, 5)).astype("float32")
+    logits = rng.normal(size=(4, 8, 7)).astype("float32")
+    tokens = np.full((4, 8), IGNORED)
+    tokens[:, 3:6] = rng.integers(0, 7, (4, 3))
+    measures = objective.measures([sequences, logits], (np.zeros(4), tokens))
+    assert set(measures) == set(objective.measured) == {"seq2seq_loss", "similarity_loss", "retrieval_accuracy"}
+    log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_softmax, np.maximum(tokens, 0)[..., None], -1)[..., 0]
+    assert measures["seq2seq_loss"] == (pytest.approx(-picked[tokens != IGNORED].mean(), rel=1e-5), 12)
+    assert measures["similarity_loss"] == (pytest.approx(softmax_reference(sequences), rel=1e-5), 4)
+    assert measures["retrieval_accuracy"] == (retrieval_accuracy(sequences[:, 0]), 4)
 
 
 def test_a_batch_holds_each_pair_both_ways_as_adjacent_rows():
@@ -54,11 +102,25 @@ def similar(english, tmp_path_factory):
 
 
 def test_trains_a_tiny_bert_and_resumes(similar, tmp_path):
-    run = dict(model="bert", objective="simbert", config=TINY_BERT, **RUN)
+    run = dict(model="bert", objective="simbert", config=TINY_BERT, **{**RUN, "batch_size": 8})
     result = kwiden.pretrain(similar, tmp_path / "run", **run)
     losses = [row["valid_loss"] for row in result.metrics]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
+    for row in result.metrics:  # 4 held-out records: one validation batch, whose loss is its two parts
+        assert row["valid_loss"] == pytest.approx(row["valid_seq2seq_loss"] + row["valid_similarity_loss"], rel=1e-5)
+        assert row["valid_retrieval_accuracy"] * 8 in range(9)  # of 8 rows
+    written = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert written == result.metrics
     assert kwiden.pretrain(similar, tmp_path / "run", **run).updates == result.updates
+    # log.txt: how many (text, synonym) pairs are longer than --seq-len, counted with the run's vocabulary
+    tokenizer = vocabulary.load_tokenizer(tmp_path / "run" / "vocab.txt")
+    records = [json.loads(line) for line in similar.read_text().splitlines()]
+    pairs = [(r["text"], synonym) for r in records for synonym in r["synonyms"]]
+    lengths = [len(ids) for ids in tokenizer.encode_lines([text for pair in pairs for text in pair])[0]]
+    cut = sum(a + b + 3 > RUN["seq_len"] for a, b in zip(lengths[::2], lengths[1::2]))
+    assert 0 < cut < len(pairs)
+    assert (f"pairs (a text and a synonym) longer than --seq-len 24: {cut:,} of {len(pairs):,}, the longer side cut "
+            "first\n") in (tmp_path / "run" / "log.txt").read_text()  # fmt: skip
 
 
 def test_bad_records_are_named(tmp_path):
