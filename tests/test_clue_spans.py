@@ -84,7 +84,7 @@ def test_cmrc2018_windows_overlap_and_labels_point_at_the_answer(model_files, tm
     args = cmrc2018["parse_args"](
         ["--data-dir", "x", "--config", "c", "--vocab", "v", "--maxlen", "32", "--stride", "5"]
     )
-    tokens = cmrc2018["CharacterTokens"](model_files / "vocab.txt")
+    tokens = cmrc2018["snippets"].CharacterTokens(model_files / "vocab.txt")
     windows, contexts, answers = cmrc2018["read_file"](FIXTURES / "cmrc2018" / "train.json", True, tokens, args)
     assert len(windows) > len(contexts)  # long contexts are cut into several windows
     for window in windows:
@@ -189,7 +189,7 @@ def test_choice_loss_leaves_padding_rows_out():
 def test_cmrc2018_questions_are_cut_to_fit_maxlen_and_misses_count(model_files):  # noqa: F811
     cmrc2018 = runpy.run_path(str(CLUE / "cmrc2018.py"))
     args = cmrc2018["parse_args"](["--data-dir", "x", "--config", "c", "--vocab", "v", "--maxlen", "6"])
-    tokens = cmrc2018["CharacterTokens"](model_files / "vocab.txt")
+    tokens = cmrc2018["snippets"].CharacterTokens(model_files / "vocab.txt")
     windows, _, _ = cmrc2018["read_file"](FIXTURES / "cmrc2018" / "train.json", True, tokens, args)
     assert max(len(window.token_ids) for window in windows) <= 6  # questions longer than 6 − 4 are cut
     # A dev question whose answer was not found in its context is a miss, not left out of the mean.

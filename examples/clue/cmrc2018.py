@@ -21,7 +21,6 @@ Writes `cmrc2018_predict.json` under --output-dir: one JSON object,
 
 import dataclasses
 import pathlib
-import unicodedata
 
 import keras
 import numpy as np
@@ -29,7 +28,6 @@ import snippets
 from keras import ops
 
 import kwiden
-from kwiden.tokenizer import read_vocabulary
 
 TOP_K = 20  # starts and ends tried per window
 PREDICTIONS = "cmrc2018_predict.json"
@@ -45,25 +43,6 @@ class Window:
     id: str  # the question's
     offset: int  # the first context token's position
     characters: list  # each context token's character index in the context
-
-
-class CharacterTokens:
-    """One token per character, each remembering where it came from."""
-
-    def __init__(self, vocab_path):
-        self.ids = {token: i for i, token in enumerate(read_vocabulary(vocab_path))}
-        self.unknown, self.cls, self.sep = (self.ids[t] for t in ("[UNK]", "[CLS]", "[SEP]"))
-
-    def id_of(self, character):
-        character = character.lower()
-        if character not in self.ids:  # an accented letter: its base, as uncased BERTs read it
-            character = "".join(c for c in unicodedata.normalize("NFD", character) if not unicodedata.combining(c))
-        return self.ids.get(character, self.unknown)
-
-    def encode(self, text):
-        """`(token ids, character indices)`, whitespace left out."""
-        kept = [i for i, character in enumerate(text) if not character.isspace()]
-        return [self.id_of(text[i]) for i in kept], kept
 
 
 def parse_args(argv=None):
@@ -211,7 +190,7 @@ def main(argv=None):
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
     kwiden_tokenizer = kwiden.Tokenizer(args.vocab)  # checks the vocabulary, names it in errors
-    tokens = CharacterTokens(args.vocab)
+    tokens = snippets.CharacterTokens(args.vocab)
     data_dir = pathlib.Path(args.data_dir)
     train, _, _ = read_file(data_dir / "train.json", True, tokens, args)
     dev, dev_contexts, dev_answers = read_file(data_dir / "dev.json", True, tokens, args)

@@ -12,6 +12,7 @@ import math
 import os
 import pathlib
 import sys
+import unicodedata
 from typing import Callable
 
 import keras
@@ -23,6 +24,7 @@ from kwiden import naming, optimizers
 from kwiden.files import replaced_atomically
 from kwiden.growth.plan import hidden_size_of
 from kwiden.layers.expandable import default_space
+from kwiden.tokenizer import read_vocabulary
 
 # Fields that carry a line's id: CLUE 1.1 names it `id`, CLUEWSC2020 `idx`.
 ID_FIELDS = ("id", "idx")
@@ -339,6 +341,28 @@ def load_data(args, task, tokenizer):
     for name in ("train", "dev"):
         index_labels(read[name], labels, data_dir / f"{name}.json")
     return read["train"], read["dev"], read["test"], labels
+
+
+# Chinese text one token a character (CMRC2018, CLUENER).
+
+
+class CharacterTokens:
+    """One token per character, each remembering where it came from."""
+
+    def __init__(self, vocab_path):
+        self.ids = {token: i for i, token in enumerate(read_vocabulary(vocab_path))}
+        self.unknown, self.cls, self.sep = (self.ids[t] for t in ("[UNK]", "[CLS]", "[SEP]"))
+
+    def id_of(self, character):
+        character = character.lower()
+        if character not in self.ids:  # an accented letter: its base, as uncased BERTs read it
+            character = "".join(c for c in unicodedata.normalize("NFD", character) if not unicodedata.combining(c))
+        return self.ids.get(character, self.unknown)
+
+    def encode(self, text):
+        """`(token ids, character indices)`, whitespace left out."""
+        kept = [i for i, character in enumerate(text) if not character.isspace()]
+        return [self.id_of(text[i]) for i in kept], kept
 
 
 # Batches.
