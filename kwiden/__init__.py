@@ -9,7 +9,7 @@ if _pathlib.Path(_sys.argv[0]).name == "kwiden":
 
     start_quietly()
 
-from kwiden import admin, layers, models, optimizers, testing
+from kwiden import admin, layers, losses, metrics, models, optimizers, testing
 from kwiden.builder import build_transformer_model
 from kwiden.checkpoints import save_checkpoint
 from kwiden.distribution import layout_map
@@ -45,6 +45,8 @@ __all__ = [
     "layout_map",
     "growth_scales",
     "layers",
+    "losses",
+    "metrics",
     "models",
     "optimizers",
     "pretrain",

@@ -32,7 +32,7 @@ LAYERS = [
         "kwiden.memory",
         "kwiden.stretch",
     ),
-    ("kwiden.layers", "kwiden.optimizers"),
+    ("kwiden.layers", "kwiden.optimizers", "kwiden.losses", "kwiden.metrics"),
     ("kwiden.graph",),
     ("kwiden.walk", "kwiden.depth", "kwiden.decoding"),
     ("kwiden.verify", "kwiden.models.config", "kwiden.models.family"),

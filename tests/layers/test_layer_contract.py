@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from kwiden import Growth, layers, testing
+from kwiden.expansion import UNCHANGED
 
 pytestmark = pytest.mark.backends
 
@@ -27,6 +28,16 @@ MASK = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
 EXAMPLES = {
     "AdminResidual": [(lambda: layers.AdminResidual(epsilon=1e-3), lambda: [stream(0), stream(1)], {})],
     "BiasAdd": [(lambda: layers.BiasAdd(), stream, {})],
+    "ConditionalRandomField": [
+        # It reads tag scores, which do not grow: its input is checked unchanged.
+        (lambda: layers.ConditionalRandomField(8), stream, {"input_space": UNCHANGED, "call_kwargs": {"mask": MASK}}),
+        (lambda: layers.ConditionalRandomField(8, lr_multiplier=100), stream, {"input_space": UNCHANGED}),
+    ],
+    "EfficientGlobalPointer": [
+        # Masked spans score -1e12, which would hide any error relative to them: one example masks none.
+        (lambda: layers.EfficientGlobalPointer(3, 4, tril_mask=False), stream, {}),
+        (lambda: layers.EfficientGlobalPointer(3, 4, use_bias=False), stream, {"call_kwargs": {"mask": MASK}, "k": 3}),
+    ],
     "ExpandableDense": [
         (lambda: layers.ExpandableDense(6, activation="gelu"), stream, {}),
         (lambda: layers.ExpandableDense(6), stream, {"k": 3}),
@@ -63,6 +74,10 @@ EXAMPLES = {
         (lambda: layers.FeedForward(12, activation="gelu"), stream, {}),
         (lambda: layers.FeedForward(12, activation="silu", glu=True, use_bias=False), stream, {"k": Growth(2, ffn=3)}),
         (lambda: layers.FeedForward(12, activation="gelu_tanh"), stream, {}),
+    ],
+    "GlobalPointer": [
+        (lambda: layers.GlobalPointer(3, 4, tril_mask=False), stream, {}),
+        (lambda: layers.GlobalPointer(2, 3, rope=False), stream, {"call_kwargs": {"mask": MASK}, "k": 3}),
     ],
     "RelativePositionBias": [
         (lambda: layers.RelativePositionBias(2, num_buckets=8, max_distance=16), ids, {}),

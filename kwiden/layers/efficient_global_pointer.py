@@ -1,0 +1,118 @@
+import math
+
+import keras
+from keras import ops
+
+from kwiden.expansion import IN, UNCHANGED
+from kwiden.layers.expandable import Expandable
+from kwiden.layers.rotary_embedding import RotaryEmbedding
+from kwiden.layers.spans import check_positive_int, check_sequence_input, mask_spans
+
+
+@keras.saving.register_keras_serializable(package="kwiden")
+class EfficientGlobalPointer(Expandable, keras.layers.Layer):
+    """GlobalPointer with one start/end projection for all entity types (as bert4keras).
+
+    GlobalPointer's Dense gives each type its own start and end vectors,
+    `heads · 2 · head_size` outputs per token; here one Dense gives a shared
+    `2 · head_size` (start `x[..., 0::2]`, end `x[..., 1::2]`, rotated as in
+    GlobalPointer), and a small Dense on that projection gives each type a
+    start bias and an end bias per token (`2 · heads` outputs: the odd ones
+    start, the even ones end, halved, as bert4keras, so its weights load as
+    they are). The span `[i, j]` of type `h` scores
+    `q_i · k_j / √head_size + start_hi + end_hj`: far fewer weights when
+    there are many types, at about the same F1.
+
+    Padding and backward spans are masked as in `GlobalPointer` (the Keras
+    mask, or `mask` `(batch, seq)` passed to the call).
+
+    Growth: only the shared Dense reads the hidden states; its kernel's input
+    axis is expanded as a plain Dense head's, and the scores stay.
+
+    Args:
+        heads: the number of entity types.
+        head_size: the size of the shared start and end vectors (even with `rope`).
+        rope: whether start and end vectors carry rotary positions.
+        tril_mask: whether spans ending before they start are masked.
+        use_bias, kernel_initializer: of both Dense maps.
+
+    Output: `(batch, heads, seq, seq)`, `[b, h, start, end]`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> pointer = EfficientGlobalPointer(heads=3, head_size=4)
+    >>> tuple(pointer(np.ones((2, 5, 8), "float32")).shape)
+    (2, 3, 5, 5)
+    >>> [tuple(w.shape) for w in pointer.weights]
+    [(8, 8), (8,), (8, 6), (6,)]
+    """
+
+    def __init__(
+        self, heads, head_size, rope=True, tril_mask=True, use_bias=True, kernel_initializer="lecun_normal", **kwargs
+    ):
+        super().__init__(**kwargs)
+        self.heads = check_positive_int(heads, "heads", "EfficientGlobalPointer")
+        self.head_size = check_positive_int(head_size, "head_size", "EfficientGlobalPointer")
+        if rope and head_size % 2:
+            raise ValueError(
+                f"EfficientGlobalPointer: rope rotates pairs, so `head_size` must be even, got head_size={head_size}."
+            )
+        self.rope = bool(rope)
+        self.tril_mask = bool(tril_mask)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.rotary = RotaryEmbedding(head_size=head_size) if self.rope else None
+
+    def build(self, input_shape):
+        width = check_sequence_input(input_shape, f"EfficientGlobalPointer '{self.name}'")
+        shared, types = 2 * self.head_size, 2 * self.heads
+        self.kernel = self.add_weight(shape=(width, shared), initializer=self.kernel_initializer, name="kernel")
+        self.bias = self.add_weight(shape=(shared,), initializer="zeros", name="bias") if self.use_bias else None
+        self.type_kernel = self.add_weight(
+            shape=(shared, types), initializer=self.kernel_initializer, name="type_kernel"
+        )
+        self.type_bias = (
+            self.add_weight(shape=(types,), initializer="zeros", name="type_bias") if self.use_bias else None
+        )
+
+    def call(self, inputs, mask=None):
+        x = ops.matmul(inputs, ops.cast(self.kernel, inputs.dtype))
+        if self.use_bias:
+            x = x + ops.cast(self.bias, x.dtype)
+        types = ops.matmul(x, ops.cast(self.type_kernel, x.dtype))
+        if self.use_bias:
+            types = types + ops.cast(self.type_bias, x.dtype)
+        start, end = x[..., 0::2], x[..., 1::2]
+        if self.rope:
+            start, end = self.rotary(start[:, :, None])[:, :, 0], self.rotary(end[:, :, None])[:, :, 0]
+        scores = ops.einsum("bmd,bnd->bmn", start, end) / math.sqrt(self.head_size)
+        types = ops.transpose(types, (0, 2, 1)) / 2  # (batch, 2·heads, seq)
+        scores = scores[:, None] + types[:, 0::2, None, :] + types[:, 1::2, :, None]
+        return mask_spans(scores, mask, self.tril_mask)
+
+    def compute_mask(self, inputs, mask=None):
+        return None  # the padding is in the scores
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.heads, input_shape[1], input_shape[1])
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "heads": self.heads,
+            "head_size": self.head_size,
+            "rope": self.rope,
+            "tril_mask": self.tril_mask,
+            "use_bias": self.use_bias,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }
+
+    def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
+        return UNCHANGED
+
+    def get_expanded_weight_axes(self, k, input_space):
+        axes = {"kernel": [(input_space, IN), None], "type_kernel": [None, None]}
+        if self.use_bias:
+            axes.update(bias=[None], type_bias=[None])
+        return axes

@@ -1,0 +1,51 @@
+"""Losses for span heads: Su Jianlin's multi-label categorical cross-entropy
+(as bert4keras), and its GlobalPointer form.
+
+>>> import numpy as np
+>>> y_true = np.array([[0.0, 1.0, 0.0]])
+>>> y_pred = np.array([[-5.0, 5.0, -5.0]], "float32")
+>>> round(float(multilabel_categorical_crossentropy(y_true, y_pred)[0]), 4)
+0.0201
+"""
+
+import keras
+from keras import ops
+
+# bert4keras's "infinity": what takes a class out of a log-sum-exp.
+_OUT = 1e12
+
+
+@keras.saving.register_keras_serializable(package="kwiden")
+def multilabel_categorical_crossentropy(y_true, y_pred):
+    """`log(1 + Σ_neg e^s) + log(1 + Σ_pos e^−s)` over the last axis.
+
+    Softmax cross-entropy generalised to any number of positive classes:
+    every positive should score above 0 and every negative below, the
+    threshold 0 standing in for the one class of a softmax; no class
+    imbalance to weigh (a sentence has a handful of entities among its n²
+    spans). `y_true` is 1 at the positives, 0 elsewhere; `y_pred` holds
+    scores (logits, not probabilities). Returns one loss per row, computed in
+    float32; classes scored -1e12 or -inf (masked spans) count for nothing.
+    """
+    y_true = ops.cast(y_true, "float32")
+    y_pred = ops.cast(y_pred, "float32")
+    y_pred = (1.0 - 2.0 * y_true) * y_pred  # positives' scores negated
+    negatives = y_pred - y_true * _OUT
+    positives = y_pred - (1.0 - y_true) * _OUT
+    zeros = ops.zeros_like(y_pred[..., :1])  # the "1 +": the threshold's own e^0
+    negative = ops.logsumexp(ops.concatenate([negatives, zeros], axis=-1), axis=-1)
+    positive = ops.logsumexp(ops.concatenate([positives, zeros], axis=-1), axis=-1)
+    return negative + positive
+
+
+@keras.saving.register_keras_serializable(package="kwiden")
+def global_pointer_crossentropy(y_true, y_pred):
+    """The loss of a `GlobalPointer` head: each entity type's `seq × seq`
+    span scores `(batch, heads, seq, seq)` as one multi-label problem, the
+    gold span matrix `y_true` (1 at `[b, type, start, end]`) its positives;
+    the mean over types, one loss per example `(batch,)` (bert4keras takes the
+    mean over batch and types, which is the same once Keras averages the batch)."""
+    shape = ops.shape(y_pred)
+    flat = (shape[0], shape[1], -1)
+    losses = multilabel_categorical_crossentropy(ops.reshape(y_true, flat), ops.reshape(y_pred, flat))
+    return ops.mean(losses, axis=-1)

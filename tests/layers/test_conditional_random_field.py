@@ -1,0 +1,163 @@
+"""The CRF against brute force over every tag path of short sequences: its
+log partition function, path scores, likelihoods and Viterbi decoding, with
+padding at the end, at the start and in the middle; its Keras loss; training;
+refusals."""
+
+import itertools
+
+import keras
+import numpy as np
+import pytest
+
+from kwiden import GrowthError, Space, layers
+from kwiden.expansion import UNCHANGED
+from kwiden.testing import RTOL, randomize_weights
+
+TAGS, STEPS = 3, 4
+# Every row a different padding: none, at the end, at the start, a hole, one token, none real.
+MASK = np.array(
+    [[1, 1, 1, 1], [1, 1, 1, 0], [0, 1, 1, 1], [1, 0, 1, 1], [0, 0, 1, 0], [0, 0, 0, 0]],
+    bool,
+)
+
+
+def crf_and_emissions(seed=0, num_tags=TAGS, steps=STEPS, rows=6):  # one row per MASK row
+    rng = np.random.default_rng(seed)
+    crf = layers.ConditionalRandomField(num_tags)
+    emissions = rng.normal(size=(rows, steps, num_tags)).astype("float32")
+    crf(emissions)
+    randomize_weights(crf, seed, std=1.0)
+    return crf, emissions, np.asarray(crf.transitions, np.float64)
+
+
+def score(emissions, transitions, kept, path):
+    """One path over the real positions `kept`: its emissions and the transitions between them."""
+    total = sum(emissions[t, tag] for t, tag in zip(kept, path))
+    return total + sum(transitions[a, b] for a, b in zip(path, path[1:]))
+
+
+def every_path(emissions, transitions, mask):
+    """`(path, score)` of every tag path over the real positions of one row."""
+    kept = [t for t in range(len(mask)) if mask[t]]
+    for path in itertools.product(range(transitions.shape[0]), repeat=len(kept)):
+        yield kept, path, score(emissions.astype(np.float64), transitions, kept, path)
+
+
+def brute_log_partition(emissions, transitions, mask):
+    scores = [s for _, _, s in every_path(emissions, transitions, mask)]
+    return float(np.log(np.sum(np.exp(scores)))) if any(mask) else 0.0
+
+
+def brute_viterbi(emissions, transitions, mask):
+    kept, path, _ = max(every_path(emissions, transitions, mask), key=lambda found: found[2])
+    tags = np.zeros(len(mask), "int32")
+    tags[kept] = path
+    return tags
+
+
+def close(actual, expected):
+    np.testing.assert_allclose(np.asarray(actual, np.float64), expected, rtol=RTOL, atol=RTOL * np.abs(expected).max())
+
+
+@pytest.mark.backends
+def test_log_partition_is_the_sum_over_every_path():
+    crf, emissions, transitions = crf_and_emissions()
+    expected = [brute_log_partition(e, transitions, m) for e, m in zip(emissions, MASK)]
+    close(crf.log_partition(emissions, MASK), np.array(expected))
+
+
+def test_without_a_mask_every_position_is_real():
+    crf, emissions, transitions = crf_and_emissions(seed=1, num_tags=2, steps=6, rows=2)
+    expected = [brute_log_partition(e, transitions, np.ones(6, bool)) for e in emissions]
+    close(crf.log_partition(emissions), np.array(expected))
+
+
+@pytest.mark.backends
+def test_path_scores_and_likelihoods_are_the_brute_forces():
+    crf, emissions, transitions = crf_and_emissions(seed=2)
+    tags = np.random.default_rng(3).integers(0, TAGS, (len(MASK), STEPS))
+    kept = [[t for t in range(STEPS) if m[t]] for m in MASK]
+    expected = np.array(
+        [score(e.astype(np.float64), transitions, k, list(y[k])) for e, k, y in zip(emissions, kept, tags)]
+    )
+    close(crf.path_score(emissions, tags, MASK), expected)
+    log_z = np.array([brute_log_partition(e, transitions, m) for e, m in zip(emissions, MASK)])
+    close(crf.negative_log_likelihood(emissions, tags, MASK), log_z - expected)
+
+
+def test_the_likelihoods_of_every_path_sum_to_one():
+    crf, emissions, _ = crf_and_emissions(seed=4, rows=3)
+    paths = np.array(list(itertools.product(range(TAGS), repeat=STEPS)))
+    for row in range(3):
+        repeated = np.repeat(emissions[row : row + 1], len(paths), axis=0)
+        nll = np.asarray(crf.negative_log_likelihood(repeated, paths), np.float64)
+        np.testing.assert_allclose(np.exp(-nll).sum(), 1.0, rtol=1e-5)
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("seed", [0, 5, 6])
+def test_viterbi_is_the_exhaustive_search(seed):
+    crf, emissions, transitions = crf_and_emissions(seed)
+    expected = np.stack([brute_viterbi(e, transitions, m) for e, m in zip(emissions, MASK)])
+    decoded = np.asarray(keras.ops.convert_to_numpy(crf.decode(emissions, MASK)))
+    assert decoded.dtype == np.int32
+    np.testing.assert_array_equal(decoded, expected)
+
+
+def test_the_call_marks_padding_for_the_loss_and_decoding():
+    crf, emissions, _ = crf_and_emissions(seed=7)
+    marked = crf(emissions, mask=MASK)
+    real = np.asarray(marked)[MASK]
+    np.testing.assert_array_equal(real, emissions[MASK])
+    assert (np.asarray(marked)[~MASK] < -1e11).all()
+    tags = np.random.default_rng(8).integers(0, TAGS, (len(MASK), STEPS, 1))
+    close(crf.loss(tags, marked), np.asarray(crf.negative_log_likelihood(emissions, tags[..., 0], MASK), np.float64))
+    np.testing.assert_array_equal(np.asarray(crf.decode(marked)), np.asarray(crf.decode(emissions, MASK)))
+
+
+def test_lr_multiplier_stores_the_transitions_divided():
+    crf = layers.ConditionalRandomField(3, lr_multiplier=100, transitions_initializer="ones")
+    crf(np.zeros((1, 2, 3), "float32"))
+    np.testing.assert_allclose(crf.get_weights()[0], 0.01)
+    np.testing.assert_allclose(np.asarray(crf.transitions), 1.0)
+    assert layers.ConditionalRandomField.from_config(crf.get_config()).lr_multiplier == 100.0
+
+
+@pytest.mark.backends
+def test_a_dense_and_crf_head_trains_with_its_loss():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 5, 4)).astype("float32")
+    tags = (x[..., 0] > 0).astype("int32") + (x[..., 1] > 1).astype("int32")
+    inputs = keras.Input((None, 4))
+    crf = layers.ConditionalRandomField(3, lr_multiplier=10)
+    model = keras.Model(inputs, crf(keras.layers.Dense(3)(inputs)))
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss=crf.loss)
+    history = model.fit(x, tags, epochs=20, batch_size=8, verbose=0).history["loss"]
+    assert np.isfinite(history).all() and history[-1] < history[0] / 2
+    accuracy = (np.asarray(crf.decode(model.predict(x, verbose=0))) == tags).mean()
+    assert accuracy > 0.8
+
+
+def test_its_input_is_never_grown():
+    crf = layers.ConditionalRandomField(3, name="crf")
+    assert crf.get_expanded_output_space(2, UNCHANGED) == UNCHANGED
+    with pytest.raises(GrowthError, match=r"ConditionalRandomField 'crf' reads tag scores.*Dense\(num_tags\)"):
+        crf.get_expanded_weight_axes(2, Space.stream(2))
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"num_tags": 0}, r"ConditionalRandomField: `num_tags` must be a positive integer, got num_tags=0"),
+        ({"num_tags": 3, "lr_multiplier": 0}, r"`lr_multiplier` must be a positive number, got lr_multiplier=0"),
+        ({"num_tags": 3, "lr_multiplier": "10"}, r"`lr_multiplier` must be a positive number, got lr_multiplier='10'"),
+    ],
+)
+def test_bad_arguments_are_named(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        layers.ConditionalRandomField(**arguments)
+
+
+def test_scores_of_another_width_are_refused():
+    with pytest.raises(ValueError, match=r"'crf' has num_tags=3 but its input has 5 scores per token"):
+        layers.ConditionalRandomField(3, name="crf")(np.zeros((1, 2, 5), "float32"))
