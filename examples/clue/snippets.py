@@ -723,11 +723,13 @@ class KeepBest(keras.callbacks.Callback):
     put back when training ends, so the predictions come from them.
 
     `evaluate(model)`, if given, is the dev score instead of the classifier's
-    accuracy on `dev` (a multiple-choice or span task's own)."""
+    accuracy on `dev` (a multiple-choice or span task's own), printed as
+    `measure`."""
 
-    def __init__(self, dev=None, batch_size=None, maxlen=None, evaluate=None):
+    def __init__(self, dev=None, batch_size=None, maxlen=None, evaluate=None, measure="accuracy"):
         super().__init__()
         self.evaluate = evaluate or (lambda model: accuracy(model, dev, batch_size, maxlen))
+        self.measure = measure
         self.best_accuracy, self.best_weights = -1.0, None
 
     def on_epoch_end(self, epoch, logs=None):
@@ -736,7 +738,7 @@ class KeepBest(keras.callbacks.Callback):
             self.best_accuracy, self.best_weights = dev_accuracy, self.model.get_weights()
         if logs is not None:
             logs["dev_accuracy"] = dev_accuracy
-        print(f"epoch {epoch + 1}: dev accuracy {dev_accuracy:.4f}, best {self.best_accuracy:.4f}")
+        print(f"epoch {epoch + 1}: dev {self.measure} {dev_accuracy:.4f}, best {self.best_accuracy:.4f}")
 
     def on_train_end(self, logs=None):
         if self.best_weights is not None:

@@ -1,0 +1,304 @@
+"""CLUENER2020 (fine-grained named entities): which spans of a text are
+entities, and of which of CLUENER's types? JSON lines `{"text": …, "label":
+{type: {entity: [[start, end], …]}}}` (character indices, the end included);
+test.json's lines have an `id` and no label.
+
+The text is tokenized one character at a time (Chinese BERTs' own
+tokenization; each token keeps its character's index, spaces are skipped).
+A text longer than --maxlen is cut into windows every --stride characters
+and the spans found in each are put back together, not silently truncated.
+Three heads on the sequence output (--head):
+
+- `globalpointer` (the default, as bert4keras's CLUENER baseline): for each
+  type, start and end vectors per token with rotary positions inside the
+  head; a span's score is their inner product; trained with the multi-label
+  categorical cross-entropy over all spans; a span scored above 0 is an
+  entity.
+- `efficient`: EfficientGlobalPointer, the start and end projections shared
+  by the types, a small per-type bias.
+- `crf`: BIO tags from a Dense and a conditional random field, trained by its
+  log-likelihood, decoded by Viterbi (the classic BERT+CRF).
+
+    python examples/clue/cluener.py --data-dir CLUE/cluener_public \
+        --checkpoint chinese_L-12_H-768_A-12 --vocab chinese_L-12_H-768_A-12/vocab.txt
+
+Prints the entity-level precision, recall and F1 on dev after every epoch
+and keeps the best; writes `cluener_predict.json` under --output-dir, one
+`{"id": …, "label": {type: {entity: [[start, end]]}}}` a line (CLUE's
+submission format).
+"""
+
+import dataclasses
+import pathlib
+import time
+
+import keras
+import numpy as np
+import snippets
+
+import kwiden
+
+HEADS = ("globalpointer", "efficient", "crf")
+HEAD_SIZE = 64  # a GlobalPointer's start and end vectors (bert4keras's CLUENER baseline)
+# The CRF's transitions learn this much faster than the encoder (bert4keras's crf_lr_multiplier, 1000 at
+# BERT-base's 2e-5; the scripts' rates for small models are some 25 times larger).
+CRF_LR_MULTIPLIER = 100
+PREDICTIONS = "cluener_predict.json"
+LEAST = {"stride": (1, "")}
+
+
+@dataclasses.dataclass
+class Window:
+    token_ids: list
+    segment_ids: list
+    label: object  # the spans inside the window, `(type, first token, last token)`; None to predict
+    id: object  # the text's
+    characters: list  # each character token's index in the text, in token order (from position 1)
+
+
+@dataclasses.dataclass
+class Text:
+    id: object
+    text: str
+    spans: set  # `(type, start, end)` characters, the end included; empty in test.json
+
+
+def parse_args(argv=None):
+    parser = snippets.argument_parser("Fine-tune a named-entity recognizer on CLUE's CLUENER2020.")
+    parser.add_argument("--head", choices=HEADS, default="globalpointer", help="globalpointer (default), "
+                        "efficient (EfficientGlobalPointer) or crf (BIO tags, a conditional random field)")  # fmt: skip
+    parser.add_argument("--stride", type=int, default=None, help="characters between windows' starts over a "
+                        "text longer than --maxlen (default: half a window)")  # fmt: skip
+    return snippets.check_args(parser, argv, least=LEAST, predictions=PREDICTIONS)
+
+
+def read_texts(path, labelled):
+    """Each line's text and spans; a line the format does not allow is refused, naming the file and line."""
+    texts = []
+    for number, record in snippets.read_json_lines(path):
+        where = f"{path}, line {number}"
+        text = record.get("text")
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"{where}: no text.")
+        label = record.get("label")
+        if labelled and not isinstance(label, dict):
+            raise ValueError(f"{where}: no label (a {{type: {{entity: [[start, end]]}}}} object).")
+        spans = set(spans_of(label, text, where)) if labelled else set()
+        texts.append(Text(record.get("id", number - 1), text, spans))
+    if not texts:
+        raise ValueError(f"{path}: no texts in the file.")
+    return texts
+
+
+def spans_of(label, text, where):
+    for kind, entities in label.items():
+        if not isinstance(entities, dict):
+            raise ValueError(f"{where}: label[{kind!r}] is not an {{entity: [[start, end]]}} object.")
+        for entity, places in entities.items():
+            for place in places if isinstance(places, list) else [places]:
+                if not (isinstance(place, list) and len(place) == 2 and all(isinstance(i, int) for i in place)):
+                    raise ValueError(f"{where}: {kind} {entity!r}: {place!r} is not a [start, end] pair.")
+                start, end = place
+                if not 0 <= start <= end < len(text):
+                    raise ValueError(f"{where}: {kind} {entity!r} at [{start}, {end}] lies outside the text "
+                                     f"({len(text)} characters).")  # fmt: skip
+                if text[start : end + 1] != entity:
+                    raise ValueError(f"{where}: {kind} {entity!r} at [{start}, {end}] is "
+                                     f"{text[start : end + 1]!r} in the text.")  # fmt: skip
+                yield kind, start, end
+
+
+def check_types(train, dev, paths):
+    """The entity types, sorted; a type in dev.json that train.json never shows is refused."""
+    types = sorted({kind for text in train for kind, _, _ in text.spans})
+    if not types:
+        raise ValueError(f"{paths[0]}: no entities in the training data.")
+    for text in dev:
+        unseen = {kind for kind, _, _ in text.spans} - set(types)
+        if unseen:
+            raise ValueError(f"{paths[1]}, text {text.id!r}: type {sorted(unseen)[0]!r} never appears in "
+                             f"{paths[0]} ({', '.join(types)}); a model cannot learn it.")  # fmt: skip
+    return types
+
+
+def windows_of(texts, tokens, types, args):
+    """Each text's windows: `[CLS] characters [SEP]`, --maxlen tokens at most, one every --stride characters."""
+    room = args.maxlen - 2
+    stride = args.stride or max(room // 2, 1)
+    found = []
+    for text in texts:
+        ids, characters = tokens.encode(text.text)
+        start = 0
+        while True:
+            window_ids, window_characters = ids[start : start + room], characters[start : start + room]
+            label = _window_spans(text.spans, window_characters, types)
+            found.append(Window([tokens.cls, *window_ids, tokens.sep], [0] * (len(window_ids) + 2), label,
+                                text.id, window_characters))  # fmt: skip
+            if start + room >= len(ids):
+                break
+            start += min(stride, room)
+    return found
+
+
+def _window_spans(spans, characters, types):
+    """The spans lying wholly inside the window, as `(type index, first token, last token)` (token 0 is [CLS])."""
+    position = {character: i + 1 for i, character in enumerate(characters)}
+    return [(types.index(kind), position[start], position[end]) for kind, start, end in sorted(spans)
+            if start in position and end in position]  # fmt: skip
+
+
+class SpanBatches(snippets.Batches):
+    """Batches whose targets are, for the pointers, a `(types, length, length)` 0/1 matrix a row; for the
+    CRF, a BIO tag a token (0 outside, 1 + 2t the first token of type t, 2 + 2t the others)."""
+
+    def __init__(self, windows, batch_size, types, head, shuffle=False, seed=0, maxlen=None):
+        super().__init__(windows, batch_size, shuffle, seed, maxlen)
+        self.types, self.head = types, head
+
+    def __getitem__(self, index):
+        chosen = [self.examples[i] for i in self.batches[index]]
+        token_ids, segment_ids = self._inputs(chosen, self.length(self.batches[index]))
+        if chosen[0].label is None:
+            return ((token_ids, segment_ids),)
+        length = token_ids.shape[1]
+        if self.head == "crf":
+            targets = np.zeros((len(chosen), length), "int32")
+            for row, window in enumerate(chosen):
+                for kind, first, last in window.label:
+                    targets[row, first], targets[row, first + 1 : last + 1] = 1 + 2 * kind, 2 + 2 * kind
+        else:
+            targets = np.zeros((len(chosen), len(self.types), length, length), "float32")
+            for row, window in enumerate(chosen):
+                for kind, first, last in window.label:
+                    targets[row, kind, first, last] = 1
+        return (token_ids, segment_ids), targets
+
+    @staticmethod
+    def _inputs(chosen, length):
+        token_ids = np.zeros((len(chosen), length), "int32")
+        for row, window in enumerate(chosen):
+            token_ids[row, : len(window.token_ids)] = window.token_ids
+        return token_ids, np.zeros_like(token_ids)
+
+
+def build_ner_model(args, types):
+    """The encoder with the --head on its sequence output, and the loss it trains with."""
+    if args.head == "crf":
+
+        def head(token_ids, sequence):
+            emissions = keras.layers.Dense(1 + 2 * len(types), dtype="float32", name="Tags")(sequence)
+            crf = kwiden.layers.ConditionalRandomField(
+                1 + 2 * len(types), lr_multiplier=CRF_LR_MULTIPLIER, dtype="float32", name="CRF"
+            )
+            return crf(emissions, mask=keras.ops.not_equal(token_ids, 0))
+
+        model = snippets.build_model(args, head, "ner_crf")
+        return model, model.get_layer("CRF").loss  # the grown model's CRF, after --grow
+    pointer = kwiden.layers.GlobalPointer if args.head == "globalpointer" else kwiden.layers.EfficientGlobalPointer
+
+    def head(token_ids, sequence):
+        scorer = pointer(len(types), HEAD_SIZE, dtype="float32", name="Pointer")
+        return scorer(sequence, mask=keras.ops.not_equal(token_ids, 0))
+
+    return snippets.build_model(args, head, f"ner_{args.head}"), kwiden.losses.global_pointer_crossentropy
+
+
+def predicted_spans(model, windows, types, args):
+    """Each text's spans, `{id: {(type, start, end)}}`, the windows' put together."""
+    batches = SpanBatches(windows, args.batch_size, types, args.head, maxlen=args.maxlen)
+    found = {window.id: set() for window in windows}
+    for index in range(len(batches)):
+        ((token_ids, segment_ids),) = batches[index]
+        outputs = model.predict_on_batch([token_ids, segment_ids])
+        if args.head == "crf":
+            outputs = model.get_layer("CRF").decode(outputs)
+        outputs = keras.ops.convert_to_numpy(outputs)
+        for row, i in enumerate(batches.batches[index]):
+            window = windows[i]
+            for kind, first, last in _decoded(outputs[row], len(window.characters), args.head):
+                found[window.id].add((types[kind], window.characters[first - 1], window.characters[last - 1]))
+    return found
+
+
+def _decoded(output, count, head):
+    """`(type index, first token, last token)` from one row's output: the pointers' spans scored above 0,
+    or the CRF's tag runs; over the `count` character tokens only (not [CLS], [SEP] or padding)."""
+    if head != "crf":
+        kinds, firsts, lasts = np.nonzero(output[:, 1 : count + 1, 1 : count + 1] > 0)
+        return [(kind, first + 1, last + 1) for kind, first, last in zip(kinds, firsts, lasts) if first <= last]
+    spans, tags = [], [int(t) for t in output[1 : count + 1]]
+    for position, tag in enumerate(tags, 1):
+        if tag % 2 == 1:  # a first token: the span runs on over the same type's other tokens
+            last = position
+            while last < count and tags[last] == tag + 1:
+                last += 1
+            spans.append(((tag - 1) // 2, position, last))
+    return spans
+
+
+def entity_scores(predicted, texts):
+    """Entity-level `(precision, recall, F1)` over every text: a span counts where its type, start and end match."""
+    guessed = {(text.id, *span) for text in texts for span in predicted.get(text.id, ())}
+    gold = {(text.id, *span) for text in texts for span in text.spans}
+    right = len(guessed & gold)
+    precision, recall = right / max(len(guessed), 1), right / max(len(gold), 1)
+    return precision, recall, 2 * precision * recall / max(precision + recall, 1e-12)
+
+
+def submission(predicted, texts):
+    """CLUE's records: `{"id", "label": {type: {entity: [[start, end]]}}}` a text."""
+    records = []
+    for text in texts:
+        label = {}
+        for kind, start, end in sorted(predicted.get(text.id, ())):
+            label.setdefault(kind, {}).setdefault(text.text[start : end + 1], []).append([start, end])
+        records.append({"id": text.id, "label": label})
+    return records
+
+
+class DevScores(snippets.KeepBest):
+    """Dev precision, recall and F1 each epoch, with the epoch's seconds; the best F1's weights kept."""
+
+    def __init__(self, windows, texts, types, args):
+        super().__init__(evaluate=lambda model: self.scored(model), measure="entity F1")
+        self.windows, self.texts, self.types, self.args, self.seconds = windows, texts, types, args, []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
+
+    def scored(self, model):
+        self.seconds.append(time.perf_counter() - self.started)
+        precision, recall, f1 = entity_scores(predicted_spans(model, self.windows, self.types, self.args), self.texts)
+        print(f"dev: precision {precision:.4f}, recall {recall:.4f}, F1 {f1:.4f} ({self.seconds[-1]:.1f} s training)")
+        return f1
+
+
+def main(argv=None):
+    """Fine-tune on train.json, keep the best dev epoch (entity F1), predict test.json."""
+    args = parse_args(argv)
+    keras.utils.set_random_seed(args.seed)
+    kwiden_tokenizer = kwiden.Tokenizer(args.vocab)  # checks the vocabulary, names it in errors
+    tokens = snippets.CharacterTokens(args.vocab)
+    data_dir = pathlib.Path(args.data_dir)
+    paths = [data_dir / f"{name}.json" for name in ("train", "dev", "test")]
+    train, dev, test = read_texts(paths[0], True), read_texts(paths[1], True), read_texts(paths[2], False)
+    types = check_types(train, dev, paths)
+    train_windows = windows_of(train, tokens, types, args)
+    dev_windows = [dataclasses.replace(w, label=None) for w in windows_of(dev, tokens, types, args)]
+    batches = SpanBatches(train_windows, args.batch_size, types, args.head, shuffle=True, seed=args.seed,
+                          maxlen=args.maxlen)  # fmt: skip
+    schedule = snippets.schedule_of(args, batches)
+    model, loss = build_ner_model(args, types)
+    snippets.check_model(model, kwiden_tokenizer, args)
+    model.compile(snippets.optimizer(args, model, schedule), loss)
+    scores = DevScores(dev_windows, dev, types, args)
+    snippets.fit(model, batches, args, [scores])
+    test_windows = [dataclasses.replace(w, label=None) for w in windows_of(test, tokens, types, args)]
+    predicted = predicted_spans(model, test_windows, types, args)
+    path = snippets.write_json(pathlib.Path(args.output_dir) / PREDICTIONS, submission(predicted, test), lines=True)
+    print(f"cluener ({args.head}): best dev F1 {scores.best_accuracy:.4f}; predictions in {path}")
+    return {"dev_f1": scores.best_accuracy, "seconds_per_epoch": scores.seconds, "predictions": path}
+
+
+if __name__ == "__main__":
+    snippets.command(main)

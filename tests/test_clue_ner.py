@@ -1,0 +1,104 @@
+"""The CLUENER2020 baseline (examples/clue/cluener.py): three heads end to
+end on a tiny fixture in CLUENER's format, windows over long texts put back
+together, entity-level scores, and bad data refused before training."""
+
+import json
+import runpy
+import shutil
+import types
+
+import pytest
+from test_clue import CLUE, FIXTURES, model_files, run, snippets_importable  # noqa: F401 (fixtures)
+
+HEADS = ("globalpointer", "efficient", "crf")
+
+
+@pytest.fixture()
+def cluener():
+    return runpy.run_path(str(CLUE / "cluener.py"))
+
+
+def json_lines(path):
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_each_head_learns_the_fixture_and_predicts_every_test_text(head, model_files, tmp_path):  # noqa: F811
+    result = run("cluener", model_files, tmp_path, None, "--head", head, "--epochs", "8", "--batch-size", "8",
+                 "--maxlen", "16", lr="3e-3")  # fmt: skip
+    assert result["dev_f1"] == 1.0  # the fixture's entities sit in set phrases: learnable by a tiny BERT
+    assert len(result["seconds_per_epoch"]) == 8
+    predicted = json_lines(result["predictions"])
+    texts = json_lines(FIXTURES / "cluener" / "test.json")
+    assert [p["id"] for p in predicted] == [t["id"] for t in texts]
+    for record, text in zip(predicted, texts):
+        for entities in record["label"].values():
+            for entity, places in entities.items():
+                assert all(text["text"][start : end + 1] == entity for start, end in places)
+    # The last test text (42 characters) is cut into windows of 14: entities are found past the first window.
+    assert max(end for entities in predicted[-1]["label"].values() for places in entities.values()
+               for _, end in places) >= 14  # fmt: skip
+
+
+def test_grown_with_accumulation(model_files, tmp_path):  # noqa: F811
+    result = run("cluener", model_files, tmp_path, None, "--grow", "2", "--accum-steps", "2", "--head", "crf")
+    assert 0.0 <= result["dev_f1"] <= 1.0 and result["predictions"].exists()
+
+
+def test_windows_overlap_and_their_spans_map_back_to_characters(cluener, model_files):  # noqa: F811
+    tokens = cluener["snippets"].CharacterTokens(model_files / "vocab.txt")
+    text = cluener["Text"](
+        7, "张三去了 北京。李四在华为公司工作。", {("name", 0, 1), ("address", 5, 6), ("company", 11, 14)}
+    )
+    args = types.SimpleNamespace(maxlen=8, stride=3)
+    windows = cluener["windows_of"]([text], tokens, ["address", "company", "name"], args)
+    assert [len(w.token_ids) for w in windows] == [
+        8,
+        8,
+        8,
+        8,
+        7,
+    ]  # 17 characters (the space skipped), 6 a window from 0, 3, 6, 9, 12
+    assert windows[0].characters == [0, 1, 2, 3, 5, 6] and windows[1].characters[0] == 3
+    assert windows[0].label == [(1 - 1, 5, 6), (2, 1, 2)]  # address at tokens 5-6, name at 1-2
+    assert all(kind != 1 for w in windows[:2] for kind, _, _ in w.label)  # the company lies in no early window
+    spans = {(kind, w.characters[first - 1], w.characters[last - 1]) for w in windows for kind, first, last in w.label}
+    assert spans == {(0, 5, 6), (1, 11, 14), (2, 0, 1)}
+
+
+def test_entity_scores_and_the_crf_tags_decoded(cluener):
+    text = cluener["Text"](0, "abcdef", {("name", 0, 1), ("address", 3, 5)})
+    predicted = {0: {("name", 0, 1), ("name", 3, 5)}}
+    assert cluener["entity_scores"](predicted, [text]) == (0.5, 0.5, 0.5)
+    assert cluener["entity_scores"]({}, [text]) == (0.0, 0.0, 0.0)
+    import numpy as np
+
+    # [CLS] B-0 I-0 O B-1 B-1 I-1 [SEP]: two types, the tags 1 + 2t (first) and 2 + 2t (the others).
+    tags = np.array([0, 1, 2, 0, 3, 3, 4, 0])
+    assert cluener["_decoded"](tags, 6, "crf") == [(0, 1, 2), (1, 4, 4), (1, 5, 6)]
+    scores = np.full((2, 8, 8), -1.0)
+    scores[0, 1, 2], scores[1, 5, 6], scores[1, 6, 5], scores[0, 7, 7] = 1.0, 2.0, 3.0, 4.0  # the last two: no span
+    assert cluener["_decoded"](scores, 6, "globalpointer") == [(0, 1, 2), (1, 5, 6)]
+
+
+BAD = {
+    "a span outside its text": ("train.json", 0, lambda r: r["label"]["name"].update({"赵六": [[0, 40]]}),
+                                "train.json, line 1: name '赵六' at \\[0, 40\\] lies outside the text"),
+    "an entity that is not its text": ("dev.json", 2, lambda r: r["label"].setdefault("name", {}).update({"不对": [[0, 1]]}),
+                                       "dev.json, line 3: name '不对' at \\[0, 1\\] is '.*' in the text"),
+    "a type dev has and train never": ("dev.json", 0, lambda r: r["label"].update({"movie": {r["text"][:1]: [[0, 0]]}}),
+                                       "dev.json, text 0: type 'movie' never appears in .*train.json"),
+    "no text": ("test.json", 0, lambda r: r.pop("text"), "test.json, line 1: no text"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_data_is_refused_naming_the_file_and_line(case, model_files, tmp_path):  # noqa: F811
+    name, line, change, message = BAD[case]
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURES / "cluener", data)
+    records = json_lines(data / name)
+    change(records[line])
+    (data / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), "utf-8")
+    with pytest.raises(ValueError, match=message):
+        run("cluener", model_files, tmp_path / "out", data)
