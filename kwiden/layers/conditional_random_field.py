@@ -9,6 +9,17 @@ from kwiden.layers.spans import MASKED, check_positive_int
 PADDED_BELOW = -1e6
 
 
+def time_major(values, mask):
+    """`values` `(batch, seq, n)` and the mask as one `(seq, batch, n + 1)` tensor
+    to scan over: TensorFlow's scan fails on several inputs of unknown length."""
+    return ops.transpose(ops.concatenate([values, ops.cast(mask, values.dtype)[..., None]], axis=-1), (1, 0, 2))
+
+
+def split(x):
+    """One step of `time_major`: the values `(batch, n)` and the mask `(batch,)`."""
+    return x[:, :-1], ops.greater(x[:, -1], 0.5)
+
+
 @keras.saving.register_keras_serializable(package="kwiden")
 class ConditionalRandomField(Expandable, keras.layers.Layer):
     """A linear-chain CRF over per-token tag scores (BERT+CRF, as bert4keras).
@@ -102,13 +113,13 @@ class ConditionalRandomField(Expandable, keras.layers.Layer):
 
         def step(carry, x):
             alpha, started = carry
-            scores, real = x
+            scores, real = split(x)
             moved = ops.logsumexp(alpha[:, :, None] + transitions[None], axis=1) + scores
             alpha = ops.where(real[:, None], ops.where(started[:, None], moved, scores), alpha)
             return (alpha, ops.logical_or(started, real)), None
 
         init = (ops.zeros_like(emissions[:, 0]), ops.zeros_like(mask[:, 0]))
-        (alpha, started), _ = ops.scan(step, init, (ops.transpose(emissions, (1, 0, 2)), ops.transpose(mask)))
+        (alpha, started), _ = ops.scan(step, init, time_major(emissions, mask))
         return ops.where(started, ops.logsumexp(alpha, axis=-1), 0.0)
 
     def path_score(self, emissions, tags, mask=None):
@@ -121,14 +132,14 @@ class ConditionalRandomField(Expandable, keras.layers.Layer):
 
         def step(carry, x):
             previous, started, total = carry
-            current, real = x
+            current, real = split(x)
             moved = ops.sum(ops.matmul(previous, transitions) * current, axis=-1)
             total = total + ops.where(ops.logical_and(real, started), moved, 0.0)
             previous = ops.where(real[:, None], current, previous)
             return (previous, ops.logical_or(started, real), total), None
 
         init = (ops.zeros_like(chosen[:, 0]), ops.zeros_like(mask[:, 0]), ops.zeros_like(emitted))
-        (_, _, moved), _ = ops.scan(step, init, (ops.transpose(chosen, (1, 0, 2)), ops.transpose(mask)))
+        (_, _, moved), _ = ops.scan(step, init, time_major(chosen, mask))
         return emitted + moved
 
     def negative_log_likelihood(self, emissions, tags, mask=None):
@@ -150,7 +161,7 @@ class ConditionalRandomField(Expandable, keras.layers.Layer):
 
         def forward(carry, x):
             best, started, _ = carry
-            scores, real = x
+            scores, real = split(x)
             candidates = best[:, :, None] + transitions[None]
             moved = ops.max(candidates, axis=1) + scores
             pointers = ops.cast(ops.argmax(candidates, axis=1), "int32")
@@ -160,9 +171,7 @@ class ConditionalRandomField(Expandable, keras.layers.Layer):
             return carry, carry  # TensorFlow's scan emits what it carries: the pointers ride along
 
         init = (ops.zeros_like(emissions[:, 0]), ops.zeros_like(mask[:, 0]), stay)
-        (best, _, _), (_, _, pointers) = ops.scan(
-            forward, init, (ops.transpose(emissions, (1, 0, 2)), ops.transpose(mask))
-        )
+        (best, _, _), (_, _, pointers) = ops.scan(forward, init, time_major(emissions, mask))
 
         def backward(tag, pointer):
             return ops.take_along_axis(pointer, tag[:, None], axis=1)[:, 0], tag

@@ -161,3 +161,20 @@ def test_bad_arguments_are_named(arguments, message):
 def test_scores_of_another_width_are_refused():
     with pytest.raises(ValueError, match=r"'crf' has num_tags=3 but its input has 5 scores per token"):
         layers.ConditionalRandomField(3, name="crf")(np.zeros((1, 2, 5), "float32"))
+
+
+def test_a_tensorflow_graph_of_unknown_length_decodes_and_scores():
+    """Keras' TensorFlow scan fails on several inputs of unknown length (as
+    `fit` traces after retracing); the CRF scans over one tensor."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("a TensorFlow graph")
+    import tensorflow as tf
+
+    crf, emissions, _ = crf_and_emissions(seed=9)
+    specs = [tf.TensorSpec((None, None, TAGS)), tf.TensorSpec((None, None), tf.bool)]
+    decode = tf.function(crf.decode, input_signature=specs)
+    log_partition = tf.function(crf.log_partition, input_signature=specs)
+    np.testing.assert_array_equal(decode(emissions, MASK).numpy(), np.asarray(crf.decode(emissions, MASK)))
+    np.testing.assert_array_equal(
+        log_partition(emissions, MASK).numpy(), np.asarray(crf.log_partition(emissions, MASK))
+    )
