@@ -183,6 +183,7 @@ def _pretrain(folder, corpus, options, verbose):
         corpus_tokenizer, options.seq_len, options.whole_word_mask, family
     )
     refuse_untaken(options, objective)
+    _same_teacher(folder, options.teacher)
     objective = objective.configured(options, corpus_tokenizer)
     if getattr(start_model, "fresh_weights", ()):
         folder.log(f"--from {checkpoint}: it has no weights for the heads {objective.name} trains; they start "
@@ -238,6 +239,22 @@ def _recorded(options):
     elif options.config is not None:
         changes["config"] = json.loads(json.dumps(options.config))  # NumPy numbers as Python's
     return dataclasses.replace(options, **changes)
+
+
+def _same_teacher(folder, teacher):
+    """Refuse a resumed run whose `--teacher` folder is not what it began with (its files' SHA-256, which the first
+    call records in run.json): another teacher's cosines would make another run."""
+    if teacher is None:
+        return
+    files = sorted(path for path in pathlib.Path(teacher).rglob("*") if path.is_file())
+    now = {str(path.relative_to(teacher)): file_digest(path) for path in files}
+    began = folder.record_value("teacher")
+    if began is None:
+        folder.record_value("teacher", now)
+    elif began != now:
+        changed = sorted(name for name in set(began) | set(now) if began.get(name) != now.get(name))
+        raise ValueError(f"--teacher {teacher} is not the folder this run began with ({', '.join(changed[:4])} "
+                         "changed since): restore it, or give another --output-dir for a new run.")  # fmt: skip
 
 
 def _absolute(corpus):

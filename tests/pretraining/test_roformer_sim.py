@@ -140,6 +140,7 @@ def test_a_batch_carries_the_teachers_cosines_of_the_clean_sources(similar, tmp_
 
 def test_a_run_with_a_teacher_and_corruption_trains_and_resumes_to_the_same_metrics(similar, tmp_path, monkeypatch):
     path, words, teacher = similar
+    teacher = shutil.copytree(teacher, tmp_path / "teacher")
     run = dict(model="bert", objective="simbert", config=TINY_BERT, tokenizer=str(words), teacher=str(teacher),
                corrupt=0.5, scale=20.0, **RUN)  # fmt: skip
     result = kwiden.pretrain(path, tmp_path / "whole", **run)
@@ -162,6 +163,11 @@ def test_a_run_with_a_teacher_and_corruption_trains_and_resumes_to_the_same_metr
         ValueError, match=r"holds a run made with --distill-weight 100.0, not None: run the same command"
     ):
         kwiden.pretrain(path, tmp_path / "resumed", **{**run, "teacher": None})
+    with (teacher / "config.json").open("a") as file:
+        file.write("\n")
+    with pytest.raises(ValueError, match=rf"--teacher {teacher} is not the folder this run began with \(config\.json "
+                                         r"changed since\): restore it, or give another --output-dir"):  # fmt: skip
+        kwiden.pretrain(path, tmp_path / "resumed", **run)
 
 
 def test_bad_options_are_named_before_training(similar, tmp_path):

@@ -34,9 +34,10 @@ def test_a_batch_predicts_each_next_token_of_the_target_alone():
     assert none is None and targets.tolist() == [[ignored] * 4 + [20, 21, 22, 3, ignored]]
 
 
-@pytest.mark.parametrize("family", ["bert", "roformer"])
-def test_pretrains_a_unilm_and_resumes(pairs, tmp_path, family):
-    result = kwiden.pretrain(pairs, tmp_path / "run", model=family, objective="seq2seq", config=TINY_BERT, **RUN)
+@pytest.mark.parametrize("family, corrupt", [("bert", 0.0), ("roformer", 0.5)])
+def test_pretrains_a_unilm_and_resumes(pairs, tmp_path, family, corrupt):
+    run = dict(model=family, objective="seq2seq", config=TINY_BERT, corrupt=corrupt, **RUN)  # RoFormer-Sim's half
+    result = kwiden.pretrain(pairs, tmp_path / "run", **run)
     assert result.updates > RUN["budget"] and result.growths  # grown on the way, as any run
     losses = [row["valid_loss"] for row in result.metrics]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
@@ -48,7 +49,7 @@ def test_pretrains_a_unilm_and_resumes(pairs, tmp_path, family):
     cut = sum(len(a) + len(b) + 3 > RUN["seq_len"] for a, b in zip(sources, targets))
     assert 0 < cut < len(records)
     assert f"pairs longer than --seq-len 24: {cut:,} of {len(records):,}, the longer side cut first\n" in log
-    again = kwiden.pretrain(pairs, tmp_path / "run", model=family, objective="seq2seq", config=TINY_BERT, **RUN)
+    again = kwiden.pretrain(pairs, tmp_path / "run", **run)
     assert again.updates == result.updates  # the finished run read back, its records compared
 
 
