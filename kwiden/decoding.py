@@ -50,7 +50,9 @@ class CachedModel:
     them), `positions` their places in their rows, `mask` `(batch, new,
     length)` the cache slots each sees, after writing their keys and values
     at slot `index` of `cache` (from `empty_cache`). It returns the logits
-    `(batch, new, vocabulary)` and the updated cache.
+    of the last new position `(batch, 1, vocabulary)` and the updated cache:
+    after the last attention layer every layer works position by position,
+    so the rest runs on that position alone.
     """
 
     def __init__(self, model):
@@ -68,6 +70,11 @@ class CachedModel:
         if not self.attentions:
             raise ValueError(f"Model {model.name!r} has no attention layer before its logits: nothing to cache.")
         self.causal = _causal(self.nodes)
+        masks = [node.arguments.kwargs.get("attention_mask") for node in self.nodes if _is_attention(node)]
+        # UniLM's mask is (batch, queries, keys), computed from the segments; a padding mask is (batch, keys).
+        self.unilm = any(mask is not None and len(mask.shape) == 3 for mask in masks)
+        self.masks_padding = any(mask is not None for mask in masks)  # id 0 is padding (blocks.padding_mask)
+        self.last_attention = max(i for i, node in enumerate(self.nodes) if _is_attention(node))
 
     def empty_cache(self, batch, length):
         """Zero keys and values for `length` positions of `batch` rows, one pair an attention layer."""
@@ -82,7 +89,9 @@ class CachedModel:
         if self.segment_input is not None:
             tensors[id(self.segment_input)] = segment_ids
         updated = []
-        for node in self.nodes:
+        for place, node in enumerate(self.nodes):
+            if place == self.last_attention + 1:
+                tensors = {key: value[:, -1:] for key, value in tensors.items()}
             layer, output = node.operation, id(node.outputs[0])
             if _is_attention(node):
                 query = tensors[id(node.arguments.args[0])]

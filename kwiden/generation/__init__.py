@@ -4,10 +4,10 @@ Mistral, Qwen2) continue a prompt; a UniLM (a BERT or RoFormer trained with
 the second. Prompts and samples decode together in one batch, with a
 key/value cache (`kwiden.decoding`)."""
 
+import dataclasses
 import numbers
 import pathlib
 import re
-import weakref
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from kwiden.pretraining.vocabulary import CorpusTokenizer, load_tokenizer
 
 __all__ = ["Search", "generate", "generate_ids", "load_generator"]
 
-_DECODERS = weakref.WeakKeyDictionary()  # a model's compiled decoder, reused across calls
+_DECODER = "_kwiden_decoder"  # the attribute that keeps a model's compiled decoder, reused across calls
 # A space WordPiece's decoder puts beside a CJK character (Chinese is written without them).
 _CJK = "\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
 _SPACE_BY_CJK = re.compile(f"(?<=[{_CJK}]) | (?=[{_CJK}])")
@@ -35,9 +35,13 @@ def load_generator(checkpoint):
     if not folder.is_dir():
         raise ValueError(f"{checkpoint} is not a checkpoint folder (one with config.json, weights and a tokenizer).")
     path = config_beside(folder)
-    family = family_of_config(read_json(path, f"{path} is not JSON", "repair it"))
+    config = read_json(path, f"{path} is not JSON", "repair it")
+    family = family_of_config(config)
     flags = dict(with_mlm=True, unilm=True) if "unilm" in family.flags else {}
     tokenizer = load_tokenizer(folder, flag="the checkpoint")
+    end = config.get("eos_token_id")
+    if isinstance(end, int) and not flags:  # a decoder's own end, where its config names one
+        tokenizer = dataclasses.replace(tokenizer, separator=end)
     return build_transformer_model(checkpoint_path=folder, **flags), tokenizer
 
 
@@ -50,24 +54,35 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
     search = Search() if search is None else search
     decoder = _decoder(model)
     prompts = [[int(token) for token in prompt] for prompt in prompts]
+    if not prompts:
+        raise ValueError("No prompts: give one or more.")
+    _whole("max_new_tokens", max_new_tokens)
+    _whole("num_samples", num_samples)
     for index, prompt in enumerate(prompts):
         if not prompt or not all(0 <= token < decoder.vocab_size for token in prompt):
             raise ValueError(f"Prompt {index} must be 1 or more token ids below the vocabulary's {decoder.vocab_size}.")
-    end_ids, banned = sorted({int(i) for i in end_ids}), sorted({int(i) for i in banned} - {int(i) for i in end_ids})
+    end_ids = sorted({int(i) for i in end_ids})
+    # A model that masks id 0 as padding cannot read one it wrote: it is never generated there.
+    banned = sorted(({int(i) for i in banned} | ({0} if decoder.cached.masks_padding else set())) - set(end_ids))
     if search.beam is not None:
+        if num_samples > search.beam:
+            raise ValueError(f"num_samples={num_samples}: a beam of {search.beam} keeps {search.beam} at most.")
         found = beam_rows(decoder, prompts, max_new_tokens, search.beam, num_samples, end_ids, banned)
         return [[ids for ids, _ in best] for best in found]
-    rows = [prompt for prompt in prompts for _ in range(num_samples)]
-    found = decode_rows(decoder, rows, max_new_tokens, search, end_ids, banned, np.random.default_rng(seed))
+    found = decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, np.random.default_rng(seed),
+                        num_samples)  # fmt: skip
     return [found[i : i + num_samples] for i in range(0, len(found), num_samples)]
 
 
 def _decoder(model):
+    """`model`'s compiled decoder, kept on the model (so it goes when the model goes)."""
     if isinstance(model, Decoder):
         return model
-    if model not in _DECODERS:
-        _DECODERS[model] = Decoder(model)
-    return _DECODERS[model]
+    decoder = getattr(model, _DECODER, None)
+    if decoder is None:
+        decoder = Decoder(model)
+        object.__setattr__(model, _DECODER, decoder)  # past Keras' attribute tracking: not a layer or weight
+    return decoder
 
 
 def generate(
@@ -126,37 +141,29 @@ def generate(
         model, found = load_generator(model)
         tokenizer = found if tokenizer is None else tokenizer
     tokenizer = tokenizer if isinstance(tokenizer, CorpusTokenizer) else load_tokenizer(str(tokenizer), "tokenizer")
-    search = _checked_search(greedy, beam, top_k, top_p, temperature, num_samples, max_new_tokens)
+    search = _checked_search(greedy, beam, top_k, top_p, temperature, num_samples)
     single = isinstance(prompts, str)
     texts = [prompts] if single else list(prompts)
     decoder = _decoder(model)
+    if tokenizer.vocab_size > decoder.vocab_size:
+        raise ValueError(f"The tokenizer ({tokenizer.source}) has {tokenizer.vocab_size} tokens, the model's "
+                         f"logits {decoder.vocab_size}: give the tokenizer the model was trained with.")  # fmt: skip
     encoded = [_encoded(tokenizer, text, decoder.segments, index) for index, text in enumerate(texts)]
-    end_ids = _end_ids(tokenizer, end_tokens, decoder.segments)
+    end_ids = _end_ids(tokenizer, end_tokens)
     banned = [i for i in (tokenizer.pad, tokenizer.mask, tokenizer.cls) if i is not None]
     found = generate_ids(decoder, encoded, max_new_tokens, search, end_ids, banned, num_samples, seed)
-    decoded = [[_decoded(tokenizer, ids) for ids in samples] for samples in found]
+    prompts_ids = [[] if decoder.segments else ids for ids in encoded]  # a decoder's text goes on from its prompt's
+    decoded = [[_decoded(tokenizer, ids, prompt) for ids in samples] for prompt, samples in zip(prompts_ids, found)]
     return decoded[0] if single else decoded
 
 
-def _checked_search(greedy, beam, top_k, top_p, temperature, num_samples, max_new_tokens):
-    _whole("max_new_tokens", max_new_tokens)
-    _whole("num_samples", num_samples)
-    sampling = top_k is not None or top_p != 1.0 or temperature != 1.0
-    if greedy and beam is not None or (greedy or beam is not None) and sampling:
-        raise ValueError("Choose one of greedy=True, beam=K, or sampling (top_k, top_p, temperature).")
-    if beam is not None:
-        _whole("beam", beam)
-        if num_samples > beam:
-            raise ValueError(f"num_samples={num_samples}: a beam of {beam} keeps {beam} continuations at most.")
-    if greedy and num_samples > 1:
+def _checked_search(greedy, beam, top_k, top_p, temperature, num_samples):
+    search = Search(bool(greedy), beam, top_k, top_p, temperature)  # checks its own values
+    if beam is not None and isinstance(num_samples, int) and num_samples > beam:
+        raise ValueError(f"num_samples={num_samples}: a beam of {beam} keeps {beam} continuations at most.")
+    if greedy and num_samples != 1:
         raise ValueError(f"greedy=True gives one continuation a prompt, not num_samples={num_samples}.")
-    if top_k is not None:
-        _whole("top_k", top_k)
-    if not (isinstance(top_p, numbers.Real) and 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}.")
-    if not (isinstance(temperature, numbers.Real) and 0 < temperature < float("inf")):
-        raise ValueError(f"temperature must be a positive number, got {temperature!r}.")
-    return Search(bool(greedy), beam, top_k, float(top_p), float(temperature))
+    return search
 
 
 def _whole(name, value):
@@ -167,7 +174,11 @@ def _whole(name, value):
 def _encoded(tokenizer, text, segments, index):
     if not isinstance(text, str):
         raise ValueError(f"Prompt {index} is a {type(text).__name__}; prompts are texts.")
-    ids = tokenizer.encode_lines([text])[0][0].tolist()
+    if not segments and tokenizer.kind == "json":  # a Hugging Face decoder's tokenizer adds its <s> (LLaMA's)
+        ids = tokenizer.tokenizer.encode(text, add_special_tokens=True).ids
+        ids = ids[:-1] if ids and ids[-1] == tokenizer.separator else ids  # an end it adds ends nothing yet
+    else:
+        ids = tokenizer.encode_lines([text])[0][0].tolist()
     if segments:
         if tokenizer.cls is None or tokenizer.separator is None:
             raise ValueError(f"A UniLM's prompt is [CLS] text [SEP]; the tokenizer {tokenizer.source} lacks them.")
@@ -177,18 +188,27 @@ def _encoded(tokenizer, text, segments, index):
     return ids
 
 
-def _end_ids(tokenizer, end_tokens, segments):
+def _end_ids(tokenizer, end_tokens):
     if end_tokens is None:
         return [] if tokenizer.separator is None else [tokenizer.separator]
     ids = []
-    for token in [end_tokens] if isinstance(end_tokens, (str, int)) else end_tokens:
-        found = token if isinstance(token, int) else tokenizer.tokenizer.token_to_id(token)
+    for token in [end_tokens] if isinstance(end_tokens, (str, numbers.Integral)) else end_tokens:
+        found = int(token) if isinstance(token, numbers.Integral) else tokenizer.tokenizer.token_to_id(token)
         if found is None or not 0 <= found < tokenizer.vocab_size:
             raise ValueError(f"End token {token!r} is not in the tokenizer's vocabulary ({tokenizer.source}).")
         ids.append(found)
     return ids
 
 
-def _decoded(tokenizer, ids):
+def _decoded(tokenizer, ids, prompt=()):
+    """The text of `ids`, as it goes on from `prompt`'s (a space between them kept); WordPiece's spaces
+    beside CJK characters taken out."""
+    text = _text(tokenizer, [*prompt, *ids])
+    before = _text(tokenizer, list(prompt))
+    return text[len(before) :] if text.startswith(before) else _text(tokenizer, ids)
+
+
+def _text(tokenizer, ids):
     text = tokenizer.tokenizer.decode(ids, skip_special_tokens=True)
-    return _SPACE_BY_CJK.sub("", text) if tokenizer.kind == "wordpiece" else text
+    wordpiece = type(tokenizer.tokenizer.model).__name__ == "WordPiece"
+    return _SPACE_BY_CJK.sub("", text) if wordpiece else text

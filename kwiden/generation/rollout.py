@@ -6,6 +6,9 @@ from keras import ops
 
 from kwiden.decoding import CachedModel, compiled
 
+# Prompt lengths are padded up to a multiple of this: fewer shapes to compile (TensorFlow traces each).
+PROMPT_BUCKET = 16
+
 
 class Decoder:
     """A model ready to decode: its `CachedModel` compiled, and what it takes
@@ -16,10 +19,11 @@ class Decoder:
         self.cached = CachedModel(model)
         self.step = compiled(self.cached.__call__, model)
         self.segments = self.cached.segment_input is not None
-        if not (self.cached.causal or self.segments):
+        if not (self.cached.causal or self.cached.unilm):
             raise ValueError(
-                f"Model {model.name!r} attends both ways and has no segment input: it is neither a decoder nor a "
-                "UniLM, so it cannot generate left to right."
+                f"Model {model.name!r} attends both ways over its whole input (a BERT built without unilm=True): "
+                "it cannot generate left to right. Build it with unilm=True and train it as a UniLM "
+                "(kwiden pretrain --objective seq2seq or simbert)."
             )
         tables = [layer for layer in model.layers if getattr(layer, "mode", None) == "position"]
         self.max_positions = tables[0].input_dim if tables else None
@@ -27,22 +31,23 @@ class Decoder:
 
 
 class Rollout:
-    """`prompts` (lists of ids, one a row) and room for `max_new_tokens`
-    more, decoded together through `decoder`. Prompts are left-padded, so
-    every row's next token goes in the same slot; each row's positions
-    count from its own first token."""
+    """`prompts` (lists of ids), each `repeats` times in a row of its own,
+    and room for `max_new_tokens` more, decoded together through `decoder`.
+    Prompts are left-padded, so every row's next token goes in the same
+    slot; each row's positions count from its own first token. A prompt is
+    computed once and its keys and values copied to its repeats."""
 
-    def __init__(self, decoder, prompts, max_new_tokens):
-        self.decoder = decoder
+    def __init__(self, decoder, prompts, max_new_tokens, repeats=1):
+        self.decoder, self.repeats = decoder, repeats
         lengths = np.array([len(prompt) for prompt in prompts])
-        self.prompt_length = int(lengths.max())
-        total = self.prompt_length + max_new_tokens
-        if decoder.max_positions is not None and lengths.max() + max_new_tokens > decoder.max_positions:
+        needed = int(lengths.max()) + max_new_tokens - 1  # the last token is chosen, never fed
+        if decoder.max_positions is not None and needed > decoder.max_positions:
             raise ValueError(
-                f"A prompt of {lengths.max()} tokens and max_new_tokens={max_new_tokens} need "
-                f"{lengths.max() + max_new_tokens} positions; the model has {decoder.max_positions}. Shorten the "
-                "prompt or ask for fewer tokens."
+                f"A prompt of {lengths.max()} tokens and max_new_tokens={max_new_tokens} need {needed} positions; "
+                f"the model has {decoder.max_positions}. Shorten the prompt or ask for fewer tokens."
             )
+        self.prompt_length = -(-int(lengths.max()) // PROMPT_BUCKET) * PROMPT_BUCKET
+        total = self.prompt_length + max_new_tokens
         self.offsets = self.prompt_length - lengths
         self.tokens = np.zeros((len(prompts), total), np.int32)
         self.seen = np.zeros((len(prompts), total), bool)  # the slots holding a real token
@@ -62,12 +67,20 @@ class Rollout:
         mask = self.seen[:, None, :] & visible[None]
         mask[:, np.arange(length), np.arange(length)] |= ~self.seen[:, :length]  # padding sees itself, never read
         positions = np.maximum(np.arange(length)[None, :] - self.offsets[:, None], 0)
-        return self._call(self.tokens[:, :length], 0, positions, mask, segment=0)
+        logits = self._call(self.tokens[:, :length], 0, positions, mask, segment=0)
+        if self.repeats > 1:
+            self.tokens, self.seen, self.offsets = (np.repeat(a, self.repeats, axis=0) for a in
+                                                    (self.tokens, self.seen, self.offsets))  # fmt: skip
+            self.cache = [tuple(ops.repeat(part, self.repeats, axis=0) for part in pair) for pair in self.cache]
+            logits = np.repeat(logits, self.repeats, axis=0)
+        return logits
 
     def advance(self, tokens):
         """Append one token a row; the logits of the token after it."""
         slot = self.prompt_length + self.filled
-        self.tokens[:, slot], self.seen[:, slot] = tokens, True
+        self.tokens[:, slot] = tokens
+        # A model that masks id 0 as padding never sees one as a key (generate_ids bans it there).
+        self.seen[:, slot] = tokens != 0 if self.decoder.cached.masks_padding else True
         positions = (slot - self.offsets)[:, None]
         self.filled += 1
         return self._call(self.tokens[:, slot : slot + 1], slot, positions, self.seen[:, None, :], segment=1)

@@ -3,6 +3,7 @@ beam search, over a `Rollout`'s logits, on the host in float64 numpy, so a
 seed gives the same samples on every backend."""
 
 import dataclasses
+import numbers
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from kwiden.generation.rollout import Rollout
 # Beam search ranks finished continuations by their log-probability over their length, as transformers'
 # `length_penalty=1.0`.
 LENGTH_PENALTY = 1.0
+LEAST_TEMPERATURE = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +27,20 @@ class Search:
     top_k: int = None
     top_p: float = 1.0
     temperature: float = 1.0
+
+    def __post_init__(self):
+        sampling = self.top_k is not None or self.top_p != 1.0 or self.temperature != 1.0
+        if self.greedy and self.beam is not None or (self.greedy or self.beam is not None) and sampling:
+            raise ValueError("Choose one of greedy=True, beam=K, or sampling (top_k, top_p, temperature).")
+        for name in ("beam", "top_k"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a whole number ≥ 1, got {value!r}.")
+        if not (isinstance(self.top_p, numbers.Real) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}.")
+        # Below this, logits / temperature overflow float64 and sampling would give NaN.
+        if not (isinstance(self.temperature, numbers.Real) and LEAST_TEMPERATURE <= self.temperature < float("inf")):
+            raise ValueError(f"temperature must be a number from {LEAST_TEMPERATURE} up, got {self.temperature!r}.")
 
     @property
     def samples(self):
@@ -56,13 +72,14 @@ def choose(logits, search, rng):
     return np.minimum((cumulative <= draws[:, None]).sum(axis=-1), logits.shape[-1] - 1)
 
 
-def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, rng):
-    """Greedy or sampled continuations, one a prompt row: each a list of ids,
-    without the end token that stopped it."""
-    rollout = Rollout(decoder, prompts, max_new_tokens)
+def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, rng, repeats=1):
+    """Greedy or sampled continuations, `repeats` a prompt, in order: each a
+    list of ids, without the end token that stopped it."""
+    rollout = Rollout(decoder, prompts, max_new_tokens, repeats)
     logits = rollout.start()
-    done = np.zeros(len(prompts), bool)
-    ends = np.full(len(prompts), max_new_tokens)
+    rows = len(prompts) * repeats
+    done = np.zeros(rows, bool)
+    ends = np.full(rows, max_new_tokens)
     for step in range(max_new_tokens):
         logits[:, banned] = -np.inf
         tokens = np.where(done, 0, choose(logits, search, rng))
@@ -74,14 +91,14 @@ def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, rng):
             break
         logits = rollout.advance(tokens)
     generated = rollout.generated()
-    return [generated[row, : ends[row]].tolist() for row in range(len(prompts))]
+    return [generated[row, : ends[row]].tolist() for row in range(rows)]
 
 
 def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):
     """The `keep` best of `beam` continuations of each prompt, best first,
     as `(ids, score)`: finished ones leave the beam as they end, and a
     prompt is done once `beam` have (transformers' `early_stopping=True`)."""
-    rollout = Rollout(decoder, [prompt for prompt in prompts for _ in range(beam)], max_new_tokens)
+    rollout = Rollout(decoder, prompts, max_new_tokens, repeats=beam)
     logits = rollout.start()
     scores = np.tile([0.0] + [-np.inf] * (beam - 1), len(prompts))
     finished = [[] for _ in prompts]
@@ -98,9 +115,25 @@ def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):
         rollout.reorder(rows)
         logits = rollout.advance(tokens)
     for row, score in enumerate(scores):
-        if np.isfinite(score) and len(finished[row // beam]) < beam:
-            finished[row // beam].append((history[row].tolist(), score / max(history.shape[1], 1) ** LENGTH_PENALTY))
+        if np.isfinite(score):
+            _finish(
+                finished[row // beam], beam, history[row].tolist(), score / max(history.shape[1], 1) ** LENGTH_PENALTY
+            )
     return [sorted(done, key=lambda pair: -pair[1])[:keep] for done in finished]
+
+
+def _finish(done, beam, ids, score):
+    """Add a finished continuation to a prompt's best `beam`: in place of the worst if it is better; a
+    continuation already there (ended by another end token) keeps its better score."""
+    same = [i for i, (other, _) in enumerate(done) if other == ids]
+    if same:
+        done[same[0]] = (ids, max(score, done[same[0]][1]))
+    elif len(done) < beam:
+        done.append((ids, score))
+    else:
+        worst = min(range(len(done)), key=lambda i: done[i][1])
+        if score > done[worst][1]:
+            done[worst] = (ids, score)
 
 
 def _next_beams(totals, beam, vocabulary, end_ids, history, finished, step):
@@ -113,8 +146,8 @@ def _next_beams(totals, beam, vocabulary, end_ids, history, finished, step):
             row, token = prompt * beam + candidate // vocabulary, candidate % vocabulary
             score = totals[prompt, candidate]
             if token in end_ids:
-                if rank < beam and len(finished[prompt]) < beam and np.isfinite(score):
-                    finished[prompt].append((history[row].tolist(), score / (step + 1) ** LENGTH_PENALTY))
+                if rank < beam and np.isfinite(score):
+                    _finish(finished[prompt], beam, history[row].tolist(), score / (step + 1) ** LENGTH_PENALTY)
             elif len(chosen) < beam:
                 chosen.append((row, token, score))
         chosen += [(prompt * beam, 0, -np.inf)] * (beam - len(chosen))

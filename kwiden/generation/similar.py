@@ -2,6 +2,8 @@
 from a UniLM given the text as its first, and keep those whose sentence
 vectors lie closest to the text's."""
 
+import pathlib
+
 from kwiden.generation import generate, load_generator
 from kwiden.sentence import SentenceEncoder
 
@@ -32,18 +34,26 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
         raise ValueError(f"candidates must be a whole number ≥ 1, got {candidates!r}.")
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= candidates:
         raise ValueError(f"n must be a whole number from 1 to candidates={candidates}, got {n!r}.")
+    if not texts:
+        raise ValueError("No texts: give one or more.")
     model, tokenizer = load_generator(checkpoint)
+    if model.family not in ("bert", "roformer") or not (pathlib.Path(checkpoint) / "vocab.txt").is_file():
+        raise ValueError(f"kwiden.similar reads a BERT or RoFormer trained as SimBERT, with its vocab.txt; "
+                         f"{checkpoint} holds a {model.family} with {tokenizer.source}.")  # fmt: skip
     if max_new_tokens is None:
         longest = max((len(ids) for ids in tokenizer.encode_lines(texts)[0]), default=0)
         max_new_tokens = 2 * longest + 2
     sampled = generate(model, tokenizer, texts, max_new_tokens, top_k=top_k, num_samples=candidates, seed=seed)
     encoder = SentenceEncoder(checkpoint, pooling="cls")
-    found = [_ranked(encoder, text, sentences, n) for text, sentences in zip(texts, sampled)]
+    found = [_ranked(encoder, tokenizer, text, sentences, n) for text, sentences in zip(texts, sampled)]
     return found[0] if single else found
 
 
-def _ranked(encoder, text, sentences, n):
-    distinct = [s for s in dict.fromkeys(s.strip() for s in sentences) if s and s != text.strip()]
+def _ranked(encoder, tokenizer, text, sentences, n):
+    """The best `n` distinct sentences by cosine; those the tokenizer reads as the text itself left out."""
+    same = tokenizer.encode_lines([text])[0][0].tolist()
+    distinct = [s for s in dict.fromkeys(s.strip() for s in sentences)
+                if s and tokenizer.encode_lines([s])[0][0].tolist() != same]  # fmt: skip
     if not distinct:
         return []
     cosines = encoder.similarity(text, distinct)[0]

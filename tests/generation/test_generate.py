@@ -145,7 +145,63 @@ def test_models_that_cannot_generate_are_refused():
     with pytest.raises(ValueError, match="T5's relative positions"):
         generate_ids(kwiden.build_transformer_model(tiny_config(), model="t5"), [[1]], 2)
     model = built("gpt")
-    with pytest.raises(ValueError, match="need 35 positions; the model has 32"):
+    with pytest.raises(ValueError, match="need 34 positions; the model has 32"):
         generate_ids(model, [[1] * 5], 30)
     with pytest.raises(ValueError, match="Prompt 1 must be 1 or more token ids below"):
         generate_ids(model, [[1], []], 2)
+
+
+def test_beam_search_keeps_the_best_finished_and_unfinished_continuations():
+    model = built("gpt", seed=4, vocab_size=6)
+    prompt, end = [1, 2, 3], 5
+
+    def log_probabilities(tokens):  # id 0, padding to this model, is never generated: out of the softmax
+        return log_softmax(np.where(np.arange(6) == 0, -np.inf, full_logits(model, [(prompt, tokens)])[0]))
+
+    first = log_probabilities([])
+    scored = {(): first[end]}
+    for a in range(1, 5):
+        second = log_probabilities([a])
+        scored[(a,)] = (first[a] + second[end]) / 2  # ended at its second token: two tokens long
+        for b in range(1, 5):
+            scored[(a, b)] = (first[a] + second[b]) / 2  # still going at max_new_tokens=2
+    best = sorted(scored, key=lambda ids: -scored[ids])[:4]
+    found = generate_ids(model, [prompt], 2, Search(beam=16), end_ids=[end], num_samples=4)[0]
+    assert found == [list(ids) for ids in best]
+
+
+def test_a_bert_without_the_unilm_mask_is_refused():
+    bert = kwiden.build_transformer_model(tiny_config(vocab_size=50), with_mlm=True)
+    with pytest.raises(ValueError, match="built without unilm=True"):
+        generate_ids(bert, [[2, 5, 3]], 2)
+
+
+def test_a_model_that_masks_padding_never_generates_it():
+    model = built("gpt", seed=7, vocab_size=6)  # kwiden's decoders mask id 0 as padding
+    found = generate_ids(model, [[3, 4], [1]], 6, Search(temperature=100.0), num_samples=20, seed=0)
+    assert all(0 not in ids for samples in found for ids in samples)
+
+
+def test_search_options_are_checked_where_they_are_made():
+    for options, message in [
+        (dict(beam=0), "beam must be a whole number ≥ 1"),
+        (dict(top_k=0), "top_k must"),
+        (dict(temperature=1e-320), "temperature must be"),
+        (dict(top_p=0.0), "top_p must"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            Search(**options)
+    with pytest.raises(ValueError, match="No prompts"):
+        generate_ids(built("gpt"), [], 2)
+
+
+def test_a_decoder_goes_with_its_model():
+    import gc
+    import weakref
+
+    model = built("gpt")
+    generate_ids(model, [[1, 2]], 2, Search(greedy=True))
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None

@@ -66,7 +66,7 @@ def test_end_tokens_are_named_by_text_or_id(unilm_folder):
         (dict(beam=2, num_samples=3), "num_samples=3: a beam of 2 keeps 2 continuations at most"),
         (dict(greedy=True, num_samples=2), "greedy=True gives one continuation a prompt"),
         (dict(top_p=0), "top_p must be in \\(0, 1\\]"),
-        (dict(temperature=0.0), "temperature must be a positive number"),
+        (dict(temperature=0.0), "temperature must be a number from 1e-06 up"),
         (dict(top_k=0), "top_k must be a whole number ≥ 1"),
         (dict(max_new_tokens=0), "max_new_tokens must be a whole number ≥ 1"),
     ],
@@ -83,7 +83,7 @@ def test_bad_prompts_are_refused(gpt_folder):
         kwiden.generate(model, tokenizer, ["ab", ""], 3)
     with pytest.raises(ValueError, match="Prompt 0 is a int; prompts are texts"):
         kwiden.generate(model, tokenizer, [3], 3)
-    with pytest.raises(ValueError, match="need 40 positions; the model has 32"):
+    with pytest.raises(ValueError, match="need 39 positions; the model has 32"):
         kwiden.generate(model, tokenizer, "abcdefghij", 30)
 
 
@@ -120,3 +120,26 @@ def test_a_bert_saved_without_its_mlm_head_cannot_generate(tmp_path):
     with pytest.raises(ValueError):
         load_generator(tmp_path)
     assert load_tokenizer(tmp_path).cls == 2
+
+
+def test_a_continuation_keeps_the_space_that_starts_it(tmp_path):
+    from kwiden.generation import _decoded
+
+    (tmp_path / "vocab.txt").write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "##s", "床", "前"])
+    )
+    tokenizer = load_tokenizer(tmp_path / "vocab.txt")
+    assert _decoded(tokenizer, [5], [4]) == " world"
+    assert _decoded(tokenizer, [6], [4, 5]) == "s"
+    assert _decoded(tokenizer, [8], [7]) == "前"  # Chinese: no space between characters
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused(gpt_folder):
+    small = kwiden.build_transformer_model(tiny_config(vocab_size=200), model="gpt")
+    with pytest.raises(ValueError, match="has 258 tokens, the model's logits 200"):
+        kwiden.generate(small, "bytes", "ab", 3)
+
+
+def test_similar_wants_a_simbert_folder(gpt_folder):
+    with pytest.raises(ValueError, match="reads a BERT or RoFormer trained as SimBERT, with its vocab.txt"):
+        kwiden.similar(gpt_folder, "ab")
