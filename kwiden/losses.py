@@ -8,6 +8,8 @@
 0.0201
 """
 
+import weakref
+
 import keras
 from keras import ops
 
@@ -49,3 +51,36 @@ def global_pointer_crossentropy(y_true, y_pred):
     flat = (shape[0], shape[1], -1)
     losses = multilabel_categorical_crossentropy(ops.reshape(y_true, flat), ops.reshape(y_pred, flat))
     return ops.mean(losses, axis=-1)
+
+
+@keras.saving.register_keras_serializable(package="kwiden")
+class ConditionalRandomFieldLoss(keras.losses.Loss):
+    """The negative log-likelihood of a `ConditionalRandomField` as a Keras loss:
+    what its `loss` property gives, for `model.compile(loss=crf.loss)` on a
+    model whose output is the CRF's. `y_true` holds tag ids `(batch, seq)`
+    (or `(batch, seq, 1)`); padding is read from the CRF's marks in `y_pred`.
+
+    The loss needs the layer's transitions, which a saved file cannot hold in
+    a loss: a model loaded with its compile state gets a loss that names its
+    layer and, called, asks to be compiled again with
+    `loss=model.get_layer(name).loss` (predicting needs nothing).
+    """
+
+    def __init__(self, crf=None, layer_name=None, name="crf_loss", reduction="sum_over_batch_size", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        # Held weakly: Keras' saving walks every attribute, and the layer holds this loss.
+        self.layer = (lambda: None) if crf is None else weakref.ref(crf)
+        self.layer_name = crf.name if crf is not None else layer_name
+
+    def call(self, y_true, y_pred):
+        crf = self.layer()
+        if crf is None:
+            raise ValueError(
+                f"This CRF loss was loaded from a file without its ConditionalRandomField '{self.layer_name}': "
+                f"compile the loaded model again with loss=model.get_layer('{self.layer_name}').loss."
+            )
+        tags = ops.reshape(y_true, ops.shape(y_pred)[:-1])
+        return crf.negative_log_likelihood(y_pred, tags)
+
+    def get_config(self):
+        return {**super().get_config(), "layer_name": self.layer_name}

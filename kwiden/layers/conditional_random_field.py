@@ -4,6 +4,7 @@ from keras import ops
 from kwiden.expansion import UNCHANGED, GrowthError
 from kwiden.layers.expandable import Expandable
 from kwiden.layers.spans import MASKED, check_positive_int
+from kwiden.losses import ConditionalRandomFieldLoss
 
 # A position whose every tag scores at or below this is padding (bert4keras's test on `y_pred`).
 PADDED_BELOW = -1e6
@@ -28,8 +29,8 @@ class ConditionalRandomField(Expandable, keras.layers.Layer):
     and passes its input, the emissions `(batch, seq, num_tags)` of a
     `Dense(num_tags)`, through. A tag path `y` scores
     `Σ_t e[t, y_t] + Σ_t T[y_{t-1}, y_t]`; training maximises its
-    log-likelihood against all paths (`negative_log_likelihood`, or `loss`
-    for `compile`), prediction takes the best path (`decode`, Viterbi). All in
+    log-likelihood against all paths (`negative_log_likelihood`, or the Keras
+    loss `loss` for `compile`), prediction takes the best path (`decode`, Viterbi). All in
     `keras.ops`: TensorFlow, JAX and PyTorch alike.
 
     Padding: positions where a mask (the input's Keras mask, or `mask`
@@ -69,6 +70,7 @@ class ConditionalRandomField(Expandable, keras.layers.Layer):
             )
         self.lr_multiplier = float(lr_multiplier)
         self.transitions_initializer = keras.initializers.get(transitions_initializer)
+        self.crf_loss = ConditionalRandomFieldLoss(self)
 
     def build(self, input_shape):
         if input_shape[-1] != self.num_tags:
@@ -146,12 +148,12 @@ class ConditionalRandomField(Expandable, keras.layers.Layer):
         """`log Z − score(tags)` of each row, `(batch,)`: what training minimises."""
         return self.log_partition(emissions, mask) - self.path_score(emissions, tags, mask)
 
-    def loss(self, y_true, y_pred):
-        """The negative log-likelihood as a Keras loss: `model.compile(loss=crf.loss)`
-        on a model whose output is this layer's. `y_true` holds tag ids
-        `(batch, seq)` (or `(batch, seq, 1)`); padding is read from `y_pred`'s marks."""
-        tags = ops.reshape(y_true, ops.shape(y_pred)[:-1])
-        return self.negative_log_likelihood(y_pred, tags)
+    @property
+    def loss(self):
+        """The negative log-likelihood as a Keras loss, for `model.compile(loss=crf.loss)`
+        on a model whose output is this layer's (`kwiden.losses.ConditionalRandomFieldLoss`):
+        `y_true` holds tag ids `(batch, seq)`; padding is read from `y_pred`'s marks."""
+        return self.crf_loss
 
     def decode(self, emissions, mask=None):
         """The best tag path of each row (Viterbi), int32 `(batch, seq)`; 0 at padded positions."""

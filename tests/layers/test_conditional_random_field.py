@@ -111,7 +111,9 @@ def test_the_call_marks_padding_for_the_loss_and_decoding():
     np.testing.assert_array_equal(real, emissions[MASK])
     assert (np.asarray(marked)[~MASK] < -1e11).all()
     tags = np.random.default_rng(8).integers(0, TAGS, (len(MASK), STEPS, 1))
-    close(crf.loss(tags, marked), np.asarray(crf.negative_log_likelihood(emissions, tags[..., 0], MASK), np.float64))
+    nll = np.asarray(crf.negative_log_likelihood(emissions, tags[..., 0], MASK), np.float64)
+    close(crf.loss.call(tags, marked), nll)
+    close(crf.loss(tags, marked), nll.mean())  # Keras' mean over the batch
     np.testing.assert_array_equal(np.asarray(crf.decode(marked)), np.asarray(crf.decode(emissions, MASK)))
 
 
@@ -136,6 +138,24 @@ def test_a_dense_and_crf_head_trains_with_its_loss():
     assert np.isfinite(history).all() and history[-1] < history[0] / 2
     accuracy = (np.asarray(crf.decode(model.predict(x, verbose=0))) == tags).mean()
     assert accuracy > 0.8
+
+
+@pytest.mark.filterwarnings("ignore:Skipping variable loading for optimizer")
+def test_a_saved_tagger_loads_and_its_loss_asks_to_be_compiled_again(tmp_path):
+    inputs = keras.Input((None, 4))
+    crf = layers.ConditionalRandomField(3, name="tagger-crf")
+    model = keras.Model(inputs, crf(keras.layers.Dense(3)(inputs)))
+    model.compile("adam", loss=crf.loss)
+    model.save(tmp_path / "tagger.keras")
+    loaded = keras.saving.load_model(tmp_path / "tagger.keras")
+    x, tags = np.ones((2, 5, 4), "float32"), np.zeros((2, 5), "int32")
+    np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(model(x)))
+    with pytest.raises(
+        ValueError, match=r"without its ConditionalRandomField 'tagger-crf': compile the loaded model again"
+    ):
+        loaded.loss(tags, loaded(x))
+    loaded.compile("adam", loss=loaded.get_layer("tagger-crf").loss)
+    assert np.isfinite(loaded.train_on_batch(x, tags))
 
 
 def test_its_input_is_never_grown():
