@@ -60,7 +60,7 @@ class SpanF1(keras.metrics.Metric):
         super().__init__(name=name or f"span_{self.score}", dtype=dtype)
         self.threshold = float(threshold)
         self.counts = [
-            self.add_variable(shape=(), initializer="zeros", name=name) for name in ("correct", "predicted", "gold")
+            self.add_variable(shape=(), initializer="zeros", name=count) for count in ("correct", "predicted", "gold")
         ]
 
     def update_state(self, y_true, y_pred, sample_weight=None):

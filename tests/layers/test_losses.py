@@ -56,6 +56,7 @@ def test_global_pointer_crossentropy_is_the_mean_over_types_of_span_losses(rng):
     np.testing.assert_allclose(actual, expected, rtol=RTOL)
 
 
+@pytest.mark.backends
 def test_a_global_pointer_trains_with_it_and_its_f1_rises():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(32, 6, 8)).astype("float32")
