@@ -431,10 +431,13 @@ def report(args, results, validation, seconds):
     (chinese, zh_trained), (english, en_trained) = results
     header = ["language", "arm", "pooling", "seeds", "top-1", "MRR", "top-1 by seed", "training s"]
     rows = table_rows("Chinese", chinese) + table_rows("English", english)
-    command = " ".join(["python", "benchmarks/simbert.py", *sys.argv[1:]])
+    # The command as typed, with the folder it was typed in (paths such as --out are relative to it).
+    folder = pathlib.Path.cwd().resolve()
+    where = "" if folder == common.CHECKOUT else f"(in {folder.relative_to(common.CHECKOUT)}/) "
+    command = f"{where}`{' '.join(['python', *sys.argv])}`"
     return "\n".join([
         "# SimBERT: retrieval of held-out pairs (issue 39, item 5)", "",
-        f"`{command}` — {seconds / 60:.1f} minutes in all, on a CPU shared with other work.", "",
+        f"{command}: {seconds / 60:.1f} minutes in all, on a CPU shared with other work.", "",
         "```", environment(keras, np), "```", "",
         settings_text(args, zh_trained, en_trained), "",
         "```", table(rows, header), "```", "",
