@@ -198,7 +198,7 @@ def _traced_per_shape(function):
     def call(*args):
         key = tuple((tuple(x.shape), str(x.dtype)) for x in keras.tree.flatten(args))
         if key not in traced:  # a concrete function: called without tf.function's per-call lookup
-            traced[key] = tf.function(function).get_concrete_function(*args)
+            traced[key] = tf.function(function, jit_compile=True).get_concrete_function(*args)
             while len(traced) > TRACES:
                 traced.popitem(last=False)
         traced.move_to_end(key)

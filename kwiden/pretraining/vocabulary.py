@@ -51,13 +51,16 @@ class CorpusTokenizer:
 
     def save(self, folder):
         """Write the tokenizer where a model folder keeps it: `vocab.txt` for
-        WordPiece (what BERT loaders read), `tokenizer.json` otherwise."""
+        WordPiece (what BERT loaders read: kwiden.SentenceEncoder, kwiden
+        similar, the CLUE scripts), and `tokenizer.json` for a tokenizer read
+        from one (a Hugging Face BERT's keeps both)."""
         folder = pathlib.Path(folder)
-        if self.kind == "wordpiece":
+        if type(self.tokenizer.model).__name__ == "WordPiece":
             vocabulary = self.tokenizer.get_vocab(with_added_tokens=True)
             with replaced_atomically(folder / "vocab.txt") as temporary:
                 temporary.write_text("".join(t + "\n" for t in sorted(vocabulary, key=vocabulary.get)), "utf-8")
-            return folder / "vocab.txt"
+            if self.kind == "wordpiece":
+                return folder / "vocab.txt"
         with replaced_atomically(folder / "tokenizer.json") as temporary:
             self.tokenizer.save(str(temporary))
         return folder / "tokenizer.json"
@@ -125,7 +128,10 @@ def build_vocabulary(lines, size, folder, lowercase=True):
     trainer = BertWordPieceTokenizer(
         lowercase=lowercase, strip_accents=lowercase, handle_chinese_chars=True, clean_text=True
     )
-    trainer.train_from_iterator(lines, vocab_size=size, special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False)
+    # limit_alphabet: the trainer keeps 1,000 characters by default, and a Chinese corpus has thousands, each
+    # a token; all are kept up to the vocabulary's size.
+    trainer.train_from_iterator(lines, vocab_size=size, special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False,
+                                limit_alphabet=size)  # fmt: skip
     built = _described(trainer._tokenizer, "wordpiece", f"--build-vocab {size}")
     path = built.save(folder)
     return _described(load_tokenizer(path).tokenizer, "wordpiece", str(path))

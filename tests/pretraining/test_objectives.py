@@ -195,3 +195,23 @@ def test_an_objective_reads_its_own_data_records_not_the_token_stream(english, t
     assert not (tmp_path / "run" / "tokens").exists()  # no token stream was made
     assert kwiden.pretrain(english, tmp_path / "run", objective="line_by_line", config=TINY_GPT, grow="none",
                            **{**TINY_RUN, "budget": 3}).updates == 3  # resumed  # fmt: skip
+
+
+def test_a_vocabulary_keeps_every_character_of_a_chinese_corpus_its_size_allows(tmp_path):
+    characters = [chr(0x4E00 + i) for i in range(1500)]  # more than the trainer's default alphabet of 1,000
+    lines = ["".join(characters[i : i + 30]) for i in range(0, 1500, 30)]
+    vocabulary.build_vocabulary(iter(lines), 2000, tmp_path)
+    words = set((tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    assert set(characters) <= words
+
+
+def test_a_wordpiece_tokenizer_json_is_saved_with_its_vocab_txt(tmp_path):
+    built = vocabulary.build_vocabulary(iter(chinese_lines()), 400, tmp_path / "built")
+    built.tokenizer.save(str(tmp_path / "tokenizer.json"))
+    read = vocabulary.load_tokenizer(tmp_path / "tokenizer.json")
+    assert read.kind == "json"
+    read.save(tmp_path / "final")
+    assert (tmp_path / "final" / "vocab.txt").read_text("utf-8") == (tmp_path / "built" / "vocab.txt").read_text(
+        "utf-8"
+    )
+    assert (tmp_path / "final" / "tokenizer.json").is_file()
