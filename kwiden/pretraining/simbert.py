@@ -186,7 +186,9 @@ class SimBERT(Seq2Seq):
         return self._batch(train, pairs, rng)
 
     def validation_batches(self, valid, batch_size, seed):
-        pairs_a_batch = self._pairs(batch_size)
+        # Fewer records than a batch's pairs: one smaller batch, each record once (a repeat would be its own
+        # negative in the in-batch softmax).
+        pairs_a_batch = min(self._pairs(batch_size), len(valid.groups))
         count = max(min(len(valid.groups), MAX_VALID_ROWS // 2) // pairs_a_batch, 1) * pairs_a_batch
         records = np.resize(np.arange(len(valid.groups)), count)
         pairs = [(valid.groups[r][0], valid.groups[r][1]) for r in records]

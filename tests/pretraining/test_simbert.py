@@ -101,6 +101,18 @@ def similar(english, tmp_path_factory):
     return path
 
 
+def test_validation_holds_each_record_once_in_a_batch():
+    objective = SimBERT(seq_len=8, vocab_size=50, cls=2, separator=3)
+    sentences = Sentences([np.array([10 + i]) for i in range(6)], [[0, 1], [2, 3], [4, 5]])
+    (batch,) = objective.validation_batches(sentences, 8, 0)  # 4 pairs a batch, 3 records: one batch of 3
+    (token_ids, _), _ = batch
+    assert sorted(map(tuple, token_ids[:, 1:4].tolist())) == sorted(
+        [(10, 3, 11), (11, 3, 10), (12, 3, 13), (13, 3, 12), (14, 3, 15), (15, 3, 14)]
+    )
+    batches = objective.validation_batches(sentences, 4, 0)  # 2 pairs a batch: one batch, the third record left
+    assert len(batches) == 1 and len({tuple(row) for row in batches[0][0][0].tolist()}) == 4
+
+
 def test_trains_a_tiny_bert_and_resumes(similar, tmp_path):
     run = dict(model="bert", objective="simbert", config=TINY_BERT, **{**RUN, "batch_size": 8})
     result = kwiden.pretrain(similar, tmp_path / "run", **run)
