@@ -3,14 +3,12 @@ import math
 import keras
 from keras import ops
 
-from kwiden.expansion import IN, UNCHANGED
-from kwiden.layers.expandable import Expandable
-from kwiden.layers.rotary_embedding import RotaryEmbedding
-from kwiden.layers.spans import check_positive_int, check_sequence_input, mask_spans
+from kwiden.expansion import IN
+from kwiden.layers.spans import SpanScores, check_sequence_input, mask_spans
 
 
 @keras.saving.register_keras_serializable(package="kwiden")
-class EfficientGlobalPointer(Expandable, keras.layers.Layer):
+class EfficientGlobalPointer(SpanScores):
     """GlobalPointer with one start/end projection for all entity types (as bert4keras).
 
     GlobalPointer's Dense gives each type its own start and end vectors,
@@ -48,22 +46,6 @@ class EfficientGlobalPointer(Expandable, keras.layers.Layer):
     [(8, 8), (8,), (8, 6), (6,)]
     """
 
-    def __init__(
-        self, heads, head_size, rope=True, tril_mask=True, use_bias=True, kernel_initializer="lecun_normal", **kwargs
-    ):
-        super().__init__(**kwargs)
-        self.heads = check_positive_int(heads, "heads", "EfficientGlobalPointer")
-        self.head_size = check_positive_int(head_size, "head_size", "EfficientGlobalPointer")
-        if rope and head_size % 2:
-            raise ValueError(
-                f"EfficientGlobalPointer: rope rotates pairs, so `head_size` must be even, got head_size={head_size}."
-            )
-        self.rope = bool(rope)
-        self.tril_mask = bool(tril_mask)
-        self.use_bias = bool(use_bias)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.rotary = RotaryEmbedding(head_size=head_size) if self.rope else None
-
     def build(self, input_shape):
         width = check_sequence_input(input_shape, f"EfficientGlobalPointer '{self.name}'")
         shared, types = 2 * self.head_size, 2 * self.heads
@@ -90,26 +72,6 @@ class EfficientGlobalPointer(Expandable, keras.layers.Layer):
         types = ops.transpose(types, (0, 2, 1)) / 2  # (batch, 2·heads, seq)
         scores = scores[:, None] + types[:, 0::2, None, :] + types[:, 1::2, :, None]
         return mask_spans(scores, mask, self.tril_mask)
-
-    def compute_mask(self, inputs, mask=None):
-        return None  # the padding is in the scores
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.heads, input_shape[1], input_shape[1])
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "heads": self.heads,
-            "head_size": self.head_size,
-            "rope": self.rope,
-            "tril_mask": self.tril_mask,
-            "use_bias": self.use_bias,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-        }
-
-    def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
-        return UNCHANGED
 
     def get_expanded_weight_axes(self, k, input_space):
         axes = {"kernel": [(input_space, IN), None], "type_kernel": [None, None]}

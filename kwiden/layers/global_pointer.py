@@ -3,14 +3,12 @@ import math
 import keras
 from keras import ops
 
-from kwiden.expansion import IN, UNCHANGED
-from kwiden.layers.expandable import Expandable
-from kwiden.layers.rotary_embedding import RotaryEmbedding
-from kwiden.layers.spans import check_positive_int, check_sequence_input, mask_spans
+from kwiden.expansion import IN
+from kwiden.layers.spans import SpanScores, check_sequence_input, mask_spans
 
 
 @keras.saving.register_keras_serializable(package="kwiden")
-class GlobalPointer(Expandable, keras.layers.Layer):
+class GlobalPointer(SpanScores):
     """Span scores for named entities (Su Jianlin's GlobalPointer, as bert4keras).
 
     For each entity type `h` a Dense gives every token a start vector `q` and an
@@ -47,22 +45,6 @@ class GlobalPointer(Expandable, keras.layers.Layer):
     ((2, 3, 5, 5), True, True)
     """
 
-    def __init__(
-        self, heads, head_size, rope=True, tril_mask=True, use_bias=True, kernel_initializer="lecun_normal", **kwargs
-    ):
-        super().__init__(**kwargs)
-        self.heads = check_positive_int(heads, "heads", "GlobalPointer")
-        self.head_size = check_positive_int(head_size, "head_size", "GlobalPointer")
-        if rope and head_size % 2:
-            raise ValueError(
-                f"GlobalPointer: rope rotates pairs, so `head_size` must be even, got head_size={head_size}."
-            )
-        self.rope = bool(rope)
-        self.tril_mask = bool(tril_mask)
-        self.use_bias = bool(use_bias)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.rotary = RotaryEmbedding(head_size=head_size) if self.rope else None
-
     def build(self, input_shape):
         width = check_sequence_input(input_shape, f"GlobalPointer '{self.name}'")
         units = self.heads * 2 * self.head_size
@@ -79,26 +61,6 @@ class GlobalPointer(Expandable, keras.layers.Layer):
             start, end = self.rotary(start), self.rotary(end)
         scores = ops.einsum("bmhd,bnhd->bhmn", start, end) / math.sqrt(self.head_size)
         return mask_spans(scores, mask, self.tril_mask)
-
-    def compute_mask(self, inputs, mask=None):
-        return None  # the padding is in the scores
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.heads, input_shape[1], input_shape[1])
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "heads": self.heads,
-            "head_size": self.head_size,
-            "rope": self.rope,
-            "tril_mask": self.tril_mask,
-            "use_bias": self.use_bias,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-        }
-
-    def get_expanded_output_space(self, k, input_space=None, **call_kwargs):
-        return UNCHANGED
 
     def get_expanded_weight_axes(self, k, input_space):
         axes = {"kernel": [(input_space, IN), None]}
