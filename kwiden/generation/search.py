@@ -107,8 +107,8 @@ def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):
         logits[:, banned] = -np.inf
         totals = (log_softmax(logits) + scores[:, None]).reshape(len(prompts), -1)
         rows, tokens, scores = _next_beams(totals, beam, logits.shape[-1], end_ids, history, finished, step)
-        if all(len(done) >= beam for done in finished):
-            break
+        if all(len(done) >= beam for done in finished):  # early stopping: the beams still going are not ranked
+            return _best(finished, keep)
         history = np.concatenate([history[rows], tokens[:, None]], axis=1)
         if step == max_new_tokens - 1:
             break
@@ -119,6 +119,10 @@ def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):
             _finish(
                 finished[row // beam], beam, history[row].tolist(), score / max(history.shape[1], 1) ** LENGTH_PENALTY
             )
+    return _best(finished, keep)
+
+
+def _best(finished, keep):
     return [sorted(done, key=lambda pair: -pair[1])[:keep] for done in finished]
 
 

@@ -205,3 +205,27 @@ def test_a_decoder_goes_with_its_model():
     del model
     gc.collect()
     assert gone() is None
+
+
+def test_beam_scores_are_the_finished_continuations_own(monkeypatch):
+    from kwiden.generation import search
+
+    probabilities = np.array([0.054, 0.718, 0.019, 0.209])  # token 3 ends
+
+    class Scripted:  # the same next-token distribution at every step, for every row
+        def __init__(self, decoder, prompts, max_new_tokens, repeats=1):
+            self.rows = len(prompts) * repeats
+
+        def start(self):
+            return np.tile(np.log(probabilities), (self.rows, 1))
+
+        advance = lambda self, tokens: self.start()  # noqa: E731
+        reorder = lambda self, rows: None  # noqa: E731
+
+    monkeypatch.setattr(search, "Rollout", Scripted)
+    (found,) = search.beam_rows(None, [[1]], 6, 2, 2, [3], [])
+    log = np.log(probabilities)
+    # The ending first at step 0, then [1] ending: every prompt's beam finished, so the search stops there
+    # (the beams still going are not ranked, and [1] keeps its own score, not one of a longer continuation).
+    assert [ids for ids, _ in found] == [[1], []]
+    np.testing.assert_allclose([score for _, score in found], [(log[1] + log[3]) / 2, log[3]], rtol=1e-12)
