@@ -66,7 +66,9 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
     banned = sorted(({int(i) for i in banned} | ({0} if decoder.cached.masks_padding else set())) - set(end_ids))
     if search.beam is not None:
         if num_samples > search.beam:
-            raise ValueError(f"num_samples={num_samples}: a beam of {search.beam} keeps {search.beam} at most.")
+            raise ValueError(
+                f"num_samples={num_samples}: a beam of {search.beam} keeps {search.beam} continuations at most."
+            )
         found = beam_rows(decoder, prompts, max_new_tokens, search.beam, num_samples, end_ids, banned)
         return [[ids for ids, _ in best] for best in found]
     found = decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, np.random.default_rng(seed),
@@ -158,9 +160,8 @@ def generate(
 
 
 def _checked_search(greedy, beam, top_k, top_p, temperature, num_samples):
-    search = Search(bool(greedy), beam, top_k, top_p, temperature)  # checks its own values
-    if beam is not None and isinstance(num_samples, int) and num_samples > beam:
-        raise ValueError(f"num_samples={num_samples}: a beam of {beam} keeps {beam} continuations at most.")
+    # Search checks its own values, and generate_ids num_samples against a beam.
+    search = Search(bool(greedy), beam, top_k, top_p, temperature)
     if greedy and num_samples != 1:
         raise ValueError(f"greedy=True gives one continuation a prompt, not num_samples={num_samples}.")
     return search

@@ -75,14 +75,19 @@ class Rollout:
             logits = np.repeat(logits, self.repeats, axis=0)
         return logits
 
-    def advance(self, tokens):
-        """Append one token a row; the logits of the token after it."""
+    def append(self, tokens):
+        """Append one token a row, without running the model on it (the last one); its slot."""
         slot = self.prompt_length + self.filled
         self.tokens[:, slot] = tokens
         # A model that masks id 0 as padding never sees one as a key (generate_ids bans it there).
         self.seen[:, slot] = tokens != 0 if self.decoder.cached.masks_padding else True
-        positions = (slot - self.offsets)[:, None]
         self.filled += 1
+        return slot
+
+    def advance(self, tokens):
+        """Append one token a row; the logits of the token after it."""
+        slot = self.append(tokens)
+        positions = (slot - self.offsets)[:, None]
         return self._call(self.tokens[:, slot : slot + 1], slot, positions, self.seen[:, None, :], segment=1)
 
     def _call(self, tokens, slot, positions, mask, segment):

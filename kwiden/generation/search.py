@@ -86,8 +86,7 @@ def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, rng, 
         stopped = ~done & np.isin(tokens, end_ids)
         ends[stopped], done = step, done | stopped
         if done.all() or step == max_new_tokens - 1:
-            rollout.tokens[:, rollout.prompt_length + step] = tokens
-            rollout.filled = step + 1
+            rollout.append(tokens)
             break
         logits = rollout.advance(tokens)
     generated = rollout.generated()
