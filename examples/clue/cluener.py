@@ -155,30 +155,18 @@ class SpanBatches(snippets.Batches):
         super().__init__(windows, batch_size, shuffle, seed, maxlen)
         self.types, self.head = types, head
 
-    def __getitem__(self, index):
-        chosen = [self.examples[i] for i in self.batches[index]]
-        token_ids, segment_ids = self._inputs(chosen, self.length(self.batches[index]))
-        if chosen[0].label is None:
-            return ((token_ids, segment_ids),)
-        length = token_ids.shape[1]
+    def targets(self, chosen, length):
         if self.head == "crf":
             targets = np.zeros((len(chosen), length), "int32")
             for row, window in enumerate(chosen):
                 for kind, first, last in window.label:
                     targets[row, first], targets[row, first + 1 : last + 1] = 1 + 2 * kind, 2 + 2 * kind
-        else:
-            targets = np.zeros((len(chosen), len(self.types), length, length), "float32")
-            for row, window in enumerate(chosen):
-                for kind, first, last in window.label:
-                    targets[row, kind, first, last] = 1
-        return (token_ids, segment_ids), targets
-
-    @staticmethod
-    def _inputs(chosen, length):
-        token_ids = np.zeros((len(chosen), length), "int32")
+            return targets
+        targets = np.zeros((len(chosen), len(self.types), length, length), "float32")
         for row, window in enumerate(chosen):
-            token_ids[row, : len(window.token_ids)] = window.token_ids
-        return token_ids, np.zeros_like(token_ids)
+            for kind, first, last in window.label:
+                targets[row, kind, first, last] = 1
+        return targets
 
 
 def build_ner_model(args, types):

@@ -426,7 +426,11 @@ class Batches(keras.utils.PyDataset):
             segment_ids[row, : len(example.segment_ids)] = example.segment_ids
         if chosen[0].label is None:
             return ((token_ids, segment_ids),)
-        return (token_ids, segment_ids), np.array([e.label for e in chosen], "int32")
+        return (token_ids, segment_ids), self.targets(chosen, length)
+
+    def targets(self, chosen, length):
+        """The targets of the `chosen` examples, padded to `length` tokens: their labels."""
+        return np.array([e.label for e in chosen], "int32")
 
     def on_epoch_end(self):
         if self.shuffle:
