@@ -5,23 +5,13 @@ on its own, refusals."""
 import keras
 import numpy as np
 import pytest
+from test_global_pointer import rotate  # RoFormer's rotation, pair by pair
 
 from kwiden import Space, layers
 from kwiden.layers.spans import MASKED
 from kwiden.testing import RTOL, assert_grows_exactly, randomize_weights
 
 MASK = np.array([[1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 0]], bool)
-
-
-def rotate(vector, position):
-    d = len(vector)
-    out = np.empty(d)
-    for t in range(d // 2):
-        angle = position * 10000.0 ** (-2 * t / d)
-        even, odd = vector[2 * t], vector[2 * t + 1]
-        out[2 * t] = even * np.cos(angle) - odd * np.sin(angle)
-        out[2 * t + 1] = even * np.sin(angle) + odd * np.cos(angle)
-    return out
 
 
 def reference(x, weights, heads, d, rope, tril_mask, mask):
