@@ -27,6 +27,9 @@ class SentenceEncoder:
         maxlen: tokens a text at most, `[CLS]` and `[SEP]` included (512).
         lowercase: by default the folder's `tokenizer_config.json`'s
             `do_lower_case`, else True.
+        model: the folder's model, already built (a UniLM with its MLM head
+            too: its first output is the sequence, and a text alone is one
+            segment, which it reads both ways); by default built from the folder.
 
     Example (any BERT folder; a tiny random one here):
 
@@ -42,7 +45,7 @@ class SentenceEncoder:
     ((2, 8), 1.0)
     """
 
-    def __init__(self, checkpoint, pooling=None, batch_size=32, maxlen=512, lowercase=None):
+    def __init__(self, checkpoint, pooling=None, batch_size=32, maxlen=512, lowercase=None, model=None):
         folder = pathlib.Path(checkpoint)
         if not folder.is_dir():
             raise ValueError(f"SentenceEncoder reads a checkpoint folder; {folder} is not one.")
@@ -54,7 +57,7 @@ class SentenceEncoder:
         self.batch_size = batch_size
         lowercase = _lowercase_of(folder) if lowercase is None else lowercase
         self.tokenizer = Tokenizer(folder / "vocab.txt", lowercase=lowercase, maxlen=maxlen)
-        self.model = build_transformer_model(checkpoint_path=folder)
+        self.model = build_transformer_model(checkpoint_path=folder) if model is None else model
 
     def encode(self, texts):
         """A float32 array with one unit-length row a text (a text alone: one row)."""

@@ -39,6 +39,15 @@ def test_cls_pooling_gives_the_first_rows_unit_length_whatever_the_batch(tiny_fo
     assert vectors.dtype == np.float32 and encoder.encode([]).shape == (0, 16)
 
 
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_a_unilm_built_from_the_folder_encodes_as_the_folder_does(tiny_folder, pooling):
+    unilm = kwiden.build_transformer_model(checkpoint_path=tiny_folder, with_mlm=True, unilm=True, fresh_heads=True)
+    texts = ["a b c", "d", "e f g h i j"]
+    given = kwiden.SentenceEncoder(tiny_folder, pooling=pooling, model=unilm).encode(texts)
+    np.testing.assert_allclose(given, kwiden.SentenceEncoder(tiny_folder, pooling=pooling).encode(texts), rtol=1e-5,
+                               atol=1e-6)  # fmt: skip
+
+
 def test_similarity_is_a_number_for_two_texts_and_a_matrix_for_lists(tiny_folder):
     encoder = kwiden.SentenceEncoder(tiny_folder, pooling="mean")
     assert encoder.similarity("a b", "a b") == pytest.approx(1.0, abs=1e-6)

@@ -44,7 +44,7 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
         longest = max((len(ids) for ids in tokenizer.encode_lines(texts)[0]), default=0)
         max_new_tokens = 2 * longest + 2
     sampled = generate(model, tokenizer, texts, max_new_tokens, top_k=top_k, num_samples=candidates, seed=seed)
-    encoder = SentenceEncoder(checkpoint, pooling="cls")
+    encoder = SentenceEncoder(checkpoint, pooling="cls", model=model)  # the generator's weights, read once
     found = [_ranked(encoder, tokenizer, text, sentences, n) for text, sentences in zip(texts, sampled)]
     return found[0] if single else found
 
