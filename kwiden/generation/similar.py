@@ -51,9 +51,9 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
 
 def _ranked(encoder, tokenizer, text, sentences, n):
     """The best `n` distinct sentences by cosine; those the tokenizer reads as the text itself left out."""
-    same = tokenizer.encode_lines([text])[0][0].tolist()
-    distinct = [s for s in dict.fromkeys(s.strip() for s in sentences)
-                if s and tokenizer.encode_lines([s])[0][0].tolist() != same]  # fmt: skip
+    candidates = [s for s in dict.fromkeys(s.strip() for s in sentences) if s]
+    ids, _ = tokenizer.encode_lines([text, *candidates])  # one batch
+    distinct = [s for s, tokens in zip(candidates, ids[1:]) if tokens.tolist() != ids[0].tolist()]
     if not distinct:
         return []
     cosines = encoder.similarity(text, distinct)[0]
