@@ -2,6 +2,7 @@
 
 import collections
 import pathlib
+import re
 
 import numpy as np
 
@@ -16,6 +17,35 @@ BYTE_ORDER_MARK = "\ufeff"
 LINE_END_SPACES = (
     "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
 )
+# The code points a Python string may hold but no UTF-8 text can: what bytes that are not UTF-8 become when read
+# with errors="surrogateescape" (as Python reads a command line), and what JSON's "\ud800" escapes give.
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(text, where):
+    """`text`, refused (a ValueError beginning with `where`, "Prompt 2") where it is not a string or holds a lone
+    surrogate, which no tokenizer reads and no file can hold.
+
+    >>> check_text("caf" + chr(0xDCE9), "Text 0")
+    Traceback (most recent call last):
+    ...
+    ValueError: Text 0 is not valid Unicode: it holds a lone surrogate (U+DCE9) at character 3, as bytes that are not UTF-8 become when read as text (a command line, a file opened with errors="surrogateescape") or a JSON escape such as "\\ud800" gives. Give UTF-8 text.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"{where} is a {type(text).__name__}, not a text (str).")
+    found = SURROGATE.search(text)
+    if found:
+        raise ValueError(
+            f"{where} is not valid Unicode: it holds a lone surrogate (U+{ord(found.group()):04X}) at character "
+            f"{found.start()}, as bytes that are not UTF-8 become when read as text (a command line, a file opened "
+            'with errors="surrogateescape") or a JSON escape such as "\\ud800" gives. Give UTF-8 text.'
+        )
+    return text
+
+
+def check_texts(texts, what="Text"):
+    """Each of `texts` checked by `check_text`, named `what` and its index; the list."""
+    return [check_text(text, f"{what} {index}") for index, text in enumerate(texts)]
 
 
 class Tokenizer:
@@ -72,33 +102,48 @@ class Tokenizer:
     def tokenize(self, text):
         """The word pieces of `text`, with [CLS] and [SEP], truncated to the default `maxlen`."""
         self._truncate(None)
-        return self._tokenizer.encode(text).tokens
+        return self._tokenizer.encode(check_text(text, "The text")).tokens
 
     def encode(self, first, second=None, maxlen=None):
         self._truncate(maxlen)
+        first = check_text(first, "The first text")
+        second = None if second is None else check_text(second, "The second text")
         encoding = self._tokenizer.encode(first, second)
         return encoding.ids, encoding.type_ids
 
     def __call__(self, texts, maxlen=None):
         """Padded `[token_ids, segment_ids]` arrays for a list of texts or of
         `(first, second)` pairs."""
+        return list(self.encode_batch(texts, maxlen)[:2])
+
+    def encode_batch(self, texts, maxlen=None):
+        """`(token_ids, segment_ids, cut)`: the padded arrays of a list of
+        texts or of pairs, and how many of them were cut to `maxlen`."""
         if isinstance(texts, str):
             raise ValueError("Call the tokenizer on a list of texts (or of pairs); for one text use `encode`.")
         self._truncate(maxlen)
-        encodings = self._tokenizer.encode_batch(list(texts))
+        texts = [_checked_item(item, index) for index, item in enumerate(texts)]
+        encodings = self._tokenizer.encode_batch(texts)
         length = max((len(e.ids) for e in encodings), default=0)
         token_ids = np.zeros((len(encodings), length), "int32")
         segment_ids = np.zeros_like(token_ids)
         for row, e in enumerate(encodings):
             token_ids[row, : len(e.ids)] = e.ids
             segment_ids[row, : len(e.ids)] = e.type_ids
-        return [token_ids, segment_ids]
+        return token_ids, segment_ids, sum(bool(e.overflowing) for e in encodings)
 
     def _truncate(self, maxlen):
         maxlen = self.maxlen if maxlen is None else maxlen
         if maxlen < 3:
             raise ValueError(f"`maxlen` must leave room for [CLS] and [SEP], at least 3; got maxlen={maxlen}.")
         self._tokenizer.enable_truncation(maxlen, strategy="longest_first")
+
+
+def _checked_item(item, index):
+    """A text, or a `(first, second)` pair, checked by `check_text`."""
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        return tuple(check_text(text, f"Text {index}, {side}") for text, side in zip(item, ("first", "second")))
+    return check_text(item, f"Text {index}")
 
 
 def read_vocabulary(vocab_path):

@@ -41,8 +41,10 @@ class CorpusTokenizer:
     def vocab_size(self):
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def encode_lines(self, lines):
-        """Each line's ids (no special tokens), and each id's character offsets in its line."""
+    def encode_lines(self, lines, what="Text"):
+        """Each line's ids (no special tokens), and each id's character offsets in its line; a line that is not
+        valid text refused, named `what` and its index."""
+        lines = wordpiece.check_texts(lines, what)
         if self.kind == BYTES:
             ids = [np.frombuffer(line.encode("utf-8"), np.uint8).astype(np.int64) + 1 for line in lines]
             return ids, None
