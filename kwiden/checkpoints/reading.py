@@ -160,6 +160,19 @@ def read_plan(
     return plan
 
 
+def holds_head(checkpoint_path, layer_name, family):
+    """Whether a checkpoint (a path or an `open_checkpoint` `Checkpoint`) holds the weights of the head
+    `layer_name` (one of the family's `heads`, outside the blocks: BERT's pooler, its MLM head), read off the
+    tensors' names without reading a value."""
+    family = get_family(family)
+    checkpoint = open_checkpoint(checkpoint_path)
+    tensors = tensors_of(checkpoint)
+    prefix = read_prefix(family, tensors, 0) if checkpoint.format == "hf" else ""
+    names = family.checkpoint_names(0, checkpoint.format, prefix)
+    wanted = [name for (layer, _), (name, _) in names.items() if layer == layer_name]
+    return bool(wanted) and all(find_tensor(name, tensors, family) is not None for name in wanted)
+
+
 def shard_files(tensors):
     """`{tensor: its file}` of a sharded checkpoint's tensors, None for others."""
     return tensors.files if getattr(tensors, "path", None) and tensors.path.name == SAFETENSORS_INDEX else None

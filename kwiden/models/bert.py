@@ -16,6 +16,9 @@ from kwiden.models.family import ALTERNATIVE_NAMES, HEADS, Family
 
 DEFAULTS = dict(residual="post_ln", causal=False)
 FLAGS = ("with_mlm", "with_pool", "unilm")
+# `with_pool`'s values and the pooler's activation: BERT's tanh (True), or none, as SimBERT and RoFormer-Sim read
+# the pooler for their sentence vectors (bert4keras' `with_pool="linear"`).
+POOLER_ACTIVATIONS = {True: "tanh", "tanh": "tanh", "linear": None}
 # The Adam slots some Google checkpoints keep beside each variable: optimizer state, not weights.
 BUFFERS = (r".*/adam_[mv]",)
 
@@ -25,6 +28,8 @@ def build_bert(config, with_mlm=False, with_pool=False, unilm=False, name="bert"
     The model is named `name` and records it as its family (`model.family`).
     `unilm` gives every block UniLM's sequence-to-sequence mask from the
     segment ids (`blocks.unilm_mask`) instead of the padding mask alone.
+    `with_pool`: True or "tanh" (BERT's pooler), or "linear" (its Dense
+    without the tanh: SimBERT's sentence vector).
 
     >>> from kwiden.models import load_config
     >>> bert = build_bert(load_config(dict(vocab_size=50, hidden_size=8, num_hidden_layers=1,
@@ -41,7 +46,7 @@ def build_bert(config, with_mlm=False, with_pool=False, unilm=False, name="bert"
     x = blocks.stack(x, mask, config)
     outputs = [x]
     if with_pool:
-        outputs.append(_pooler(config, x))
+        outputs.append(_pooler(config, x, pooler_activation(with_pool)))
     if with_mlm:
         outputs.append(_mlm_logits(config, x, token_embedding))
     outputs = outputs[0] if len(outputs) == 1 else outputs
@@ -62,12 +67,20 @@ def _embeddings(config, token_embedding, token_ids, segment_ids):
     return blocks.dropout(config, naming.EMBEDDING_DROPOUT)(x)
 
 
-def _pooler(config, x):
-    """tanh Dense on the first token."""
+def pooler_activation(with_pool):
+    """The pooler's activation `with_pool` asks for; anything but `POOLER_ACTIVATIONS`' keys refused."""
+    if isinstance(with_pool, (bool, str)) and with_pool in POOLER_ACTIVATIONS:
+        return POOLER_ACTIVATIONS[with_pool]
+    raise ValueError(f"with_pool={with_pool!r}: give True or 'tanh' (BERT's pooler), or 'linear' (its Dense without "
+                     "the tanh, SimBERT's sentence vector).")  # fmt: skip
+
+
+def _pooler(config, x, activation):
+    """A Dense on the first token (`activation`: tanh, or none)."""
     pooled = layers.SelectToken(0, name=naming.POOLER)(x)
     dense = layers.ExpandableDense(
         config["hidden_size"],
-        activation="tanh",
+        activation=activation,
         kernel_initializer=blocks.initializer(config),
         name=naming.POOLER_DENSE,
     )
