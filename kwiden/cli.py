@@ -250,7 +250,9 @@ def parser():
     sts = commands.add_parser("eval-sts", help="score sentence vectors: Spearman on an STS file, retrieval on pairs")
     sts.add_argument("checkpoint", help="a BERT or RoFormer folder with its vocab.txt")
     sts.add_argument("file", help="text1<TAB>text2<TAB>score lines (Spearman), or text1<TAB>text2 (retrieval)")
-    sts.add_argument("--pooling", choices=["cls", "mean"], help="default: the folder's 1_Pooling, else cls")
+    sts.add_argument("--pooling", choices=["cls", "pooler", "mean"], help="default: a sentence-transformers folder's "
+                     "1_Pooling; else pooler (SimBERT's: the pooler Dense on [CLS], no tanh) where the checkpoint has "
+                     "one; else cls")  # fmt: skip
     sts.add_argument("--batch-size", type=_positive, default=32, help="texts a forward pass")
     sts.set_defaults(run=_eval_sts)
     _generate_parser(commands)

@@ -5,31 +5,56 @@ import pathlib
 import keras
 import numpy as np
 
-from kwiden import naming
+from kwiden import checkpoints, keras_internals, naming
 from kwiden.builder import build_transformer_model
 from kwiden.files import read_json
-from kwiden.tokenizer import Tokenizer
+from kwiden.messages import warn
+from kwiden.models.config import is_count, read_config_file
+from kwiden.models.family import family_of_config
+from kwiden.tokenizer import Tokenizer, check_texts
 
-POOLINGS = ("cls", "mean")
+POOLINGS = ("cls", "pooler", "mean")
+POOLINGS_TEXT = "cls, pooler or mean"
+# The families whose models read token and segment ids both ways: the encoders a sentence vector comes from.
+ENCODERS = ("bert", "roformer")
+# sentence-transformers' modules SentenceEncoder computes: the encoder, its pooling, the unit length.
+COMPUTED_MODULES = ("Transformer", "Pooling", "Normalize")
+# A rotary encoder has no position table to say how far it reads; BERT's own length then.
+ROTARY_MAXLEN = 512
 
 
 class SentenceEncoder:
     """L2-normalised sentence vectors from a BERT or RoFormer checkpoint
-    folder, encoded in batches: the `[CLS]` row of the last layer, or the
-    mean of its rows over the real tokens.
+    folder, encoded in batches, by one of three poolings:
+
+    - `"cls"`: the `[CLS]` row of the last layer;
+    - `"pooler"`: BERT's pooler Dense on that row, without its tanh: the
+      vector SimBERT and RoFormer-Sim train and rank by (bert4keras'
+      `with_pool="linear"`, their checkpoints' `bert/pooler/dense`);
+    - `"mean"`: the mean of the last layer's rows over the real tokens
+      (sentence-transformers' usual pooling).
 
     Args:
-        checkpoint: a Hugging Face (or kwiden-saved) folder with its
-            `vocab.txt`.
-        pooling: `"cls"` or `"mean"`; by default what a sentence-transformers
-            folder's `1_Pooling/config.json` says, else `"cls"` (SimBERT's).
+        checkpoint: a Hugging Face, Google or kwiden-saved folder of a BERT
+            or RoFormer.
+        pooling: by default what a sentence-transformers folder's
+            `modules.json` and `1_Pooling/config.json` say; else `"pooler"`
+            where the checkpoint holds the pooler's weights (a SimBERT, a
+            RoFormer-Sim, a Google BERT), else `"cls"`.
         batch_size: texts a forward pass.
-        maxlen: tokens a text at most, `[CLS]` and `[SEP]` included (512).
+        maxlen: tokens a text at most, `[CLS]` and `[SEP]` included; by
+            default a sentence-transformers folder's `max_seq_length`, else
+            the model's positions (`ROTARY_MAXLEN` for a rotary model). More
+            than the model's positions is refused; longer texts are cut to
+            their first `maxlen` tokens, with a warning counting them.
         lowercase: by default the folder's `tokenizer_config.json`'s
             `do_lower_case`, else True.
         model: the folder's model, already built (a UniLM with its MLM head
             too: its first output is the sequence, and a text alone is one
-            segment, which it reads both ways); by default built from the folder.
+            segment, which it reads both ways; for `"pooler"`, built with
+            `with_pool="linear"`); by default built from the folder.
+        tokenizer: the `vocab.txt` (or a folder holding it) to tokenize with;
+            by default the checkpoint folder's.
 
     Example (any BERT folder; a tiny random one here):
 
@@ -45,29 +70,53 @@ class SentenceEncoder:
     ((2, 8), 1.0)
     """
 
-    def __init__(self, checkpoint, pooling=None, batch_size=32, maxlen=512, lowercase=None, model=None):
+    def __init__(self, checkpoint, pooling=None, batch_size=32, maxlen=None, lowercase=None, model=None,
+                 tokenizer=None):  # fmt: skip
         folder = pathlib.Path(checkpoint)
         if not folder.is_dir():
             raise ValueError(f"SentenceEncoder reads a checkpoint folder; {folder} is not one.")
-        self.pooling = _pooling_of(folder) if pooling is None else pooling
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling={self.pooling!r}: SentenceEncoder pools by {' or '.join(POOLINGS)}.")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        if pooling is not None and pooling not in POOLINGS:
+            raise ValueError(f"pooling={pooling!r}: SentenceEncoder pools by {POOLINGS_TEXT}.")
+        if not is_count(batch_size, 1):
             raise ValueError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}.")
         self.batch_size = batch_size
-        lowercase = _lowercase_of(folder) if lowercase is None else lowercase
-        self.tokenizer = Tokenizer(folder / "vocab.txt", lowercase=lowercase, maxlen=maxlen)
-        self.model = build_transformer_model(checkpoint_path=folder) if model is None else model
+        if model is None:
+            family = _encoder_family(folder)
+            self.pooling = _pooling_of(folder, family) if pooling is None else pooling
+            if self.pooling == "pooler" and not checkpoints.holds_head(folder, naming.POOLER_DENSE, family):
+                raise ValueError(f"pooling='pooler' reads the pooler Dense on [CLS]; {folder} holds none (Google's "
+                                 "bert/pooler/dense, Hugging Face's pooler.dense): pool by 'cls' or 'mean'.")  # fmt: skip
+            with_pool = "linear" if self.pooling == "pooler" else False
+            self.model = build_transformer_model(checkpoint_path=folder, with_pool=with_pool)
+        else:
+            _check_encoder(model)
+            self.pooling = _pooling_of(folder, _encoder_family(folder)) if pooling is None else pooling
+            self.model = model
+        self._pooler = _linear_pooler(self.model) if self.pooling == "pooler" else None
+        self.maxlen = _maxlen(self.model, folder, maxlen)
+        vocabulary = _vocabulary(folder, tokenizer)
+        lowercase = _lowercase_of(vocabulary.parent) if lowercase is None else lowercase
+        self.tokenizer = Tokenizer(vocabulary, lowercase=lowercase, maxlen=self.maxlen)
 
     def encode(self, texts):
-        """A float32 array with one unit-length row a text (a text alone: one row)."""
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        for index, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise ValueError(f"SentenceEncoder.encode takes texts; item {index} is a {type(text).__name__}.")
+        """A float32 array with one unit-length row a text (a text alone: one row); a warning counts the texts cut
+        to `maxlen`."""
+        vectors, cut = self.vectors_and_cut(texts)
+        if cut:
+            warn(f"SentenceEncoder: {cut} of {len(vectors)} texts are longer than maxlen={self.maxlen} tokens and were "
+                 f"cut to their first {self.maxlen}.")  # fmt: skip
+        return vectors
+
+    def vectors_and_cut(self, texts):
+        """`encode`'s vectors, and how many of the texts were cut to `maxlen` (no warning)."""
+        texts = check_texts([texts] if isinstance(texts, str) else list(texts), "SentenceEncoder.encode's text")
         width = self.model.get_layer(naming.EMBEDDING_TOKEN).output_dim
-        rows = [self._encoded(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
-        return np.concatenate(rows) if rows else np.zeros((0, width), "float32")
+        rows, cut = [np.zeros((0, width), "float32")], 0
+        for start in range(0, len(texts), self.batch_size):
+            vectors, cut_here = self._encoded(texts[start : start + self.batch_size])
+            rows.append(vectors)
+            cut += cut_here
+        return np.concatenate(rows), cut
 
     def similarity(self, a, b):
         """The cosine of `a`'s and `b`'s vectors: a number for two texts, else a matrix (rows `a`, columns `b`)."""
@@ -75,30 +124,115 @@ class SentenceEncoder:
         return float(cosines[0, 0]) if isinstance(a, str) and isinstance(b, str) else cosines
 
     def _encoded(self, texts):
-        token_ids, segment_ids = self.tokenizer(texts)
+        """The unit-length vectors of `texts`, and how many of them were cut to `maxlen`."""
+        token_ids, segment_ids, cut = self.tokenizer.encode_batch(texts)
         outputs = self.model([token_ids, segment_ids])
-        sequence = keras.ops.convert_to_numpy(outputs[0] if isinstance(outputs, (list, tuple)) else outputs)
-        if self.pooling == "cls":
+        sequence = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+        if self.pooling == "pooler":
+            vectors = self._pooler(sequence[:, 0])
+        elif self.pooling == "cls":
             vectors = sequence[:, 0]
         else:  # padding (id 0) left out of the mean
             real = (token_ids != 0)[..., None]
-            vectors = (sequence * real).sum(1) / real.sum(1)
-        vectors = vectors.astype("float64")
-        return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype("float32")
+            vectors = (keras.ops.convert_to_numpy(sequence) * real).sum(1) / real.sum(1)
+        vectors = keras.ops.convert_to_numpy(vectors).astype("float64")
+        return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype("float32"), cut
 
 
-def _pooling_of(folder):
-    """What a sentence-transformers folder says it pools by, else "cls"."""
-    path = folder / "1_Pooling" / "config.json"
+def _encoder_family(folder):
+    """The family of the folder's config, refused unless it is an encoder's."""
+    config_path = checkpoints.config_beside(checkpoints.open_checkpoint(folder))
+    family = family_of_config(read_config_file(config_path))
+    if family.name not in ENCODERS:
+        raise ValueError(f"SentenceEncoder encodes with a BERT or RoFormer (token and segment ids read both ways); "
+                         f"{folder} holds a {family.title}.")  # fmt: skip
+    return family
+
+
+def _check_encoder(model):
+    inputs = {keras_internals.producer(x).name for x in model.inputs}
+    if not {naming.INPUT_TOKEN, naming.INPUT_SEGMENT} <= inputs:
+        raise ValueError(f"SentenceEncoder encodes with a BERT or RoFormer (inputs {naming.INPUT_TOKEN!r} and "
+                         f"{naming.INPUT_SEGMENT!r}); the model {model.name!r} takes {sorted(inputs)}.")  # fmt: skip
+
+
+def _linear_pooler(model):
+    """The model's pooler Dense, which must apply no activation (SimBERT's vector is the Dense's output)."""
+    layers = {layer.name: layer for layer in model.layers}
+    dense = layers.get(naming.POOLER_DENSE)
+    if dense is None:
+        raise ValueError(f"pooling='pooler' reads the pooler Dense on [CLS]; the model {model.name!r} has none: "
+                         "build it with with_pool='linear' (from a checkpoint that holds the pooler), or pool by "
+                         "'cls' or 'mean'.")  # fmt: skip
+    if dense.activation not in (None, keras.activations.linear):
+        raise ValueError(f"pooling='pooler' is the pooler Dense without an activation (SimBERT's vector); the model "
+                         f"{model.name!r}'s applies {dense.activation.__name__}: build it with with_pool='linear'.")  # fmt: skip
+    return dense
+
+
+def _pooling_of(folder, family):
+    """What a sentence-transformers folder says it pools by; else "pooler" where the checkpoint holds BERT's pooler
+    (the vector SimBERT and RoFormer-Sim rank by), else "cls"."""
+    modules = _sentence_modules(folder)
+    pooling_folder = next((path for kind, path in modules if kind == "Pooling"), "1_Pooling")
+    path = folder / pooling_folder / "config.json"
     if not path.is_file():
-        return "cls"
+        return "pooler" if checkpoints.holds_head(folder, naming.POOLER_DENSE, family) else "cls"
     config = read_json(path, f"{path} is not the JSON sentence-transformers writes", "repair it, or pass pooling=")
     if config.get("pooling_mode_mean_tokens"):
         return "mean"
     if config.get("pooling_mode_cls_token"):
         return "cls"
     modes = [key for key, value in config.items() if key.startswith("pooling_mode") and value]
-    raise ValueError(f"{path} pools by {modes}; SentenceEncoder pools by {' or '.join(POOLINGS)}: pass pooling=.")
+    raise ValueError(f"{path} pools by {modes}; SentenceEncoder pools by {POOLINGS_TEXT}: pass pooling=.")
+
+
+def _sentence_modules(folder):
+    """`(kind, path)` of each module a sentence-transformers `modules.json` lists (none without one); a module
+    SentenceEncoder does not compute (a Dense after the pooling) is refused: its vectors would not be the folder's."""
+    path = folder / "modules.json"
+    if not path.is_file():
+        return []
+    listed = read_json(path, f"{path} is not the JSON sentence-transformers writes", "repair it, or pass pooling=")
+    if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("type"), str) for m in listed):
+        raise ValueError(f"{path} is not a list of modules with their types, as sentence-transformers writes; repair "
+                         "it, or pass pooling=.")  # fmt: skip
+    modules = [(module["type"].rsplit(".", 1)[-1], str(module.get("path", ""))) for module in listed]
+    other = [module["type"] for module, (kind, _) in zip(listed, modules) if kind not in COMPUTED_MODULES]
+    if other:
+        raise ValueError(f"{path} adds {', '.join(other)} to the encoder and its pooling: SentenceEncoder computes "
+                         f"{', '.join(COMPUTED_MODULES)} alone, and its vectors would not be the folder's. Pass "
+                         "pooling= to encode with the encoder's pooling alone.")  # fmt: skip
+    return modules
+
+
+def _maxlen(model, folder, maxlen):
+    """`maxlen`, or the folder's sentence-transformers `max_seq_length`, or the model's positions; more than the
+    model's position table refused."""
+    table = next((layer.input_dim for layer in model.layers if layer.name == naming.EMBEDDING_POSITION), None)
+    if maxlen is None:
+        path = folder / "sentence_bert_config.json"
+        config = read_json(path, f"{path} is not JSON", "repair it, or pass maxlen=") if path.is_file() else {}
+        maxlen = config.get("max_seq_length") if is_count(config.get("max_seq_length"), 3) else None
+        maxlen = min(maxlen or table or ROTARY_MAXLEN, table or ROTARY_MAXLEN)
+    if not is_count(maxlen, 3):
+        raise ValueError(f"maxlen must be a whole number ≥ 3 ([CLS], a token, [SEP]), got {maxlen!r}.")
+    if table is not None and maxlen > table:
+        raise ValueError(f"maxlen={maxlen}: the model reads {table} positions at most; give maxlen ≤ {table}.")
+    return maxlen
+
+
+def _vocabulary(folder, tokenizer):
+    """The `vocab.txt` to tokenize with: `tokenizer` (a file, or a folder holding one), else the checkpoint's."""
+    path = folder if tokenizer is None else pathlib.Path(tokenizer)
+    path = path / "vocab.txt" if path.is_dir() else path
+    if not path.is_file():
+        where = (
+            f"{folder} has no vocab.txt" if tokenizer is None else f"tokenizer={str(tokenizer)!r} is not a vocab.txt"
+        )
+        raise ValueError(f"{where}: SentenceEncoder tokenizes with BERT's WordPiece vocab.txt; pass tokenizer= (the "
+                         "vocab.txt the model was trained with, or its folder).")  # fmt: skip
+    return path
 
 
 def _lowercase_of(folder):

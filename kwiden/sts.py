@@ -9,6 +9,9 @@ import numpy as np
 
 from kwiden.files import read_text
 
+# Cosines closer than this differ by float32 rounding alone: ranked, they would order the pairs at random.
+SAME_COSINE = 1e-6
+
 
 @dataclasses.dataclass(frozen=True)
 class Pairs:
@@ -23,7 +26,7 @@ def read_pairs(path):
     """`Pairs` from `text1 \\t text2 \\t score` lines (an STS file) or `text1 \\t text2` lines (a pair file);
     blank lines skipped, anything else refused naming the line."""
     path = pathlib.Path(path)
-    pairs, scores, columns = [], [], None
+    pairs, scores, numbers, columns = [], [], [], None
     for number, line in enumerate(read_text(path, "The pairs file", "a tab-separated text file").splitlines(), 1):
         if not line.strip():
             continue
@@ -37,9 +40,23 @@ def read_pairs(path):
         if columns == 3:
             scores.append(_score(cells[2], path, number))
         pairs.append((cells[0].strip(), cells[1].strip()))
+        numbers.append(number)
     if len(pairs) < 2:
         raise ValueError(f"{path} holds {len(pairs)} pair(s); an evaluation needs at least 2.")
+    if columns == 3 and len(set(scores)) == 1:
+        raise ValueError(f"{path}: every score is {scores[0]:g}; Spearman's correlation with scores that do not vary "
+                         "is undefined. Give pairs scored apart, or drop the scores for retrieval.")  # fmt: skip
+    if columns == 2:
+        _refuse_pairs_of_one_text(path, pairs, numbers)
     return Pairs(str(path), pairs, scores if columns == 3 else None)
+
+
+def _refuse_pairs_of_one_text(path, pairs, numbers):
+    """A retrieval pair of one text twice has no partner to find: the text itself is not a candidate."""
+    same = [number for number, (a, b) in zip(numbers, pairs) if a == b]
+    if same:
+        raise ValueError(f"{path}, line {same[0]}: its two texts are the same; retrieval finds each text's partner "
+                         "among the other texts. Remove the line, or give it a partner of other words.")  # fmt: skip
 
 
 def _score(text, path, number):
@@ -58,19 +75,23 @@ def spearman(encoder, pairs, scores):
 
     first, second = encoder.encode([a for a, _ in pairs]), encoder.encode([b for _, b in pairs])
     cosines = np.sum(first * second, axis=1)
+    if np.ptp(cosines) < SAME_COSINE:
+        raise ValueError(f"Every pair's cosine is {cosines[0]:.6g}: the encoder gives these texts one vector, and "
+                         "Spearman's correlation with cosines that do not vary is undefined.")  # fmt: skip
     return float(spearmanr(cosines, scores).statistic)
 
 
 def retrieval(encoder, pairs):
-    """`(top-1 accuracy, mean reciprocal rank)` of each text's partner among all the other texts of the pairs
-    (a tie with the partner counts against it)."""
-    texts = [a for a, _ in pairs] + [b for _, b in pairs]
+    """`(top-1 accuracy, mean reciprocal rank)` of each side of each pair, as a query, finding its partner among
+    the pairs' other texts. A text that appears more than once (a sentence that is two pairs' partner, as adjacent
+    sentences pair) is one candidate, never its own; a tie with the partner counts against it."""
+    texts = list(dict.fromkeys(text for pair in pairs for text in pair))  # each text once, in order
+    index = {text: i for i, text in enumerate(texts)}
     vectors = encoder.encode(texts).astype("float64")
     cosines = vectors @ vectors.T
     np.fill_diagonal(cosines, -np.inf)
-    count = len(pairs)
-    partner = np.concatenate([np.arange(count, 2 * count), np.arange(count)])
-    partner_cosine = cosines[np.arange(2 * count), partner]
-    others = np.delete(cosines.reshape(-1), np.arange(2 * count) * (2 * count) + partner).reshape(2 * count, -1)
-    ranks = 1 + np.sum(others >= partner_cosine[:, None], axis=1)
+    queries = np.array([index[a] for a, _ in pairs] + [index[b] for _, b in pairs])
+    partners = np.array([index[b] for _, b in pairs] + [index[a] for a, _ in pairs])
+    partner_cosine = cosines[queries, partners]
+    ranks = np.sum(cosines[queries] >= partner_cosine[:, None], axis=1)  # the partner itself counted: rank 1 up
     return float(np.mean(ranks == 1)), float(np.mean(1.0 / ranks))

@@ -58,11 +58,11 @@ def test_similarity_is_a_number_for_two_texts_and_a_matrix_for_lists(tiny_folder
 def test_bad_input_is_named(tiny_folder, tmp_path):
     with pytest.raises(ValueError, match=r"reads a checkpoint folder; .*nowhere is not one"):
         kwiden.SentenceEncoder(tmp_path / "nowhere")
-    with pytest.raises(ValueError, match=r"pooling='max': SentenceEncoder pools by cls or mean"):
+    with pytest.raises(ValueError, match=r"pooling='max': SentenceEncoder pools by cls, pooler or mean"):
         kwiden.SentenceEncoder(tiny_folder, pooling="max")
     with pytest.raises(ValueError, match=r"batch_size must be a whole number ≥ 1, got 0"):
         kwiden.SentenceEncoder(tiny_folder, batch_size=0)
-    with pytest.raises(ValueError, match=r"takes texts; item 1 is a int"):
+    with pytest.raises(ValueError, match=r"SentenceEncoder.encode's text 1 is a int, not a text"):
         kwiden.SentenceEncoder(tiny_folder).encode(["a", 3])
     folder = tmp_path / "max"
     shutil.copytree(tiny_folder, folder)
@@ -83,3 +83,86 @@ def test_a_sentence_transformers_folder_pools_as_it_says_and_ranks_a_paraphrase_
     np.testing.assert_allclose(vectors, unit((sequence * real).sum(1) / real.sum(1)), rtol=1e-5, atol=1e-6)
     similar, unrelated = encoder.similarity(SENTENCES[0], SENTENCES[1]), encoder.similarity(SENTENCES[0], SENTENCES[2])
     assert similar > unrelated + 0.3, (similar, unrelated)
+
+
+@pytest.fixture(scope="module")
+def pooled_folder(tmp_path_factory):
+    """A tiny BERT saved with its pooler (as Google's and SimBERT's checkpoints hold one)."""
+    folder = tmp_path_factory.mktemp("pooled")
+    model = randomize_weights(kwiden.build_transformer_model(tiny_config(vocab_size=len(VOCAB)), with_pool=True))
+    kwiden.save_checkpoint(model, folder)
+    (folder / "vocab.txt").write_text("\n".join(VOCAB))
+    return folder, model
+
+
+def test_a_checkpoint_with_the_pooler_is_read_with_it_and_pooled_by_it_without_the_tanh(pooled_folder, tiny_folder):
+    folder, model = pooled_folder
+    encoder = kwiden.SentenceEncoder(folder)
+    assert encoder.pooling == "pooler"
+    texts = ["a b c", "d", "e f g h i j"]
+    token_ids, segment_ids = encoder.tokenizer(texts)
+    first = numpy_outputs(model, [token_ids, segment_ids])[0][:, 0].astype("float64")
+    dense = model.get_layer("Pooler-Dense")
+    linear = first @ np.asarray(dense.kernel, "float64") + np.asarray(dense.bias, "float64")  # SimBERT's: no tanh
+    np.testing.assert_allclose(encoder.encode(texts), unit(linear), rtol=1e-5, atol=1e-6)
+    assert kwiden.SentenceEncoder(folder, pooling="cls").pooling == "cls"  # asked for, the [CLS] row as before
+    assert kwiden.SentenceEncoder(tiny_folder).pooling == "cls"  # no pooler: [CLS], as before
+    with pytest.raises(ValueError, match=r"pooling='pooler' reads the pooler Dense on \[CLS\]; .*tiny0 holds none"):
+        kwiden.SentenceEncoder(tiny_folder, pooling="pooler")
+    tanh = kwiden.build_transformer_model(checkpoint_path=folder, with_pool=True)
+    with pytest.raises(ValueError, match=r"the model 'bert''s applies tanh: build it with with_pool='linear'"):
+        kwiden.SentenceEncoder(folder, model=tanh)
+    linear_model = kwiden.build_transformer_model(checkpoint_path=folder, with_pool="linear", with_mlm=True,
+                                                  unilm=True, fresh_heads=True)  # fmt: skip
+    np.testing.assert_allclose(kwiden.SentenceEncoder(folder, model=linear_model).encode(texts), encoder.encode(texts),
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def test_texts_longer_than_the_positions_are_cut_and_counted_and_more_positions_refused(tiny_folder, tmp_path):
+    encoder = kwiden.SentenceEncoder(tiny_folder)
+    assert encoder.maxlen == 32  # the model's positions, not BERT's 512
+    long, short = " ".join("abcdefghij" * 4), "a b"
+    with pytest.warns(
+        UserWarning, match=r"SentenceEncoder: 1 of 2 texts are longer than maxlen=32 tokens and were cut"
+    ):
+        vectors = encoder.encode([long, short])
+    token_ids, _ = encoder.tokenizer([long])
+    assert token_ids.shape == (1, 32) and np.isfinite(vectors).all()
+    with pytest.raises(ValueError, match=r"maxlen=64: the model reads 32 positions at most; give maxlen ≤ 32"):
+        kwiden.SentenceEncoder(tiny_folder, maxlen=64)
+    folder = shutil.copytree(tiny_folder, tmp_path / "st")
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8}))
+    assert kwiden.SentenceEncoder(folder).maxlen == 8  # sentence-transformers' own cut
+
+
+def test_what_is_not_a_bert_or_not_text_is_refused(tiny_folder, tmp_path):
+    gpt = kwiden.build_transformer_model(tiny_config(vocab_size=len(VOCAB)), model="gpt")
+    kwiden.save_checkpoint(gpt, tmp_path / "gpt")
+    (tmp_path / "gpt" / "vocab.txt").write_text("\n".join(VOCAB))
+    with pytest.raises(ValueError, match=r"SentenceEncoder encodes with a BERT or RoFormer .*gpt holds a GPT"):
+        kwiden.SentenceEncoder(tmp_path / "gpt")
+    with pytest.raises(ValueError, match=r"SentenceEncoder encodes with a BERT or RoFormer \(inputs 'Input-Token' "):
+        kwiden.SentenceEncoder(tiny_folder, model=gpt)
+    encoder = kwiden.SentenceEncoder(tiny_folder)
+    with pytest.raises(ValueError, match=r"encode's text 1 is not valid Unicode: .*lone surrogate \(U\+DCFF\) at "):
+        encoder.encode(["a b", "c" + chr(0xDCFF)])
+
+
+def test_a_folder_without_vocab_takes_tokenizer_and_modules_it_cannot_compute_are_refused(tiny_folder, tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "kwiden-manifest.json"):
+        shutil.copy(tiny_folder / name, bare / name)
+    with pytest.raises(ValueError, match=r"bare has no vocab.txt: .*pass tokenizer="):
+        kwiden.SentenceEncoder(bare)
+    given = kwiden.SentenceEncoder(bare, tokenizer=tiny_folder).encode(["a b"])
+    np.testing.assert_allclose(given, kwiden.SentenceEncoder(tiny_folder).encode(["a b"]), rtol=1e-6)
+    folder = shutil.copytree(tiny_folder, tmp_path / "dense")
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+    ]))  # fmt: skip
+    with pytest.raises(ValueError, match=r"modules.json adds sentence_transformers.models.Dense .* Pass pooling="):
+        kwiden.SentenceEncoder(folder)
+    assert kwiden.SentenceEncoder(folder, pooling="mean").pooling == "mean"

@@ -74,3 +74,28 @@ def test_the_command_scores_a_real_sentence_encoder(tmp_path, capsys):
     pairs.write_text("no tab here\n")
     assert cli.main(["eval-sts", folder, str(pairs)]) == 1
     assert "pairs.tsv, line 1: want text1<TAB>text2" in capsys.readouterr().err
+
+
+def test_a_text_in_two_pairs_is_one_candidate_never_its_own():
+    """Adjacent sentences pair as (s1, s2), (s2, s3): s2's second copy is no candidate for s2, which ranks by
+    its partners alone."""
+    encoder = Fixed({"s1": 0, "s2": 30, "s3": 70, "t": 200})
+    # Queries: s1 → s2 (rank 1), s2 → s3 (s1 at 30° is nearer than s3 at 40°: rank 2), s2 → s1 (1), s3 → s2 (1).
+    # Were s2's copies two candidates, s1 → s2 would tie with the other copy, and s2 → s1 lose to it.
+    top1, mrr = sts.retrieval(encoder, [("s1", "s2"), ("s2", "s3")])
+    assert top1 == 0.75 and mrr == pytest.approx((1 + 1 / 2 + 1 + 1) / 4)
+
+
+def test_undefined_evaluations_are_refused(tmp_path):
+    path = tmp_path / "sts.tsv"
+    path.write_text("a\tb\t3\nc\td\t3\n")
+    with pytest.raises(ValueError, match=r"sts.tsv: every score is 3; Spearman's correlation .* is undefined"):
+        sts.read_pairs(path)
+    path.write_text("a\tb\nc\tc\n")
+    with pytest.raises(ValueError, match=r"sts.tsv, line 2: its two texts are the same"):
+        sts.read_pairs(path)
+    scored = tmp_path / "scored.tsv"
+    scored.write_text("c\tc\t5\na\tb\t1\n")  # a scored pair of one text is a real STS pair
+    assert sts.read_pairs(scored).pairs[0] == ("c", "c")
+    with pytest.raises(ValueError, match=r"Every pair's cosine is 1: the encoder gives these texts one vector"):
+        sts.spearman(Fixed({"a": 10, "b": 10, "c": 50}), [("a", "b"), ("c", "c")], [1.0, 2.0])

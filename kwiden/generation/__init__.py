@@ -11,8 +11,9 @@ import re
 
 import numpy as np
 
+from kwiden import naming
 from kwiden.builder import build_transformer_model
-from kwiden.checkpoints import config_beside
+from kwiden.checkpoints import config_beside, holds_head
 from kwiden.files import read_json
 from kwiden.generation.rollout import Decoder
 from kwiden.generation.search import Search, beam_rows, decode_rows
@@ -38,6 +39,8 @@ def load_generator(checkpoint):
     config = read_json(path, f"{path} is not JSON", "repair it")
     family = family_of_config(config)
     flags = dict(with_mlm=True, unilm=True) if "unilm" in family.flags else {}
+    if flags and holds_head(folder, naming.POOLER_DENSE, family):  # SimBERT's sentence vector, which `similar` ranks by
+        flags["with_pool"] = "linear"
     tokenizer = load_tokenizer(folder, flag="the checkpoint")
     end = config.get("eos_token_id")
     if isinstance(end, int) and not flags:  # a decoder's own end, where its config names one

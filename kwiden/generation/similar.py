@@ -24,9 +24,10 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
 
     Returns:
         For one text, a list of `(sentence, cosine)` pairs: distinct
-        sentences, not the text itself, by the cosine of their `[CLS]`
-        vectors to the text's (`SentenceEncoder`); for a list, one such list
-        a text. Fewer than `n` where fewer distinct sentences came out.
+        sentences, not the text itself, by the cosine of their sentence
+        vectors to the text's (`SentenceEncoder`'s default pooling: the
+        pooler, as SimBERT ranks, where the checkpoint holds it, else
+        `[CLS]`); for a list, one such list a text. Fewer than `n` where fewer distinct sentences came out.
     """
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
@@ -44,7 +45,7 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
         longest = max((len(ids) for ids in tokenizer.encode_lines(texts)[0]), default=0)
         max_new_tokens = 2 * longest + 2
     sampled = generate(model, tokenizer, texts, max_new_tokens, top_k=top_k, num_samples=candidates, seed=seed)
-    encoder = SentenceEncoder(checkpoint, pooling="cls", model=model)  # the generator's weights, read once
+    encoder = SentenceEncoder(checkpoint, model=model)  # the generator's weights, read once
     found = [_ranked(encoder, tokenizer, text, sentences, n) for text, sentences in zip(texts, sampled)]
     return found[0] if single else found
 
