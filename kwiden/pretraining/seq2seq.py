@@ -85,7 +85,7 @@ class Seq2Seq(Objective):
         return [None, keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)]
 
     def counted(self, targets):
-        return int(np.sum(targets[1] != IGNORED))
+        return int(np.sum(targets[-1] != IGNORED))  # the tokens, the last target
 
     def configured(self, options, tokenizer):
         if options.corrupt and tokenizer.mask is None:

@@ -1,9 +1,12 @@
 """SimBERT's objective (`--objective simbert`): UniLM's generation of a
-similar sentence plus an in-batch contrastive loss on the `[CLS]` vectors,
-as ZhuiyiTechnology's SimBERT trains. The corpus holds JSON lines
-`{"text": …, "synonyms": [ … ]}`; each batch holds pairs in both directions
-(`text → synonym` and `synonym → text`) as adjacent rows, and each row's
-`[CLS]` vector should find its neighbour's among the batch's.
+similar sentence plus an in-batch contrastive loss on the sentence vectors,
+as ZhuiyiTechnology's SimBERT trains. The sentence vector is BERT's pooler
+Dense on `[CLS]` without its tanh (bert4keras' `with_pool="linear"`, the
+checkpoint's `bert/pooler/dense`), which `kwiden.SentenceEncoder` pools by
+(`pooling="pooler"`). The corpus holds JSON lines `{"text": …, "synonyms":
+[ … ]}`; each batch holds pairs in both directions (`text → synonym` and
+`synonym → text`) as adjacent rows, and each row's vector should find its
+neighbour's among the batch's other rows.
 
 RoFormer-Sim's additions: `--corrupt F` (`Seq2Seq`'s: a share of the sources
 whole-word masked; a corrupted source still gives the row's `[CLS]` vector and
@@ -33,8 +36,8 @@ DISTILL_WEIGHT = 100.0
 @keras.saving.register_keras_serializable(package="kwiden")
 class InBatchSimilarity(keras.losses.Loss):
     """Cross-entropy of each row's partner (rows 2i and 2i + 1 are partners)
-    among the batch's other rows, by the cosines of their `[CLS]` vectors
-    times `scale`; the partners are the row order. With `distill_weight`,
+    among the batch's other rows, by the cosines of their sentence vectors
+    (`y_pred`, a row a row) times `scale`; the partners are the row order. With `distill_weight`,
     plus that times each row's mean squared difference of its cosines to the
     other rows from `y_true`'s (the teacher's cosines, a row a row of the
     batch); without, `y_true` is not read."""
@@ -51,9 +54,8 @@ class InBatchSimilarity(keras.losses.Loss):
         return loss
 
     @staticmethod
-    def cosines(sequences):
-        """The cosines of the rows' `[CLS]` vectors (the first position of each row's sequence), a row a row."""
-        vectors = sequences[:, 0]
+    def cosines(vectors):
+        """The cosines of the rows' sentence vectors, a row a row."""
         vectors = vectors / ops.sqrt(ops.sum(ops.square(vectors), axis=-1, keepdims=True) + 1e-12)
         return ops.matmul(vectors, ops.transpose(vectors))
 
@@ -120,10 +122,12 @@ class SimBERT(Seq2Seq):
     records_are = "records"
     takes = ("scale", "corrupt", "teacher", "distill_weight")
     measured = ("seq2seq_loss", "similarity_loss", "retrieval_accuracy")
-    scale, distill_weight, teacher = SCALE, 0.0, None
+    model_arguments = {**Seq2Seq.model_arguments, "with_pool": "linear"}  # outputs: sequence, vector, logits
+    scale, distill_weight, teacher, pairs_a_batch = SCALE, 0.0, None, None
 
     def configured(self, options, tokenizer):
         super().configured(options, tokenizer)
+        self.pairs_a_batch = self._pairs(options.batch_size)  # refused before the corpus is read
         self.scale = options.scale
         if options.teacher is not None:
             self.teacher = teacher_for(options.teacher, tokenizer, self.seq_len)
@@ -133,20 +137,20 @@ class SimBERT(Seq2Seq):
 
     def losses(self):
         tokens = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)
-        return [InBatchSimilarity(self.scale, self.distill_weight), tokens]
+        return [None, InBatchSimilarity(self.scale, self.distill_weight), tokens]
 
     def measures(self, outputs, targets):
         """The seq2seq loss (weighed by the targets it averages), the in-batch softmax's loss, the retrieval
         accuracy and, with a teacher, the distillation's loss (unweighted) of one validation batch."""
-        sequences, logits = outputs
-        teacher, tokens = targets
-        similarity, seq2seq = self.losses()
-        cosines = InBatchSimilarity.cosines(ops.convert_to_tensor(sequences, "float32"))
-        rows = len(sequences)
+        _, vectors, logits = outputs
+        _, teacher, tokens = targets
+        _, similarity, seq2seq = self.losses()
+        cosines = InBatchSimilarity.cosines(ops.convert_to_tensor(vectors, "float32"))
+        rows = len(vectors)
         measures = dict(
             seq2seq_loss=(_number(seq2seq(tokens, logits)), self.counted(targets)),
             similarity_loss=(_number(ops.mean(similarity.softmax_loss(cosines))), rows),
-            retrieval_accuracy=(retrieval_accuracy(np.asarray(sequences)[:, 0]), rows),
+            retrieval_accuracy=(retrieval_accuracy(np.asarray(vectors)), rows),
         )
         if self.teacher is not None:
             measures["distill_loss"] = (_number(ops.mean(similarity.distill_loss(teacher, cosines))), rows)
@@ -179,9 +183,17 @@ class SimBERT(Seq2Seq):
             raise ValueError(f"{where}: --objective simbert wants 'synonyms', a list of one or more non-empty texts.")
         return text, synonyms
 
+    def split(self, data, valid_fraction):
+        """Seq2Seq's split, refused where the training records are fewer than a batch's pairs."""
+        train, valid = super().split(data, valid_fraction)
+        if self.pairs_a_batch is not None:
+            _check_records(train.records, self.pairs_a_batch)
+        return train, valid
+
     def training_batch(self, train, batch_size, seed, update, micro_step):
         rng = np.random.default_rng([seed, update, micro_step])
-        records = rng.integers(0, len(train.groups), self._pairs(batch_size))
+        pairs = _check_records(len(train.groups), self._pairs(batch_size))
+        records = rng.choice(len(train.groups), pairs, replace=False)  # a record twice would be its own negative
         pairs = [(train.groups[r][0], train.groups[r][rng.integers(1, len(train.groups[r]))]) for r in records]
         return self._batch(train, pairs, rng)
 
@@ -198,11 +210,15 @@ class SimBERT(Seq2Seq):
         if batch_size % 2:
             raise ValueError(f"--batch-size {batch_size}: --objective simbert puts each pair in a batch both ways "
                              "(text → synonym, synonym → text): give an even batch size.")  # fmt: skip
+        if batch_size < 4:
+            raise ValueError(f"--batch-size {batch_size}: --objective simbert needs 2 pairs a batch or more (4 rows): "
+                             "with one, each row's only other row is its partner, so the similarity loss is 0 and the "
+                             "retrieval accuracy 1 whatever the vectors. Give --batch-size 4 or more.")  # fmt: skip
         return batch_size // 2
 
     def _batch(self, sentences, pairs, rng=None):
         """Each pair both ways, as adjacent rows; with `rng` (training) the sources corrupted as `--corrupt` says.
-        The first target: the teacher's cosines of the (uncorrupted) sources, or zeros without a teacher."""
+        The similarity's target: the teacher's cosines of the (uncorrupted) sources, or zeros without a teacher."""
         sources = [i for a, b in pairs for i in (a, b)]
         targets = [i for a, b in pairs for i in (b, a)]
         token_ids, segment_ids, _ = self.encoded([sentences.ids[i] for i in sources],
@@ -212,9 +228,19 @@ class SimBERT(Seq2Seq):
             token_ids = self.corrupted(token_ids, segment_ids, starts, rng)
         (inputs, segments), (_, targets) = self.examples(token_ids, segment_ids)
         if self.teacher is None:
-            return (inputs, segments), (np.zeros(len(inputs), np.int32), targets)
-        vectors = self.teacher.encode([sentences.texts[i] for i in sources])
-        return (inputs, segments), ((vectors @ vectors.T).astype(np.float32), targets)
+            return (inputs, segments), (None, np.zeros(len(inputs), np.int32), targets)
+        vectors, _ = self.teacher.vectors_and_cut([sentences.texts[i] for i in sources])  # cut as the log counts
+        return (inputs, segments), (None, (vectors @ vectors.T).astype(np.float32), targets)
+
+
+def _check_records(records, pairs):
+    """`pairs`, refused where `records` are fewer: each pair of a batch is of another record (a record twice would
+    be its own negative in the in-batch softmax)."""
+    if records < pairs:
+        fits = f"--batch-size {2 * records} or less, or more records" if records >= 2 else "more records"
+        raise ValueError(f"--batch-size {2 * pairs} holds {pairs} pairs, each of another record, but {records} "
+                         f"record(s) are left for training: give {fits}.")  # fmt: skip
+    return pairs
 
 
 def _number(tensor):

@@ -85,9 +85,9 @@ def test_chinese_sources_are_masked_by_jieba_words_whole(chinese_pairs, tmp_path
     for i in single:  # the word starts are jieba's
         starts = np.cumsum([0] + [len(word) for word in jieba.lcut(data.texts[i])])[:-1]
         assert np.flatnonzero(data.starts[i]).tolist() == starts.tolist()
-    (inputs, segments), (_, targets) = objective.training_batch(data, 64, 0, 7, 0)
+    (inputs, segments), (_, _, targets) = objective.training_batch(data, 64, 0, 7, 0)
     plain = SimBERT(64, tokenizer.vocab_size, tokenizer.cls, tokenizer.separator)
-    (original, _), (_, clean_targets) = plain.training_batch(data, 64, 0, 7, 0)
+    (original, _), (_, _, clean_targets) = plain.training_batch(data, 64, 0, 7, 0)
     np.testing.assert_array_equal(targets, clean_targets)
     np.testing.assert_array_equal(inputs[segments == 1], original[segments == 1])
     masked_words = 0
@@ -130,11 +130,11 @@ def test_a_batch_carries_the_teachers_cosines_of_the_clean_sources(similar, tmp_
     objective = SimBERT(24, tokenizer.vocab_size, tokenizer.cls, tokenizer.separator).configured(options, tokenizer)
     assert (objective.distill_weight, objective.scale, objective.corrupt) == (100.0, 30.0, 1.0)
     data = objective.read(path, tokenizer, tmp_path, verbose=0)
-    (_, _), (cosines, _) = objective.validation_batches(data, 8, 0)[0]
+    (_, _), (_, cosines, _) = objective.validation_batches(data, 8, 0)[0]
     texts = [data.texts[i] for group in data.groups[:4] for i in group[:2]]  # each record's text and first synonym
     vectors = kwiden.SentenceEncoder(teacher, maxlen=24).encode(texts)
     np.testing.assert_allclose(cosines, vectors @ vectors.T, atol=1e-6)
-    (inputs, _), (trained, _) = objective.training_batch(data, 8, 0, 3, 0)
+    (inputs, _), (_, trained, _) = objective.training_batch(data, 8, 0, 3, 0)
     assert (inputs == tokenizer.mask).any() and trained.shape == (8, 8)  # corrupted rows, the clean texts' cosines
 
 

@@ -15,36 +15,36 @@ from kwiden.pretraining.simbert import SCALE, InBatchSimilarity, Sentences, SimB
 RUN = {**TINY_RUN, "seq_len": 24, "build_vocab": 300}
 
 
-def cosines_of(sequence):
-    vectors = sequence[:, 0].astype("float64")
+def cosines_of(vectors):
+    vectors = vectors.astype("float64")
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     return vectors @ vectors.T
 
 
-def softmax_reference(sequence, scale=SCALE):
+def softmax_reference(vectors, scale=SCALE):
     """SimBERT's in-batch loss in numpy: each row's partner (its neighbour) among the other rows by scaled cosine."""
-    scores = scale * cosines_of(sequence)
+    scores = scale * cosines_of(vectors)
     np.fill_diagonal(scores, -np.inf)
     log_softmax = scores - np.log(np.exp(scores - scores.max(1, keepdims=True)).sum(1, keepdims=True)) - scores.max(
         1, keepdims=True)  # fmt: skip
-    return -np.mean([log_softmax[i, i ^ 1] for i in range(len(sequence))])
+    return -np.mean([log_softmax[i, i ^ 1] for i in range(len(vectors))])
 
 
 def test_the_in_batch_loss_is_each_rows_partner_by_scaled_cosine():
-    sequence = np.random.default_rng(0).normal(size=(4, 3, 5)).astype("float32")
-    assert float(InBatchSimilarity()(np.zeros(4), sequence)) == pytest.approx(softmax_reference(sequence), rel=1e-5)
-    loss = float(InBatchSimilarity(scale=7.5)(np.zeros(4), sequence))  # --scale
-    assert loss == pytest.approx(softmax_reference(sequence, 7.5), rel=1e-5)
+    vectors = np.random.default_rng(0).normal(size=(4, 5)).astype("float32")
+    assert float(InBatchSimilarity()(np.zeros(4), vectors)) == pytest.approx(softmax_reference(vectors), rel=1e-5)
+    loss = float(InBatchSimilarity(scale=7.5)(np.zeros(4), vectors))  # --scale
+    assert loss == pytest.approx(softmax_reference(vectors, 7.5), rel=1e-5)
 
 
 def test_the_distillation_term_is_the_mean_squared_cosine_difference_off_the_diagonal():
     rng = np.random.default_rng(1)
-    sequence = rng.normal(size=(6, 3, 5)).astype("float32")
-    teacher = cosines_of(rng.normal(size=(6, 1, 4)))
-    loss = float(InBatchSimilarity(scale=20.0, distill_weight=100.0)(teacher.astype("float32"), sequence))
+    vectors = rng.normal(size=(6, 5)).astype("float32")
+    teacher = cosines_of(rng.normal(size=(6, 4)))
+    loss = float(InBatchSimilarity(scale=20.0, distill_weight=100.0)(teacher.astype("float32"), vectors))
     off_diagonal = ~np.eye(6, dtype=bool)
-    distilled = np.mean((teacher - cosines_of(sequence))[off_diagonal] ** 2)
-    assert loss == pytest.approx(softmax_reference(sequence, 20.0) + 100 * distilled, rel=1e-5)
+    distilled = np.mean((teacher - cosines_of(vectors))[off_diagonal] ** 2)
+    assert loss == pytest.approx(softmax_reference(vectors, 20.0) + 100 * distilled, rel=1e-5)
     again = InBatchSimilarity.from_config(InBatchSimilarity(20.0, 100.0).get_config())
     assert (again.scale, again.distill_weight) == (20.0, 100.0)  # as a backup reads it back
 
@@ -63,30 +63,32 @@ def test_the_validation_measures_are_the_losses_parts_and_the_accuracy():
     objective = SimBERT(seq_len=8, vocab_size=7, cls=2, separator=3)
     rng = np.random.default_rng(2)
     sequences = rng.normal(size=(4, 8, 5)).astype("float32")
+    vectors = rng.normal(size=(4, 5)).astype("float32")  # the pooler's: the sequences are not read
     logits = rng.normal(size=(4, 8, 7)).astype("float32")
     tokens = np.full((4, 8), IGNORED)
     tokens[:, 3:6] = rng.integers(0, 7, (4, 3))
-    measures = objective.measures([sequences, logits], (np.zeros(4), tokens))
+    measures = objective.measures([sequences, vectors, logits], (None, np.zeros(4), tokens))
     assert set(measures) == set(objective.measured) == {"seq2seq_loss", "similarity_loss", "retrieval_accuracy"}
     log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     picked = np.take_along_axis(log_softmax, np.maximum(tokens, 0)[..., None], -1)[..., 0]
     assert measures["seq2seq_loss"] == (pytest.approx(-picked[tokens != IGNORED].mean(), rel=1e-5), 12)
-    assert measures["similarity_loss"] == (pytest.approx(softmax_reference(sequences), rel=1e-5), 4)
-    assert measures["retrieval_accuracy"] == (retrieval_accuracy(sequences[:, 0]), 4)
+    assert measures["similarity_loss"] == (pytest.approx(softmax_reference(vectors), rel=1e-5), 4)
+    assert measures["retrieval_accuracy"] == (retrieval_accuracy(vectors), 4)
 
 
 def test_a_batch_holds_each_pair_both_ways_as_adjacent_rows():
     objective = SimBERT(seq_len=8, vocab_size=50, cls=2, separator=3)
-    sentences = Sentences([np.array([10, 11]), np.array([20]), np.array([30, 31])], [[0, 1, 2]])
-    (token_ids, segment_ids), (_, targets) = objective.training_batch(sentences, 2, 0, 0, 0)
-    a, b = token_ids.tolist()
-    assert a[0] == b[0] == 2 and set(map(tuple, (a, b))) <= {
-        (2, 10, 11, 3, 20, 3, 0, 0),
-        (2, 20, 3, 10, 11, 3, 0, 0),
-        (2, 10, 11, 3, 30, 31, 3, 0),
-        (2, 30, 31, 3, 10, 11, 3, 0),
-    }
-    assert a[1:3] == b[4:6] or a[1:3] == b[3:5]  # the second row is the first turned round
+    sentences = Sentences([np.array([10, 11]), np.array([20]), np.array([30, 31]), np.array([40]), np.array([41])],
+                          [[0, 1, 2], [3, 4]])  # fmt: skip
+    (token_ids, segment_ids), (_, _, targets) = objective.training_batch(sentences, 4, 0, 0, 0)
+    rows = [tuple(row) for row in token_ids.tolist()]
+    first = {(2, 10, 11, 3, 20, 3, 0), (2, 20, 3, 10, 11, 3, 0), (2, 10, 11, 3, 30, 31, 3), (2, 30, 31, 3, 10, 11, 3)}
+    second = {(2, 40, 3, 41, 3, 0, 0), (2, 41, 3, 40, 3, 0, 0)}
+    record = [first if row[:7] in first else second for row in rows]
+    assert [row[:7] in record[i] for i, row in enumerate(rows)] == [True] * 4
+    assert record[0] is record[1] and record[2] is record[3] and record[0] is not record[2]  # each record once
+    for a, b in (rows[:2], rows[2:]):  # the second row of a pair is the first turned round
+        assert a != b and set(a[1:]) == set(b[1:])
     with pytest.raises(ValueError, match=r"--batch-size 3: --objective simbert puts each pair in a batch both ways"):
         objective.training_batch(sentences, 3, 0, 0, 0)
 
@@ -147,3 +149,26 @@ def test_bad_records_are_named(tmp_path):
         bad.write_text(text)
         with pytest.raises(ValueError, match=message):
             kwiden.pretrain(bad, tmp_path / f"run{len(list(tmp_path.iterdir()))}", **run)
+
+
+def test_a_batch_of_one_pair_or_of_a_record_twice_is_refused(similar, tmp_path):
+    """One pair a batch: each row's only other row is its partner (loss 0, accuracy 1 whatever the vectors); a
+    record twice in a batch: its own negative. Both refused before training, so the corrected command runs in the
+    same folder."""
+    objective = SimBERT(seq_len=8, vocab_size=50, cls=2, separator=3)
+    sentences = Sentences([np.array([10 + i]) for i in range(6)], [[0, 1], [2, 3], [4, 5]])
+    with pytest.raises(ValueError, match=r"--batch-size 2: --objective simbert needs 2 pairs a batch or more"):
+        objective.training_batch(sentences, 2, 0, 0, 0)
+    with pytest.raises(ValueError, match=r"--batch-size 8 holds 4 pairs, .* 3 record\(s\) .* --batch-size 6 or less"):
+        objective.training_batch(sentences, 8, 0, 0, 0)
+    for update in range(50):  # 3 pairs of 3 records: every record once in every batch
+        (token_ids, _), _ = objective.training_batch(sentences, 6, 0, update, 0)
+        assert sorted(min(row[1], row[3]) for row in token_ids.tolist()) == [10, 10, 12, 12, 14, 14]
+    run = dict(model="bert", objective="simbert", config=TINY_BERT, **RUN)
+    with pytest.raises(ValueError, match=r"--batch-size 2: --objective simbert needs 2 pairs a batch or more"):
+        kwiden.pretrain(similar, tmp_path / "run", **{**run, "batch_size": 2})
+    few = tmp_path / "few.jsonl"
+    few.write_text("".join(line + "\n" for line in similar.read_text().splitlines()[:9]))  # 5 train, 4 held out
+    with pytest.raises(ValueError, match=r"--batch-size 16 holds 8 pairs, .* but 5 record\(s\) are left for training"):
+        kwiden.pretrain(few, tmp_path / "run", **{**run, "batch_size": 16})
+    assert kwiden.pretrain(few, tmp_path / "run", **{**run, "batch_size": 10}).updates > 0
