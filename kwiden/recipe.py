@@ -162,15 +162,26 @@ def auto(target_config):
     )
 
 
-def advice(parameters, tokens, flops):
+def advice(parameters, tokens, flops, continued=False):
     """What `--budget` means for the target: its tokens per parameter against
     the compute-optimal ~20, the size that would be compute-optimal (C = 6·N·D,
-    D = 20·N), and what the measured table says growth does there.
+    D = 20·N), and what the measured table says growth does there. For a
+    `continued` run (`--from` a pretrained model) none of that applies: its
+    pretraining is not in the budget.
+
+    >>> print(advice(1_000_000, 2_000_000, 1.2e13, continued=True))
+    the budget is 2,000,000 tokens, 2.0 a parameter of the target (1,000,000 parameters), on top of the pretraining of the --from model, which it does not count: the compute-optimal size and the measured table apply to runs from scratch, not to this one
 
     >>> print(advice(1_000_000, 2_000_000, 6 * 1_000_000 * 2_000_000).split(". ")[0])
     the budget is 2.0 tokens per parameter of the target (1,000,000 parameters; compute-optimal is about 20, at about 316,228 parameters for these FLOPs): the target is larger than compute-optimal
     """
     ratio = tokens / parameters
+    if continued:
+        return (
+            f"the budget is {tokens:,} tokens, {ratio:.1f} a parameter of the target ({parameters:,} parameters), on top "
+            "of the pretraining of the --from model, which it does not count: the compute-optimal size and the "
+            "measured table apply to runs from scratch, not to this one"
+        )
     optimal = math.sqrt(flops / (6 * OPTIMAL_TOKENS_PER_PARAMETER))
     text = (
         f"the budget is {ratio:.1f} tokens per parameter of the target ({parameters:,} parameters; compute-optimal is "

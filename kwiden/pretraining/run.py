@@ -64,7 +64,7 @@ def pretrain(
     seq_len=128,
     batch_size=32,
     accum_steps=1,
-    lr=1e-3,
+    lr=None,
     warmup=None,
     schedule="wsd",
     decay_fraction=0.2,
@@ -114,7 +114,8 @@ def pretrain(
         budget: updates of the target trained from scratch.
         seq_len, batch_size, accum_steps: tokens a window, windows a
             micro-batch, micro-batches an update (kwiden's accumulating Adam).
-        lr, warmup, schedule, decay_fraction: the peak rate, its linear
+        lr, warmup, schedule, decay_fraction: the peak rate (by default
+            1e-3, and 5e-5 with `from_checkpoint`: a pretrained model's), its linear
             warmup (updates; default 5% of `budget`), and what follows:
             "wsd" holds it, then decays linearly to 0 over the last
             `decay_fraction` of the updates; "cosine" decays to a tenth of it;
@@ -178,6 +179,7 @@ def _pretrain(folder, corpus, options, verbose):
     checkpoint = options.from_checkpoint
     corpus_tokenizer = _tokenizer(options, folder, corpus)
     family = _family(options.model or "gpt") if checkpoint is None else None
+    keras.utils.set_random_seed(options.seed)  # before the heads a checkpoint lacks start fresh: a seed repeats a run
     start_model, family = _start(options, checkpoint, family)
     objective = _objective_for(family, options.objective).made_for(
         corpus_tokenizer, options.seq_len, options.whole_word_mask, family
@@ -206,7 +208,8 @@ def _pretrain(folder, corpus, options, verbose):
     per_update = [tokens_per_update * s.flops_per_token for s in phases]
     warmup = options.warmup if options.warmup is not None else default_warmup(options.budget)
     total, growths = recipe.place(growths, options.budget, per_update, warmup)
-    advice = recipe.advice(phases[-1].parameters, options.budget * tokens_per_update, options.budget * per_update[-1])
+    advice = recipe.advice(phases[-1].parameters, options.budget * tokens_per_update, options.budget * per_update[-1],
+                           continued=checkpoint is not None)  # fmt: skip
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
     for phase, growth in zip(phases, [None, *growths]):

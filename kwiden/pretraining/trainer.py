@@ -95,6 +95,17 @@ class Phase:
         return f"width {self.hidden_size} × {self.num_layers} blocks ({self.parameters:,} parameters)"
 
 
+def _difference(saved, wanted):
+    """How a backup's weight shapes differ from the run's model's, the first three of each kind named."""
+    saved, wanted = dict(saved), dict(wanted)
+    parts = [
+        ("it lacks", [path for path in wanted if path not in saved]),
+        ("it has, beyond the run's model,", [path for path in saved if path not in wanted]),
+        ("other shapes at", [path for path in saved if path in wanted and saved[path] != wanted[path]]),
+    ]
+    return "; ".join(f"{what} {', '.join(paths[:3])}{' …' * (len(paths) > 3)}" for what, paths in parts if paths)
+
+
 def mean_loss(losses):
     """The mean over the micro-batches of `(mean loss, micro-batches)` pairs, or None where there are none."""
     counts = sum(count for _, count in losses)
@@ -188,8 +199,10 @@ class Trainer:
             raise ValueError(f"The backup {model_file} cannot be loaded ({str(error)[:200]}); restore it, or give "
                              "another --output-dir.") from None  # fmt: skip
         if weight_shapes(model) != self.phases[growths_done].weight_shapes:
-            raise ValueError(f"The backup {model_file} is not this run's model after {growths_done} growth(s) (its "
-                             "weights have other shapes); restore it, or give another --output-dir.")  # fmt: skip
+            raise ValueError(f"The backup {model_file} is not this run's model after {growths_done} growth(s) "
+                             f"({_difference(weight_shapes(model), self.phases[growths_done].weight_shapes)}); restore "
+                             "it, or give another --output-dir (a run an older kwiden began, whose objective's model "
+                             "has changed since, resumes with that kwiden).")  # fmt: skip
         # A backup of an older kwiden holds no losses (the next row then averages the resumed updates' alone), or
         # one a micro-batch.
         self.train_losses = [tuple(loss) if isinstance(loss, list) else (loss, 1) for loss in state["train_losses"]]

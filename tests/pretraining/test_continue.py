@@ -1,0 +1,52 @@
+"""`pretrain --from` a pretrained model: its own learning rate by default, advice that does not pretend its
+pretraining is in the budget, and a seed that repeats the run though the objective's heads start fresh."""
+
+import json
+
+import numpy as np
+from conftest import TINY_BERT, TINY_RUN
+
+import kwiden
+from kwiden.pretraining.options import LR_PRETRAINED, LR_SCRATCH
+from kwiden.testing import randomize_weights
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+
+
+def body_only(folder):
+    """A BERT without its MLM head (a `BertModel` folder): masked LM's head starts fresh."""
+    bert = randomize_weights(kwiden.build_transformer_model({**TINY_BERT, "vocab_size": len(WORDS)}))
+    kwiden.save_checkpoint(bert, folder)
+    (folder / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    return folder
+
+
+def test_a_body_only_checkpoint_continued_twice_with_one_seed_ends_on_the_same_weights(english, tmp_path):
+    start = body_only(tmp_path / "start")
+    run = {**TINY_RUN, "budget": 4, "grow": "none", "seed": 3}
+    first = kwiden.pretrain(english, tmp_path / "one", from_checkpoint=str(start), **run)
+    assert first.model.get_layer("MLM-Dense").kernel.path in {w.path for w in first.model.weights}
+    second = kwiden.pretrain(english, tmp_path / "two", from_checkpoint=str(start), **run)
+    for a, b in zip(first.model.weights, second.model.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
+    other = kwiden.pretrain(english, tmp_path / "three", from_checkpoint=str(start), **{**run, "seed": 4})
+    assert not np.array_equal(np.asarray(first.model.get_layer("MLM-Dense").kernel),
+                              np.asarray(other.model.get_layer("MLM-Dense").kernel))  # fmt: skip
+
+
+def test_a_continued_run_trains_at_a_pretrained_models_rate_unless_told_and_says_its_advice_does_not_apply(
+    english, tmp_path
+):
+    start = body_only(tmp_path / "start")
+    run = {key: value for key, value in TINY_RUN.items() if key != "lr"}
+    continued = kwiden.pretrain(english, tmp_path / "on", from_checkpoint=str(start), grow="none", **run)
+    assert json.loads((tmp_path / "on" / "run.json").read_text())["arguments"]["lr"] == LR_PRETRAINED == 5e-5
+    log = (tmp_path / "on" / "log.txt").read_text()
+    assert "on top of the pretraining of the --from model, which it does not count" in log
+    assert "train a smaller target" not in log and "compute-optimal is about" not in log
+    assert continued.metrics[1]["lr"] > 0
+    scratch = kwiden.pretrain(english, tmp_path / "new", model="bert", config=TINY_BERT, tokenizer=str(start / "vocab.txt"),
+                              grow="none", **run)  # fmt: skip
+    assert json.loads((tmp_path / "new" / "run.json").read_text())["arguments"]["lr"] == LR_SCRATCH == 1e-3
+    assert "compute-optimal is about" in (tmp_path / "new" / "log.txt").read_text()
+    assert scratch.updates > 0
