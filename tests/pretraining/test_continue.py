@@ -7,6 +7,7 @@ import numpy as np
 from conftest import TINY_BERT, TINY_RUN
 
 import kwiden
+from kwiden.pretraining import trainer
 from kwiden.pretraining.options import LR_PRETRAINED, LR_SCRATCH
 from kwiden.testing import randomize_weights
 
@@ -50,3 +51,11 @@ def test_a_continued_run_trains_at_a_pretrained_models_rate_unless_told_and_says
     assert json.loads((tmp_path / "new" / "run.json").read_text())["arguments"]["lr"] == LR_SCRATCH == 1e-3
     assert "compute-optimal is about" in (tmp_path / "new" / "log.txt").read_text()
     assert scratch.updates > 0
+
+
+def test_a_backup_of_another_model_is_refused_naming_the_weights_that_differ():
+    saved = (("Pooler-Dense/kernel", (4, 4)), ("a/kernel", (4, 4)))
+    wanted = (("a/kernel", (4, 8)), ("b/bias", (4,)))
+    assert trainer._difference(saved, wanted) == (
+        "it lacks b/bias; it has, beyond the run's model, Pooler-Dense/kernel; other shapes at a/kernel"
+    )

@@ -126,6 +126,14 @@ def test_trains_a_tiny_bert_and_resumes(similar, tmp_path):
     written = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert written == result.metrics
     assert kwiden.pretrain(similar, tmp_path / "run", **run).updates == result.updates
+    # final/ holds the pooler it trained, and SentenceEncoder pools by it: the vectors of the model's second output
+    encoder = kwiden.SentenceEncoder(result.final)
+    texts = [json.loads(line)["text"] for line in similar.read_text().splitlines()[:5]]
+    token_ids, segment_ids = encoder.tokenizer(texts)
+    pooled = np.asarray(result.model([token_ids, segment_ids])[1], "float64")
+    assert encoder.pooling == "pooler" and result.model.get_layer("Pooler-Dense").activation.__name__ == "linear"
+    np.testing.assert_allclose(encoder.encode(texts), pooled / np.linalg.norm(pooled, axis=1, keepdims=True),
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
     # log.txt: how many (text, synonym) pairs are longer than --seq-len, counted with the run's vocabulary
     tokenizer = vocabulary.load_tokenizer(tmp_path / "run" / "vocab.txt")
     records = [json.loads(line) for line in similar.read_text().splitlines()]
