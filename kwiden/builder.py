@@ -100,7 +100,9 @@ def build_transformer_model(
         A functional `keras.Model` (a `kwiden.models.FamilyModel`), named
         after its family and recording it (`model.family`, which
         `kwiden.models.family_of` reads under any name). Token id 0 is
-        padding.
+        padding. Loaded from a checkpoint (without `keep_tokens`), it records
+        the folder (`model.checkpoint_folder`), whose tokenizer's files
+        `kwiden.save_checkpoint` copies beside the weights it saves.
 
     Example:
 
@@ -131,9 +133,12 @@ def build_transformer_model(
     built = recording(family.build(config, name=family.name, **flags), family.name)
     if checkpoint_path is None:
         return built
-    return checkpoints.load_weights(
+    loaded = checkpoints.load_weights(
         built, checkpoint_path, keep_tokens, family=family, allow_nonfinite=allow_nonfinite, fresh_heads=fresh_heads
     )
+    if keep_tokens is None:  # its tokenizer's files fit it: `save_checkpoint` copies them from here
+        loaded.checkpoint_folder = checkpoint_path.path.parent
+    return loaded
 
 
 def _family_of_sources(config, config_path, overrides, model=None):

@@ -72,7 +72,7 @@ def _grow_folder(args):
     print(f"parameters: {grown.source_parameters:,} -> {grown.parameters:,}")
     print(f"saved {grown.path} ({len(grown.files)} weight file{'s' * (len(grown.files) > 1)})")
     copied = ", ".join(grown.copied) or "none found"
-    print(f"copied beside them: {copied} (the tokenizer's and generation's files; no others)")
+    print(f"copied beside them: {copied} (the tokenizer's, generation's and sentence-transformers' files; no others)")
     return 0
 
 

@@ -69,10 +69,16 @@ def checked_family(family):
 def functional_like(model, inputs, outputs):
     """The functional model of `inputs` → `outputs` named as `model`, of
     its class and with its family where `model` is a `FamilyModel`; a plain
-    `keras.Model` otherwise."""
+    `keras.Model` otherwise. The folder it was loaded from
+    (`checkpoint_folder`, whose tokenizer `kwiden.save_checkpoint` copies)
+    goes with it: growth leaves the tokenizer true."""
     if isinstance(model, FamilyModel):
-        return FamilyModel(inputs, outputs, name=model.name, family=model.family)
-    return keras.Model(inputs, outputs, name=model.name)
+        made = FamilyModel(inputs, outputs, name=model.name, family=model.family)
+    else:
+        made = keras.Model(inputs, outputs, name=model.name)
+    if getattr(model, "checkpoint_folder", None) is not None:
+        made.checkpoint_folder = model.checkpoint_folder
+    return made
 
 
 def recording(model, family):

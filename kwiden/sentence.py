@@ -18,7 +18,7 @@ POOLINGS_TEXT = "cls, pooler or mean"
 # The families whose models read token and segment ids both ways: the encoders a sentence vector comes from.
 ENCODERS = ("bert", "roformer")
 # sentence-transformers' modules SentenceEncoder computes: the encoder, its pooling, the unit length.
-COMPUTED_MODULES = ("Transformer", "Pooling", "Normalize")
+COMPUTED_MODULES = checkpoints.WEIGHTLESS_MODULES
 # A rotary encoder has no position table to say how far it reads; BERT's own length then.
 ROTARY_MAXLEN = 512
 
@@ -190,19 +190,12 @@ def _pooling_of(folder, family):
 def _sentence_modules(folder):
     """`(kind, path)` of each module a sentence-transformers `modules.json` lists (none without one); a module
     SentenceEncoder does not compute (a Dense after the pooling) is refused: its vectors would not be the folder's."""
-    path = folder / "modules.json"
-    if not path.is_file():
-        return []
-    listed = read_json(path, f"{path} is not the JSON sentence-transformers writes", "repair it, or pass pooling=")
-    if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("type"), str) for m in listed):
-        raise ValueError(f"{path} is not a list of modules with their types, as sentence-transformers writes; repair "
-                         "it, or pass pooling=.")  # fmt: skip
-    modules = [(module["type"].rsplit(".", 1)[-1], str(module.get("path", ""))) for module in listed]
-    other = [module["type"] for module, (kind, _) in zip(listed, modules) if kind not in COMPUTED_MODULES]
+    modules = [(kind.rsplit(".", 1)[-1], path) for kind, path in checkpoints.sentence_modules(folder)]
+    other = checkpoints.weighted_modules(folder)
     if other:
-        raise ValueError(f"{path} adds {', '.join(other)} to the encoder and its pooling: SentenceEncoder computes "
-                         f"{', '.join(COMPUTED_MODULES)} alone, and its vectors would not be the folder's. Pass "
-                         "pooling= to encode with the encoder's pooling alone.")  # fmt: skip
+        raise ValueError(f"{folder / 'modules.json'} adds {', '.join(other)} to the encoder and its pooling: "
+                         f"SentenceEncoder computes {', '.join(COMPUTED_MODULES)} alone, and its vectors would not be "
+                         "the folder's. Pass pooling= to encode with the encoder's pooling alone.")  # fmt: skip
     return modules
 
 

@@ -15,6 +15,15 @@ or nothing: a missing tensor, a wrong shape, a NaN or a damaged file raises
 before any weight is assigned.
 """
 
+from kwiden.checkpoints.companions import (
+    TOKENIZER_FILES,
+    WEIGHTLESS_MODULES,
+    companion_files,
+    copy_companions,
+    refuse_weighted_modules,
+    sentence_modules,
+    weighted_modules,
+)
 from kwiden.checkpoints.formats import (
     CONFIG_FILES,
     FORMATS,
@@ -46,6 +55,13 @@ from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE, SafetensorsTensors, S
 from kwiden.checkpoints.saving import save_checkpoint, written_atomically, written_prefix
 
 __all__ = [
+    "TOKENIZER_FILES",
+    "WEIGHTLESS_MODULES",
+    "companion_files",
+    "copy_companions",
+    "refuse_weighted_modules",
+    "sentence_modules",
+    "weighted_modules",
     "CONFIG_FILES",
     "FORMATS",
     "GOOGLE_PREFIX",

@@ -9,6 +9,7 @@ import re
 import numpy as np
 
 from kwiden import messages, naming
+from kwiden.checkpoints.companions import copy_companions, refuse_weighted_modules
 from kwiden.checkpoints.formats import (
     CONFIG_FILES,
     FORMAT_TITLES,
@@ -30,7 +31,14 @@ from kwiden.models.config import read_config_file
 
 
 def save_checkpoint(
-    model, directory, format="hf", family=None, allow_nonfinite=False, base_config=None, max_shard_size=None
+    model,
+    directory,
+    format="hf",
+    family=None,
+    allow_nonfinite=False,
+    base_config=None,
+    max_shard_size=None,
+    copy_from="auto",
 ):
     """Write a kwiden model (built, loaded, fine-tuned or grown) as a
     checkpoint other tools load: `format="hf"` writes `config.json` and
@@ -44,6 +52,13 @@ def save_checkpoint(
     the model was loaded from) whose keys kwiden does not write are kept:
     token ids (`bos_token_id`, `eos_token_id`), a rotary model's
     `max_position_embeddings`, the tokenizer's class and the like.
+
+    `copy_from`: a folder whose tokenizer's, generation's and
+    sentence-transformers' files (`kwiden.checkpoints.companion_files`) are
+    copied beside the weights, a pooling's width made the model's; by
+    default (`"auto"`) the folder the model was loaded from
+    (`model.checkpoint_folder`, which `kwiden.grow` keeps), so a grown
+    MiniLM keeps its vocab.txt and its mean pooling; None copies nothing.
 
     `max_shard_size`: Hugging Face folders only: the largest weight file, in
     bytes or as `"5GB"` (the default, as `transformers`' `save_pretrained`
@@ -103,6 +118,9 @@ def save_checkpoint(
         raise ValueError(no_place(family))
     directory = pathlib.Path(directory)
     _check_target(directory, format)
+    copy_from = getattr(model, "checkpoint_folder", None) if copy_from == "auto" else copy_from
+    if copy_from is not None:
+        refuse_weighted_modules(copy_from, "this model's width")
     config = family.to_hf_config(model, format)
     if base_config is not None:
         config = {**_base_config(base_config), **config}
@@ -122,7 +140,8 @@ def save_checkpoint(
             parts.setdefault(name, [None] * layout.part[1])[layout.part[0]] = to_checkpoint(value, layout)
             if all(part is not None for part in parts[name]):
                 tensors[name] = np.ascontiguousarray(join_parts(parts[name], layout))
-    _write_atomically(directory, format, config, tensors, limit)
+    width = model.get_layer(naming.EMBEDDING_TOKEN).output_dim
+    _write_atomically(directory, format, config, tensors, limit, copy_from, width)
     return directory
 
 
@@ -151,10 +170,12 @@ def _check_target(directory, format):
         )
 
 
-def _write_atomically(directory, format, config, tensors, limit):
-    """Write the checkpoint into a temporary sibling folder, then move it into
-    `directory` (`save_checkpoint` says how)."""
+def _write_atomically(directory, format, config, tensors, limit, copy_from, width):
+    """Write the checkpoint into a temporary sibling folder, `copy_from`'s companions beside it (for a model
+    `width` wide), then move it into `directory` (`save_checkpoint` says how)."""
     with written_atomically(directory, format) as temporary:
+        if copy_from is not None:
+            copy_companions(copy_from, temporary, width)
         (temporary / CONFIG_FILES[format]).write_text(json_text(config, CONFIG_FILES[format]), encoding="utf-8")
         if format == "hf":
             specs = [(name, value.dtype, value.shape) for name, value in tensors.items()]
@@ -200,6 +221,10 @@ def _move_into_place(temporary, target, files, format):
     os.replace(temporary / MANIFEST, target / MANIFEST)
     for name in files:
         os.replace(temporary / name, target / name)
+    for path in sorted(temporary.rglob("*")):  # the files of sub-folders (1_Pooling/), which the manifest leaves out
+        if path.is_file():
+            (target / path.relative_to(temporary)).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target / path.relative_to(temporary))
     for name in stale:
         (target / name).unlink()
     _sync(target)

@@ -18,7 +18,6 @@ folder, `kwiden.grow` and `kwiden.save_checkpoint` would write.
 
 import dataclasses
 import pathlib
-import shutil
 
 import keras
 import numpy as np
@@ -40,14 +39,6 @@ from kwiden.models.config import read_config_file
 
 # The dtypes a grown checkpoint may be written in.
 DTYPES = ("float32", "bfloat16", "float16", "float64")
-# The files beside the weights that growth leaves true (the vocabulary does not
-# grow), copied into the grown folder; the weights, config.json and anything
-# else (an old pytorch_model.bin) are not.
-COPIED_FILES = ("vocab.txt", "vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
-                "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "spiece.model",
-                "sentencepiece.bpe.model", "generation_config.json", "chat_template.jinja", "chat_template.json")  # fmt: skip
-
-
 @dataclasses.dataclass(frozen=True)
 class GrownCheckpoint:
     """What `grow_checkpoint` wrote: the folder, the parameters before and
@@ -123,9 +114,12 @@ def grow_checkpoint(
         allow_nonfinite: grow tensors with NaN or infinite values all the same.
         progress: show a progress bar (bytes written).
 
-    The tokenizer's and generation's files beside the weights (`vocab.txt`,
-    `tokenizer.json`, `generation_config.json`, … : `COPIED_FILES`) are
-    copied into `dst`; no other file is.
+    The tokenizer's, generation's and sentence-transformers' files beside the
+    weights (`vocab.txt`, `tokenizer.json`, `generation_config.json`,
+    `modules.json`, `1_Pooling/`, …: `kwiden.checkpoints.companion_files`)
+    are copied into `dst`, the pooling's width made the grown one; no other
+    file is. A sentence-transformers module with weights of its own (a
+    `Dense` after the pooling) is refused: growth widens what it reads.
 
     Returns a `GrownCheckpoint` (the folder, parameter counts, its weight
     files, the files copied). Refused, naming the file and the tensor, before
@@ -144,6 +138,7 @@ def grow_checkpoint(
             f"{src} holds a Google checkpoint; grow_checkpoint grows Hugging Face folders (model.safetensors). "
             "Load it with kwiden.build_transformer_model, grow it with kwiden.grow and save it."
         )
+    checkpoints.refuse_weighted_modules(src, "growth")  # before anything is written
     config_path = checkpoints.config_beside(checkpoint)
     source_config = read_config_file(config_path)
     family = _family(source_config, model, config_path)
@@ -183,16 +178,8 @@ def grow_checkpoint(
             json_text(grown_config, "The grown config.json"), encoding="utf-8"
         )
         _write(temporary, files, outputs, read, out_dtype, options, progress)
-        copied = _copy_beside(src, temporary)
+        copied = checkpoints.copy_companions(src, temporary, big.get_layer(naming.EMBEDDING_TOKEN).output_dim)
     return GrownCheckpoint(dst, *parameters, tuple(file for file, _ in files), copied)
-
-
-def _copy_beside(src, folder):
-    """Copy `src`'s tokenizer and generation files (`COPIED_FILES`) into `folder`; their names."""
-    copied = tuple(name for name in COPIED_FILES if (src / name).is_file())
-    for name in copied:
-        shutil.copyfile(src / name, folder / name)
-    return copied
 
 
 def _paths(src, dst):

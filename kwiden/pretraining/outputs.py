@@ -323,7 +323,7 @@ class RunFolder:
         with temporary_beside(final, folder=True) as staging:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.filterwarnings("always", category=UserWarning)
-                save_checkpoint(model, staging)
+                save_checkpoint(model, staging, copy_from=None)  # the run's own tokenizer, written next
             tokenizer.save(staging)
             for warning in caught:  # what a Hugging Face user of final/ should know: in the log, not on the bar
                 if issubclass(warning.category, UserWarning):
