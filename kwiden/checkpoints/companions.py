@@ -81,5 +81,3 @@ def copy_companions(src, dst, hidden_size):
         else:
             shutil.copyfile(src / name, dst / name)
     return copied
-
-

@@ -39,6 +39,8 @@ from kwiden.models.config import read_config_file
 
 # The dtypes a grown checkpoint may be written in.
 DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
 @dataclasses.dataclass(frozen=True)
 class GrownCheckpoint:
     """What `grow_checkpoint` wrote: the folder, the parameters before and
