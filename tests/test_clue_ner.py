@@ -48,7 +48,7 @@ def test_grown_with_accumulation(model_files, tmp_path):  # noqa: F811
 def test_windows_overlap_and_their_spans_map_back_to_characters(cluener, model_files):  # noqa: F811
     tokens = cluener["snippets"].CharacterTokens(model_files / "vocab.txt")
     text = cluener["Text"](
-        7, "张三去了 北京。李四在华为公司工作。", {("name", 0, 1), ("address", 5, 6), ("company", 11, 14)}
+        None, "张三去了 北京。李四在华为公司工作。", {("name", 0, 1), ("address", 5, 6), ("company", 11, 14)}, 1
     )
     args = types.SimpleNamespace(maxlen=8, stride=3)
     windows = cluener["windows_of"]([text], tokens, ["address", "company", "name"], args)
@@ -67,10 +67,10 @@ def test_windows_overlap_and_their_spans_map_back_to_characters(cluener, model_f
 
 
 def test_entity_scores_and_the_crf_tags_decoded(cluener):
-    text = cluener["Text"](0, "abcdef", {("name", 0, 1), ("address", 3, 5)})
-    predicted = {0: {("name", 0, 1), ("name", 3, 5)}}
+    text = cluener["Text"](None, "abcdef", {("name", 0, 1), ("address", 3, 5)}, 1)
+    predicted = [{("name", 0, 1), ("name", 3, 5)}]
     assert cluener["entity_scores"](predicted, [text]) == (0.5, 0.5, 0.5)
-    assert cluener["entity_scores"]({}, [text]) == (0.0, 0.0, 0.0)
+    assert cluener["entity_scores"]([set()], [text]) == (0.0, 0.0, 0.0)
     import numpy as np
 
     # [CLS] B-0 I-0 O B-1 B-1 I-1 [SEP]: two types, the tags 1 + 2t (first) and 2 + 2t (the others).
@@ -87,7 +87,7 @@ BAD = {
     "an entity that is not its text": ("dev.json", 2, lambda r: r["label"].setdefault("name", {}).update({"不对": [[0, 1]]}),
                                        "dev.json, line 3: name '不对' at \\[0, 1\\] is '.*' in the text"),
     "a type dev has and train never": ("dev.json", 0, lambda r: r["label"].update({"movie": {r["text"][:1]: [[0, 0]]}}),
-                                       "dev.json, text 0: type 'movie' never appears in .*train.json"),
+                                       "dev.json, line 1: type 'movie' never appears in .*train.json"),
     "no text": ("test.json", 0, lambda r: r.pop("text"), "test.json, line 1: no text"),
 }  # fmt: skip
 

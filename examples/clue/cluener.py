@@ -52,15 +52,16 @@ class Window:
     token_ids: list
     segment_ids: list
     label: object  # the spans inside the window, `(type, first token, last token)`; None to predict
-    id: object  # the text's
+    text: int  # the text's index in its file (not its id: ids are only test.json's, and checked there)
     characters: list  # each character token's index in the text, in token order (from position 1)
 
 
 @dataclasses.dataclass
 class Text:
-    id: object
+    id: object  # test.json's, which the submission answers by; None in train.json and dev.json
     text: str
     spans: set  # `(type, start, end)` characters, the end included; empty in test.json
+    line: int
 
 
 def parse_args(argv=None):
@@ -73,8 +74,10 @@ def parse_args(argv=None):
 
 
 def read_texts(path, labelled):
-    """Each line's text and spans; a line the format does not allow is refused, naming the file and line."""
-    texts = []
+    """Each line's text and spans; a line the format does not allow is refused, naming the file and line, and
+    so is a test line without an id, with one that is not a whole number or a string, or with an earlier
+    line's."""
+    texts, lines_of_id = [], {}
     for number, record in snippets.read_json_lines(path):
         where = f"{path}, line {number}"
         text = record.get("text")
@@ -84,7 +87,11 @@ def read_texts(path, labelled):
         if labelled and not isinstance(label, dict):
             raise ValueError(f"{where}: no label (a {{type: {{entity: [[start, end]]}}}} object).")
         spans = set(spans_of(label, text, where)) if labelled else set()
-        texts.append(Text(record.get("id", number - 1), text, spans))
+        id_ = None
+        if not labelled:
+            id_ = snippets.line_id(record, where)
+            snippets.first_use(id_, number, lines_of_id, where)
+        texts.append(Text(id_, text, spans, number))
     if not texts:
         raise ValueError(f"{path}: no texts in the file.")
     return texts
@@ -116,7 +123,7 @@ def check_types(train, dev, paths):
     for text in dev:
         unseen = {kind for kind, _, _ in text.spans} - set(types)
         if unseen:
-            raise ValueError(f"{paths[1]}, text {text.id!r}: type {sorted(unseen)[0]!r} never appears in "
+            raise ValueError(f"{paths[1]}, line {text.line}: type {sorted(unseen)[0]!r} never appears in "
                              f"{paths[0]} ({', '.join(types)}); a model cannot learn it.")  # fmt: skip
     return types
 
@@ -126,14 +133,14 @@ def windows_of(texts, tokens, types, args):
     room = args.maxlen - 2
     stride = args.stride or max(room // 2, 1)
     found = []
-    for text in texts:
+    for index, text in enumerate(texts):
         ids, characters = tokens.encode(text.text)
         start = 0
         while True:
             window_ids, window_characters = ids[start : start + room], characters[start : start + room]
             label = _window_spans(text.spans, window_characters, types)
             found.append(Window([tokens.cls, *window_ids, tokens.sep], [0] * (len(window_ids) + 2), label,
-                                text.id, window_characters))  # fmt: skip
+                                index, window_characters))  # fmt: skip
             if start + room >= len(ids):
                 break
             start += min(stride, room)
@@ -191,10 +198,10 @@ def build_ner_model(args, types):
     return snippets.build_model(args, head, f"ner_{args.head}"), kwiden.losses.global_pointer_crossentropy
 
 
-def predicted_spans(model, windows, types, args):
-    """Each text's spans, `{id: {(type, start, end)}}`, the windows' put together."""
+def predicted_spans(model, windows, texts, types, args):
+    """Each text's spans, `{(type, start, end)}` a text in `texts`' order, the windows' put together."""
     batches = SpanBatches(windows, args.batch_size, types, args.head, maxlen=args.maxlen)
-    found = {window.id: set() for window in windows}
+    found = [set() for _ in texts]
     for index in range(len(batches)):
         ((token_ids, segment_ids),) = batches[index]
         outputs = model.predict_on_batch([token_ids, segment_ids])
@@ -204,7 +211,7 @@ def predicted_spans(model, windows, types, args):
         for row, i in enumerate(batches.batches[index]):
             window = windows[i]
             for kind, first, last in _decoded(outputs[row], len(window.characters), args.head):
-                found[window.id].add((types[kind], window.characters[first - 1], window.characters[last - 1]))
+                found[window.text].add((types[kind], window.characters[first - 1], window.characters[last - 1]))
     return found
 
 
@@ -225,9 +232,10 @@ def _decoded(output, count, head):
 
 
 def entity_scores(predicted, texts):
-    """Entity-level `(precision, recall, F1)` over every text: a span counts where its type, start and end match."""
-    guessed = {(text.id, *span) for text in texts for span in predicted.get(text.id, ())}
-    gold = {(text.id, *span) for text in texts for span in text.spans}
+    """Entity-level `(precision, recall, F1)` over every text (`predicted`: a set of spans a text, in their
+    order): a span counts where its text, type, start and end match."""
+    guessed = {(index, *span) for index, spans in enumerate(predicted) for span in spans}
+    gold = {(index, *span) for index, text in enumerate(texts) for span in text.spans}
     right = len(guessed & gold)
     precision, recall = right / max(len(guessed), 1), right / max(len(gold), 1)
     return precision, recall, 2 * precision * recall / max(precision + recall, 1e-12)
@@ -236,9 +244,9 @@ def entity_scores(predicted, texts):
 def submission(predicted, texts):
     """CLUE's records: `{"id", "label": {type: {entity: [[start, end]]}}}` a text."""
     records = []
-    for text in texts:
+    for text, spans in zip(texts, predicted):
         label = {}
-        for kind, start, end in sorted(predicted.get(text.id, ())):
+        for kind, start, end in sorted(spans):
             label.setdefault(kind, {}).setdefault(text.text[start : end + 1], []).append([start, end])
         records.append({"id": text.id, "label": label})
     return records
@@ -256,7 +264,8 @@ class DevScores(snippets.KeepBest):
 
     def scored(self, model):
         self.seconds.append(time.perf_counter() - self.started)
-        precision, recall, f1 = entity_scores(predicted_spans(model, self.windows, self.types, self.args), self.texts)
+        predicted = predicted_spans(model, self.windows, self.texts, self.types, self.args)
+        precision, recall, f1 = entity_scores(predicted, self.texts)
         print(f"dev: precision {precision:.4f}, recall {recall:.4f}, F1 {f1:.4f} ({self.seconds[-1]:.1f} s training)")
         return f1
 
@@ -282,7 +291,7 @@ def main(argv=None):
     scores = DevScores(dev_windows, dev, types, args)
     snippets.fit(model, batches, args, [scores])
     test_windows = [dataclasses.replace(w, label=None) for w in windows_of(test, tokens, types, args)]
-    predicted = predicted_spans(model, test_windows, types, args)
+    predicted = predicted_spans(model, test_windows, test, types, args)
     path = snippets.write_json(pathlib.Path(args.output_dir) / PREDICTIONS, submission(predicted, test), lines=True)
     print(f"cluener ({args.head}): best dev F1 {scores.best_accuracy:.4f}; predictions in {path}")
     return {"dev_f1": scores.best_accuracy, "seconds_per_epoch": scores.seconds, "predictions": path}

@@ -278,11 +278,32 @@ def label_of(record, where):
 
 def line_id(record, where):
     """The line's `id` (or `idx`, as CLUEWSC spells it): the submission file
-    answers by id, so a line without one is an error."""
+    answers by id, so a line without one, or with one that is not an id
+    (`checked_id`), is an error."""
     for field in ID_FIELDS:
         if field in record:
-            return record[field]
+            return checked_id(record[field], f"{where}: the {field!r}")
     raise ValueError(f"{where}: no field 'id' (nor {', '.join(repr(f) for f in ID_FIELDS[1:])}).")
+
+
+def checked_id(value, what):
+    """`value` if it is a whole number or a string, as CLUE's ids are; a list
+    or a dict (which cannot key the predictions), a float, a bool or null
+    (which a grader would not match) is refused, `what` naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{what} is {type(value).__name__} {value!r}, not a whole number or a string.")
+    return value
+
+
+def first_use(id_, number, lines_of_id, where):
+    """Remember that line `number` has `id_` (`lines_of_id`: an id's text to
+    its first line and spelling); an id an earlier line had is refused, as the
+    submission has one prediction an id. `1` and `"1"` are one id: a grader
+    reading ids as text would merge them."""
+    earlier = lines_of_id.setdefault(str(id_), (number, id_))
+    if earlier[0] != number:
+        spelled = "" if earlier[1] == id_ else f" (as {earlier[1]!r})"
+        raise ValueError(f"{where}: id {id_!r} was already used on line {earlier[0]}{spelled}.")
 
 
 def read_examples(path, task, tokenizer, maxlen, labelled):
@@ -295,9 +316,8 @@ def read_examples(path, task, tokenizer, maxlen, labelled):
         if labelled and label in task.skipped_labels:
             continue
         id_ = line_id(record, where) if not labelled else record.get("id", number - 1)
-        if not labelled and id_ in lines_of_id:  # a prediction per id: a repeated one would be ambiguous
-            raise ValueError(f"{where}: id {id_!r} was already used on line {lines_of_id[id_]}.")
-        lines_of_id[id_] = number
+        if not labelled:
+            first_use(id_, number, lines_of_id, where)
         token_ids, segment_ids = tokenizer.encode(first, second, maxlen=maxlen)
         examples.append(Example(token_ids, segment_ids, label, id_, number))
     if not examples:
