@@ -52,18 +52,30 @@ def test_windows_overlap_and_their_spans_map_back_to_characters(cluener, model_f
     )
     args = types.SimpleNamespace(maxlen=8, stride=3)
     windows = cluener["windows_of"]([text], tokens, ["address", "company", "name"], args)
-    assert [len(w.token_ids) for w in windows] == [
-        8,
-        8,
-        8,
-        8,
-        7,
-    ]  # 17 characters (the space skipped), 6 a window from 0, 3, 6, 9, 12
-    assert windows[0].characters == [0, 1, 2, 3, 5, 6] and windows[1].characters[0] == 3
-    assert windows[0].label == [(1 - 1, 5, 6), (2, 1, 2)]  # address at tokens 5-6, name at 1-2
+    # 18 characters (the space one too), 6 a window from 0, 3, 6, 9, 12.
+    assert [len(w.token_ids) for w in windows] == [8, 8, 8, 8, 8]
+    assert [w.start for w in windows] == [0, 3, 6, 9, 12]
+    assert windows[0].label == [(2, 1, 2)]  # name at tokens 1-2; the address (characters 5-6) ends past it
+    assert windows[1].label == [(0, 3, 4)]  # from character 3: 了, the space, then the address at tokens 3-4
     assert all(kind != 1 for w in windows[:2] for kind, _, _ in w.label)  # the company lies in no early window
-    spans = {(kind, w.characters[first - 1], w.characters[last - 1]) for w in windows for kind, first, last in w.label}
+    spans = {(kind, w.start + first - 1, w.start + last - 1) for w in windows for kind, first, last in w.label}
     assert spans == {(0, 5, 6), (1, 11, 14), (2, 0, 1)}
+
+
+def test_every_character_gets_a_token_a_space_too(cluener, model_files, tmp_path):  # noqa: F811
+    """Spaces were dropped before tokenizing: `foo bar` read as `foobar`, and an entity starting on a space was
+    in no window. A space (any whitespace) is [unused1], untrained in a BERT's vocab as bert4keras has it,
+    else [UNK]; token i of a text is its character i."""
+    tokens = cluener["snippets"].CharacterTokens(model_files / "vocab.txt")  # no [unused1] in the tiny vocab
+    ids = tokens.ids
+    assert tokens.encode("张 三\t去") == [ids["张"], ids["[UNK]"], ids["三"], ids["[UNK]"], ids["去"]]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[unused1]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n张\n三\n", "utf-8")
+    assert cluener["snippets"].CharacterTokens(vocab).encode(" 张\u3000三x") == [1, 6, 1, 7, 2]
+    text = cluener["Text"](None, "ab  c 张三", {("name", 5, 7)}, 1)  # the entity " 张三" starts on a space
+    (window,) = cluener["windows_of"]([text], tokens, ["name"], types.SimpleNamespace(maxlen=16, stride=None))
+    assert len(window.token_ids) == 2 + len(text.text)
+    assert window.label == [(0, 6, 8)]  # tokens 6 to 8 ([CLS] is token 0): characters 5 to 7
 
 
 def test_entity_scores_and_the_crf_tags_decoded(cluener):

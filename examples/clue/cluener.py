@@ -4,7 +4,10 @@ entities, and of which of CLUENER's types? JSON lines `{"text": …, "label":
 test.json's lines have an `id` and no label.
 
 The text is tokenized one character at a time (Chinese BERTs' own
-tokenization; each token keeps its character's index, spaces are skipped).
+tokenization), every character a token, in order, a space too (`[unused1]`
+where the vocabulary has it, else `[UNK]`: `snippets.CharacterTokens`), so
+that token i of a window is character `start + i` of the text and words
+stay apart.
 A text longer than --maxlen is cut into windows every --stride characters
 and the spans found in each are put back together, not silently truncated.
 Three heads on the sequence output (--head):
@@ -53,7 +56,7 @@ class Window:
     segment_ids: list
     label: object  # the spans inside the window, `(type, first token, last token)`; None to predict
     text: int  # the text's index in its file (not its id: ids are only test.json's, and checked there)
-    characters: list  # each character token's index in the text, in token order (from position 1)
+    start: int  # the text's character at the window's token 1 (token 0 is [CLS]): a token a character
 
 
 @dataclasses.dataclass
@@ -134,24 +137,24 @@ def windows_of(texts, tokens, types, args):
     stride = args.stride or max(room // 2, 1)
     found = []
     for index, text in enumerate(texts):
-        ids, characters = tokens.encode(text.text)
+        ids = tokens.encode(text.text)
         start = 0
         while True:
-            window_ids, window_characters = ids[start : start + room], characters[start : start + room]
-            label = _window_spans(text.spans, window_characters, types)
+            window_ids = ids[start : start + room]
+            label = _window_spans(text.spans, start, len(window_ids), types)
             found.append(Window([tokens.cls, *window_ids, tokens.sep], [0] * (len(window_ids) + 2), label,
-                                index, window_characters))  # fmt: skip
+                                index, start))  # fmt: skip
             if start + room >= len(ids):
                 break
             start += min(stride, room)
     return found
 
 
-def _window_spans(spans, characters, types):
-    """The spans lying wholly inside the window, as `(type index, first token, last token)` (token 0 is [CLS])."""
-    position = {character: i + 1 for i, character in enumerate(characters)}
-    return [(types.index(kind), position[start], position[end]) for kind, start, end in sorted(spans)
-            if start in position and end in position]  # fmt: skip
+def _window_spans(spans, start, length, types):
+    """The spans lying wholly inside the window of `length` characters from `start`, as `(type index, first
+    token, last token)` (token 0 is [CLS])."""
+    return [(types.index(kind), first - start + 1, last - start + 1) for kind, first, last in sorted(spans)
+            if start <= first and last < start + length]  # fmt: skip
 
 
 class SpanBatches(snippets.Batches):
@@ -210,8 +213,9 @@ def predicted_spans(model, windows, texts, types, args):
         outputs = keras.ops.convert_to_numpy(outputs)
         for row, i in enumerate(batches.batches[index]):
             window = windows[i]
-            for kind, first, last in _decoded(outputs[row], len(window.characters), args.head):
-                found[window.text].add((types[kind], window.characters[first - 1], window.characters[last - 1]))
+            characters = len(window.token_ids) - 2  # without [CLS] and [SEP]
+            for kind, first, last in _decoded(outputs[row], characters, args.head):
+                found[window.text].add((types[kind], window.start + first - 1, window.start + last - 1))
     return found
 
 
@@ -220,7 +224,8 @@ def _decoded(output, count, head):
     or the CRF's tag runs; over the `count` character tokens only (not [CLS], [SEP] or padding)."""
     if head != "crf":
         kinds, firsts, lasts = np.nonzero(output[:, 1 : count + 1, 1 : count + 1] > 0)
-        return [(kind, first + 1, last + 1) for kind, first, last in zip(kinds, firsts, lasts) if first <= last]
+        return [(int(kind), int(first) + 1, int(last) + 1) for kind, first, last in zip(kinds, firsts, lasts)
+                if first <= last]  # fmt: skip
     spans, tags = [], [int(t) for t in output[1 : count + 1]]
     for position, tag in enumerate(tags, 1):
         if tag % 2 == 1:  # a first token: the span runs on over the same type's other tokens

@@ -367,22 +367,32 @@ def load_data(args, task, tokenizer):
 
 
 class CharacterTokens:
-    """One token per character, each remembering where it came from."""
+    """One token per character, every character of the text, in order: token
+    i is character i, so character indices (entities, answers) map one to one.
+
+    A space (any whitespace: tab, newline, the ideographic space) is a token
+    too, `[unused1]` where the vocabulary has it (as bert4keras's character
+    tokenizers do: an id pretraining never used, so it stands for the space
+    alone), else `[UNK]`. Dropping spaces, as BERT's tokenizer does, would run
+    `foo bar` together as `foobar`, and leave an entity starting on a space
+    in no window."""
 
     def __init__(self, vocab_path):
         self.ids = {token: i for i, token in enumerate(read_vocabulary(vocab_path))}
         self.unknown, self.cls, self.sep = (self.ids[t] for t in ("[UNK]", "[CLS]", "[SEP]"))
+        self.space = self.ids.get("[unused1]", self.unknown)
 
     def id_of(self, character):
+        if character.isspace():
+            return self.space
         character = character.lower()
         if character not in self.ids:  # an accented letter: its base, as uncased BERTs read it
             character = "".join(c for c in unicodedata.normalize("NFD", character) if not unicodedata.combining(c))
         return self.ids.get(character, self.unknown)
 
     def encode(self, text):
-        """`(token ids, character indices)`, whitespace left out."""
-        kept = [i for i, character in enumerate(text) if not character.isspace()]
-        return [self.id_of(text[i]) for i in kept], kept
+        """The token ids, one a character."""
+        return [self.id_of(character) for character in text]
 
 
 # Batches.
