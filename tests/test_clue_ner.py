@@ -7,6 +7,8 @@ import runpy
 import shutil
 import types
 
+import keras
+import numpy as np
 import pytest
 from test_clue import CLUE, FIXTURES, model_files, run, snippets_importable  # noqa: F401 (fixtures)
 
@@ -83,7 +85,6 @@ def test_entity_scores_and_the_crf_tags_decoded(cluener):
     predicted = [{("name", 0, 1), ("name", 3, 5)}]
     assert cluener["entity_scores"](predicted, [text]) == (0.5, 0.5, 0.5)
     assert cluener["entity_scores"]([set()], [text]) == (0.0, 0.0, 0.0)
-    import numpy as np
 
     # [CLS] B-0 I-0 O B-1 B-1 I-1 [SEP]: two types, the tags 1 + 2t (first) and 2 + 2t (the others).
     tags = np.array([0, 1, 2, 0, 3, 3, 4, 0])
@@ -91,6 +92,63 @@ def test_entity_scores_and_the_crf_tags_decoded(cluener):
     scores = np.full((2, 8, 8), -1.0)
     scores[0, 1, 2], scores[1, 5, 6], scores[1, 6, 5], scores[0, 7, 7] = 1.0, 2.0, 3.0, 4.0  # the last two: no span
     assert cluener["_decoded"](scores, 6, "globalpointer") == [(0, 1, 2), (1, 5, 6)]
+
+
+def test_bio_tags_and_their_decoding_round_trip_every_non_overlapping_span_set(cluener):
+    """Many random span sets, with adjacent spans of one type, one-token spans and spans up to the window's
+    end: SpanBatches' CRF targets decoded (the path the CRF's Viterbi output takes) give the spans back."""
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        count, kinds = int(rng.integers(1, 20)), int(rng.integers(1, 5))
+        spans, position = [], 1
+        while position <= count:
+            if rng.random() < 0.4:
+                last = min(count, position + int(rng.integers(0, 4)))
+                spans.append((int(rng.integers(kinds)), position, last))
+                position = last
+            position += 1
+        window = cluener["Window"]([0] * (count + 2), [0] * (count + 2), spans, 0, 0)
+        batches = cluener["SpanBatches"]([window], 1, list(range(kinds)), "crf")
+        (_, targets) = batches[0]
+        assert cluener["_decoded"](targets[0], count, "crf") == spans
+
+
+def test_bio_tags_refuse_overlapping_spans_rather_than_overwrite_one(cluener):
+    window = cluener["Window"]([0] * 8, [0] * 8, [(0, 1, 4), (1, 3, 3)], 0, 0)
+    with pytest.raises(ValueError, match=r"spans \(0, 1, 4\) and \(1, 3, 3\) overlap.*one tag a token"):
+        cluener["SpanBatches"]([window], 1, ["a", "b"], "crf")[0]
+
+
+@pytest.mark.parametrize("name, line, company", [("train.json", 1, "腾讯公司"), ("dev.json", 2, "阿里公司")])
+def test_the_crf_refuses_overlapping_gold_spans(name, line, company, model_files, tmp_path, monkeypatch):  # noqa: F811
+    """BIO tags hold one span a character: the CRF head's targets lost nested spans and invented others."""
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURES / "cluener", data)
+    records = json_lines(data / name)
+    records[line - 1]["label"]["name"][company[:2]] = [[3, 4]]  # inside the company (characters 3 to 6)
+    records[line - 1]["label"]["address"] = {"公司工": [[5, 7]]}  # across its end
+    (data / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), "utf-8")
+    real_fit = keras.Model.fit
+    monkeypatch.setattr(keras.Model, "fit", lambda *a, **k: pytest.fail("trained before the overlap was refused"))
+    message = (rf"{name}, line {line}: company '{company}' at \[3, 6\] and name '{company[:2]}' at \[3, 4\] "
+               r"overlap: --head crf tags each character once.*--head globalpointer or --head efficient")  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        run("cluener", model_files, tmp_path / "out", data, "--head", "crf")
+    monkeypatch.setattr(keras.Model, "fit", real_fit)
+    assert run("cluener", model_files, tmp_path / "out", data, "--head", "globalpointer")["predictions"].exists()
+
+
+def test_the_pointer_heads_keep_nested_and_overlapping_spans(cluener, model_files):  # noqa: F811
+    tokens = cluener["snippets"].CharacterTokens(model_files / "vocab.txt")
+    spans = {("company", 3, 6), ("name", 3, 4), ("address", 5, 7), ("name", 3, 6)}  # one span, two types too
+    text = cluener["Text"](None, "赵六在腾讯公司工作。", spans, 1)
+    kinds = ["address", "company", "name"]
+    (window,) = cluener["windows_of"]([text], tokens, kinds, types.SimpleNamespace(maxlen=16, stride=None))
+    assert window.label == [(0, 6, 8), (1, 4, 7), (2, 4, 5), (2, 4, 7)]
+    for head in ("globalpointer", "efficient"):
+        (_, targets) = cluener["SpanBatches"]([window], 1, kinds, head)[0]
+        assert sorted(zip(*np.nonzero(targets[0]))) == [(0, 6, 8), (1, 4, 7), (2, 4, 5), (2, 4, 7)]
+        assert cluener["_decoded"](np.where(targets[0] > 0, 1.0, -1.0), 10, head) == window.label
 
 
 BAD = {

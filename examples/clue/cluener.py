@@ -16,11 +16,15 @@ Three heads on the sequence output (--head):
   type, start and end vectors per token with rotary positions inside the
   head; a span's score is their inner product; trained with the multi-label
   categorical cross-entropy over all spans; a span scored above 0 is an
-  entity.
+  entity. Nested and overlapping entities (and one span of two types) are
+  kept, in training and in prediction: each is its own cell of the matrix.
 - `efficient`: EfficientGlobalPointer, the start and end projections shared
-  by the types, a small per-type bias.
+  by the types, a small per-type bias; nested entities kept as well.
 - `crf`: BIO tags from a Dense and a conditional random field, trained by its
-  log-likelihood, decoded by Viterbi (the classic BERT+CRF).
+  log-likelihood, decoded by Viterbi (the classic BERT+CRF). One tag a
+  character holds one entity a character: a train.json or dev.json whose
+  entities overlap is refused before training, naming the line and the two
+  spans (give `globalpointer` or `efficient`).
 
     python examples/clue/cluener.py --data-dir CLUE/cluener_public \
         --checkpoint chinese_L-12_H-768_A-12 --vocab chinese_L-12_H-768_A-12/vocab.txt
@@ -131,6 +135,31 @@ def check_types(train, dev, paths):
     return types
 
 
+def check_no_overlaps(texts, path):
+    """--head crf's BIO tags hold one entity a character: a training or dev file with two gold spans sharing a
+    character (nested, overlapping, or one span of two types) is refused, naming the line, the two spans and
+    the heads that keep both; the CRF would have learnt one and scored the other as missed."""
+    for text in texts:
+        pair = first_overlap(text.spans)
+        if pair:
+            first, second = (f"{kind} {text.text[start : end + 1]!r} at [{start}, {end}]" for kind, start, end in pair)
+            raise ValueError(f"{path}, line {text.line}: {first} and {second} overlap: --head crf tags each "
+                             "character once (BIO), so one of them would be lost; give --head globalpointer or "
+                             "--head efficient, which keep nested and overlapping entities.")  # fmt: skip
+
+
+def first_overlap(spans):
+    """The first two of `spans` `(type, first, last)` that share a position, in order of position (the longer
+    first), or None."""
+    reaching = None  # of the spans so far, the one ending last
+    for span in sorted(spans, key=lambda span: (span[1], -span[2], span[0])):
+        if reaching is not None and span[1] <= reaching[2]:
+            return reaching, span
+        if reaching is None or span[2] > reaching[2]:
+            reaching = span
+    return None
+
+
 def windows_of(texts, tokens, types, args):
     """Each text's windows: `[CLS] characters [SEP]`, --maxlen tokens at most, one every --stride characters."""
     room = args.maxlen - 2
@@ -167,16 +196,39 @@ class SpanBatches(snippets.Batches):
 
     def targets(self, chosen, length):
         if self.head == "crf":
-            targets = np.zeros((len(chosen), length), "int32")
-            for row, window in enumerate(chosen):
-                for kind, first, last in window.label:
-                    targets[row, first], targets[row, first + 1 : last + 1] = 1 + 2 * kind, 2 + 2 * kind
-            return targets
+            return np.stack([bio_tags(window.label, length) for window in chosen])
         targets = np.zeros((len(chosen), len(self.types), length, length), "float32")
         for row, window in enumerate(chosen):
             for kind, first, last in window.label:
                 targets[row, kind, first, last] = 1
         return targets
+
+
+def bio_tags(spans, length):
+    """`length` BIO tags, one a token: 0 outside, 1 + 2t at the first token of a span of type t, 2 + 2t at its
+    others. Spans that overlap are refused (`check_no_overlaps` says so of the data, before training): one
+    tag a token would keep only one of them."""
+    pair = first_overlap(spans)
+    if pair:
+        raise ValueError(f"spans {pair[0]} and {pair[1]} overlap: BIO tags hold one tag a token.")
+    tags = np.zeros(length, "int32")
+    for kind, first, last in spans:
+        tags[first], tags[first + 1 : last + 1] = 1 + 2 * kind, 2 + 2 * kind
+    return tags
+
+
+def bio_spans(tags):
+    """The spans `(type, first, last)` of BIO tags (`bio_tags`' inverse over non-overlapping spans): a
+    first-token tag and the same type's other-token tags after it; an other-token tag after no first-token
+    tag of its type starts no span."""
+    spans = []
+    for position, tag in enumerate(tags):
+        if tag % 2 == 1:
+            last = position
+            while last + 1 < len(tags) and tags[last + 1] == tag + 1:
+                last += 1
+            spans.append(((tag - 1) // 2, position, last))
+    return spans
 
 
 def build_ner_model(args, types):
@@ -226,14 +278,8 @@ def _decoded(output, count, head):
         kinds, firsts, lasts = np.nonzero(output[:, 1 : count + 1, 1 : count + 1] > 0)
         return [(int(kind), int(first) + 1, int(last) + 1) for kind, first, last in zip(kinds, firsts, lasts)
                 if first <= last]  # fmt: skip
-    spans, tags = [], [int(t) for t in output[1 : count + 1]]
-    for position, tag in enumerate(tags, 1):
-        if tag % 2 == 1:  # a first token: the span runs on over the same type's other tokens
-            last = position
-            while last < count and tags[last] == tag + 1:
-                last += 1
-            spans.append(((tag - 1) // 2, position, last))
-    return spans
+    tags = [int(tag) for tag in output[1 : count + 1]]
+    return [(kind, first + 1, last + 1) for kind, first, last in bio_spans(tags)]
 
 
 def entity_scores(predicted, texts):
@@ -285,6 +331,9 @@ def main(argv=None):
     paths = [data_dir / f"{name}.json" for name in ("train", "dev", "test")]
     train, dev, test = read_texts(paths[0], True), read_texts(paths[1], True), read_texts(paths[2], False)
     types = check_types(train, dev, paths)
+    if args.head == "crf":
+        for texts, path in zip((train, dev), paths):
+            check_no_overlaps(texts, path)
     train_windows = windows_of(train, tokens, types, args)
     dev_windows = [dataclasses.replace(w, label=None) for w in windows_of(dev, tokens, types, args)]
     batches = SpanBatches(train_windows, args.batch_size, types, args.head, shuffle=True, seed=args.seed,
