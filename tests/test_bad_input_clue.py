@@ -208,3 +208,15 @@ def test_a_question_id_that_is_not_a_number_or_text_is_refused(task, model_files
     (data / "test.json").write_text(text.replace(first, '"id": [0]', 1), "utf-8")
     with pytest.raises(ValueError, match=r"test\.json, .*: the 'id' is list \[0\], not a whole number or a string"):
         run(task, model_files, tmp_path / "out", data)
+
+
+def test_cluener_refuses_a_stride_longer_than_a_window(model_files, tmp_path, capsys):  # noqa: F811
+    """It was capped to the window without a word; a larger one would skip characters."""
+    error = refused_flag("cluener", model_files, tmp_path, capsys, "--maxlen", "16", "--stride", "15")
+    assert (
+        "--stride 15 is more than a window's 14 characters (--maxlen 16 less [CLS] and [SEP]): the characters "
+        "between two windows would lie in none; give --stride 14 or less, or a larger --maxlen"
+    ) in error
+    assert "--stride must be at least 1, got 0" in refused_flag(
+        "cluener", model_files, tmp_path, capsys, "--stride", "0"
+    )

@@ -2,6 +2,7 @@
 end on a tiny fixture in CLUENER's format, windows over long texts put back
 together, entity-level scores, and bad data refused before training."""
 
+import dataclasses
 import json
 import runpy
 import shutil
@@ -62,6 +63,105 @@ def test_windows_overlap_and_their_spans_map_back_to_characters(cluener, model_f
     assert all(kind != 1 for w in windows[:2] for kind, _, _ in w.label)  # the company lies in no early window
     spans = {(kind, w.start + first - 1, w.start + last - 1) for w in windows for kind, first, last in w.label}
     assert spans == {(0, 5, 6), (1, 11, 14), (2, 0, 1)}
+
+
+def random_text(rng, cluener, length, room):
+    """A text of `length` characters with entities of 1 to a window and a half, some nested."""
+    spans = set()
+    for _ in range(int(rng.integers(0, 6))):
+        first = int(rng.integers(length))
+        last = min(length - 1, first + int(rng.integers(0, room + room // 2)))
+        spans.add(("name", first, last))
+    return cluener["Text"](None, "张" * length, spans, 1)
+
+
+def held(windows, text):
+    """The text's spans that lie whole in one of its windows."""
+    reach = [(w.start, w.start + len(w.token_ids) - 2) for w in windows]
+    return {s for s in text.spans if any(start <= s[1] and s[2] < end for start, end in reach)}
+
+
+def test_every_entity_a_window_can_hold_lies_whole_in_one(cluener, model_files):  # noqa: F811
+    """Entities across a window's edge were neither trained on nor predictable. On train.json every entity of
+    at most a window lies whole in one (a window is centred on each the --stride windows miss); dev and test
+    windows do not look at the gold: every entity of at most `window − stride + 1` characters lies in one."""
+    tokens = cluener["snippets"].CharacterTokens(model_files / "vocab.txt")
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        room, length = int(rng.integers(1, 12)), int(rng.integers(1, 40))
+        stride = int(rng.integers(1, room + 1))
+        text = random_text(rng, cluener, length, room)
+        args = types.SimpleNamespace(maxlen=room + 2, stride=stride)
+        trained = cluener["windows_of"]([text], tokens, ["name"], args, at_entities=True)
+        assert held(trained, text) == {s for s in text.spans if s[2] - s[1] < room}
+        predicted = cluener["windows_of"]([text], tokens, ["name"], args)
+        assert held(predicted, text) >= {s for s in text.spans if s[2] - s[1] + 1 <= room - stride + 1}
+        assert all(len(w.token_ids) <= room + 2 for w in trained + predicted)
+        starts = [w.start for w in predicted]  # --stride apart, the last reaching the end
+        assert starts == list(range(0, starts[-1] + 1, stride)) and starts[-1] + room >= length
+        for window in trained:
+            assert window.label == cluener["_window_spans"](text.spans, window.start, len(window.token_ids) - 2, [
+                "name"])  # fmt: skip
+
+
+def test_the_entities_no_window_holds_are_counted_in_the_log(cluener, model_files, capsys):  # noqa: F811
+    tokens = cluener["snippets"].CharacterTokens(model_files / "vocab.txt")
+    # Windows of 4 every 4: [0, 4), [4, 8), [8, 10); one entity too long, one across an edge, one held.
+    text = cluener["Text"](None, "张" * 10, {("name", 0, 4), ("name", 3, 4), ("name", 5, 6)}, 1)
+    args = types.SimpleNamespace(maxlen=6, stride=4)
+    windows = cluener["windows_of"]([text], tokens, ["name"], args)
+    cluener["say_unheld"]([text], windows, "dev.json", args, scored=True)
+    assert capsys.readouterr().out == (
+        "dev.json: 2 of 3 gold entities lie whole in no window, so cannot be predicted (1 longer than a window's 4 "
+        "characters: a larger --maxlen holds it; 1 across every window's edge: a --stride of 4 holds entities up "
+        "to 1 character whole, lower it); dev F1 counts them as missed.\n"
+    )
+    windows = cluener["windows_of"]([text], tokens, ["name"], args, at_entities=True)
+    cluener["say_unheld"]([text], windows, "train.json", args)
+    assert capsys.readouterr().out == (
+        "train.json: 1 of 3 gold entities lie whole in no window, so are not trained on (1 longer than a window's "
+        "4 characters: a larger --maxlen holds it).\n"
+    )
+    cluener["say_unheld"]([cluener["Text"](None, "张" * 10, {("name", 5, 6)}, 1)], windows, "train.json", args)
+    assert capsys.readouterr().out == ""
+
+
+def test_a_run_says_how_many_entities_no_window_holds(model_files, tmp_path, capsys):  # noqa: F811
+    """Windows of 3 characters: the fixture's 4-character companies fit none, in train and in dev."""
+    counts = {}
+    for name in ("train", "dev"):
+        spans = [p for r in json_lines(FIXTURES / "cluener" / f"{name}.json") for t in r["label"].values()
+                 for places in t.values() for p in places]  # fmt: skip
+        counts[name] = (sum(end - start + 1 > 3 for start, end in spans), len(spans))
+    result = run("cluener", model_files, tmp_path, None, "--maxlen", "5")
+    out = capsys.readouterr().out
+    for name, (longer, total) in counts.items():
+        assert f"{FIXTURES / 'cluener' / name}.json: {longer} of {total} gold entities lie whole in no window" in out
+        assert f"({longer} longer than a window's 3 characters: a larger --maxlen holds it)" in out
+    assert 0.0 <= result["dev_f1"] <= 1.0
+
+
+class Perfect:
+    """A model that scores exactly the gold spans of `batches`' windows, batch after batch."""
+
+    def __init__(self, batches):
+        self.targets = iter([batches[index][1] for index in range(len(batches))])
+
+    def predict_on_batch(self, inputs):
+        return np.where(next(self.targets) > 0, 1.0, -1.0)
+
+
+def test_dev_f1_counts_the_entities_no_window_holds_as_missed(cluener, model_files):  # noqa: F811
+    """Perfect on every window, a model still misses the two entities no window holds: recall 1 of 3."""
+    tokens = cluener["snippets"].CharacterTokens(model_files / "vocab.txt")
+    text = cluener["Text"](None, "张" * 10, {("name", 0, 4), ("name", 3, 4), ("name", 5, 6)}, 1)
+    args = types.SimpleNamespace(maxlen=6, stride=4, batch_size=2, head="globalpointer")
+    windows = cluener["windows_of"]([text], tokens, ["name"], args)
+    model = Perfect(cluener["SpanBatches"](windows, 2, ["name"], "globalpointer", maxlen=6))
+    unlabelled = [dataclasses.replace(window, label=None) for window in windows]
+    predicted = cluener["predicted_spans"](model, unlabelled, [text], ["name"], args)
+    assert predicted == [{("name", 5, 6)}]
+    assert cluener["entity_scores"](predicted, [text]) == (1.0, 1 / 3, 0.5)
 
 
 def test_every_character_gets_a_token_a_space_too(cluener, model_files, tmp_path):  # noqa: F811

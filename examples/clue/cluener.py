@@ -9,7 +9,15 @@ where the vocabulary has it, else `[UNK]`: `snippets.CharacterTokens`), so
 that token i of a window is character `start + i` of the text and words
 stay apart.
 A text longer than --maxlen is cut into windows every --stride characters
-and the spans found in each are put back together, not silently truncated.
+(half a window by default, at most a window: --maxlen − 2 characters) and
+the spans found in each are put back together, not silently truncated.
+Every entity of at most `window − stride + 1` characters lies whole in a
+window; on train.json a window is also centred on each entity those miss,
+so every entity a window can hold is trained on (dev and test windows do
+not look at the gold). An entity longer than a window can be neither
+trained on nor predicted: the log counts those in train.json and dev.json,
+and dev.json's entities across every window's edge; dev F1 counts them all
+as missed.
 Three heads on the sequence output (--head):
 
 - `globalpointer` (the default, as bert4keras's CLUENER baseline): for each
@@ -35,6 +43,7 @@ and keeps the best; writes `cluener_predict.json` under --output-dir, one
 submission format).
 """
 
+import collections
 import dataclasses
 import pathlib
 import time
@@ -76,8 +85,14 @@ def parse_args(argv=None):
     parser.add_argument("--head", choices=HEADS, default="globalpointer", help="globalpointer (default), "
                         "efficient (EfficientGlobalPointer) or crf (BIO tags, a conditional random field)")  # fmt: skip
     parser.add_argument("--stride", type=int, default=None, help="characters between windows' starts over a "
-                        "text longer than --maxlen (default: half a window)")  # fmt: skip
-    return snippets.check_args(parser, argv, least=LEAST, predictions=PREDICTIONS)
+                        "text longer than --maxlen, at most a window: --maxlen - 2 (default: half a window)")  # fmt: skip
+    args = snippets.check_args(parser, argv, least=LEAST, predictions=PREDICTIONS)
+    room = args.maxlen - 2
+    if args.stride is not None and args.stride > room:
+        parser.error(f"--stride {args.stride} is more than a window's {room} characters (--maxlen {args.maxlen} "
+                     "less [CLS] and [SEP]): the characters between two windows would lie in none; give "
+                     f"--stride {room} or less, or a larger --maxlen")  # fmt: skip
+    return args
 
 
 def read_texts(path, labelled):
@@ -160,23 +175,59 @@ def first_overlap(spans):
     return None
 
 
-def windows_of(texts, tokens, types, args):
-    """Each text's windows: `[CLS] characters [SEP]`, --maxlen tokens at most, one every --stride characters."""
+def windows_of(texts, tokens, types, args, at_entities=False):
+    """Each text's windows, `[CLS] characters [SEP]`, --maxlen tokens at most (`window_starts`)."""
     room = args.maxlen - 2
-    stride = args.stride or max(room // 2, 1)
     found = []
     for index, text in enumerate(texts):
         ids = tokens.encode(text.text)
-        start = 0
-        while True:
+        for start in window_starts(len(ids), room, stride_of(args), text.spans if at_entities else ()):
             window_ids = ids[start : start + room]
             label = _window_spans(text.spans, start, len(window_ids), types)
             found.append(Window([tokens.cls, *window_ids, tokens.sep], [0] * (len(window_ids) + 2), label,
                                 index, start))  # fmt: skip
-            if start + room >= len(ids):
-                break
-            start += min(stride, room)
     return found
+
+
+def stride_of(args):
+    """--stride, or half a window."""
+    return args.stride or max((args.maxlen - 2) // 2, 1)
+
+
+def window_starts(length, room, stride, spans=()):
+    """Where a text's windows of `room` characters start: every `stride` characters until one reaches the
+    text's end, so that every entity of at most `room - stride + 1` characters lies whole in one; and one
+    centred on each of `spans` (train.json's gold) that those miss but a window can hold, so that every such
+    entity is trained on. Dev and test windows do not look at the gold: they are predicted alike."""
+    starts = list(range(0, max(length - room, 0) + stride, stride))
+    for _, first, last in sorted(spans, key=lambda span: span[1:]):
+        if last - first < room and not any(start <= first and last < start + room for start in starts):
+            slack = room - (last - first + 1)
+            starts.append(min(max(first - slack // 2, 0), length - room))
+    return sorted(starts)
+
+
+def say_unheld(texts, windows, path, args, scored=False):
+    """Print how many of `texts`' gold entities lie whole in no window, and why: longer than a window (never
+    predictable), or (dev: the windows ignore the gold) across every window's edge. Nothing if none."""
+    room = args.maxlen - 2
+    reach = collections.defaultdict(list)
+    for window in windows:
+        reach[window.text].append((window.start, window.start + len(window.token_ids) - 2))
+    missed = [end - start + 1 for index, text in enumerate(texts) for _, start, end in text.spans
+              if not any(first <= start and end < last for first, last in reach[index])]  # fmt: skip
+    if not missed:
+        return
+    longer = sum(length > room for length in missed)
+    reasons = [f"{longer} longer than a window's {room} characters: a larger --maxlen holds it"] if longer else []
+    if len(missed) > longer:
+        stride = stride_of(args)
+        reasons.append(f"{len(missed) - longer} across every window's edge: a --stride of {stride} holds entities "
+                       f"up to {snippets.counted(room - stride + 1, 'character')} whole, lower it")  # fmt: skip
+    total = sum(len(text.spans) for text in texts)
+    effect = "cannot be predicted" if scored else "are not trained on"
+    print(f"{path}: {len(missed)} of {total} gold entities lie whole in no window, so {effect} "
+          f"({'; '.join(reasons)}){'; dev F1 counts them as missed' if scored else ''}.")  # fmt: skip
 
 
 def _window_spans(spans, start, length, types):
@@ -334,8 +385,10 @@ def main(argv=None):
     if args.head == "crf":
         for texts, path in zip((train, dev), paths):
             check_no_overlaps(texts, path)
-    train_windows = windows_of(train, tokens, types, args)
+    train_windows = windows_of(train, tokens, types, args, at_entities=True)
     dev_windows = [dataclasses.replace(w, label=None) for w in windows_of(dev, tokens, types, args)]
+    say_unheld(train, train_windows, paths[0], args)
+    say_unheld(dev, dev_windows, paths[1], args, scored=True)
     batches = SpanBatches(train_windows, args.batch_size, types, args.head, shuffle=True, seed=args.seed,
                           maxlen=args.maxlen)  # fmt: skip
     schedule = snippets.schedule_of(args, batches)
