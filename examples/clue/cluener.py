@@ -85,7 +85,7 @@ def parse_args(argv=None):
     parser.add_argument("--head", choices=HEADS, default="globalpointer", help="globalpointer (default), "
                         "efficient (EfficientGlobalPointer) or crf (BIO tags, a conditional random field)")  # fmt: skip
     parser.add_argument("--stride", type=int, default=None, help="characters between windows' starts over a "
-                        "text longer than --maxlen, at most a window: --maxlen - 2 (default: half a window)")  # fmt: skip
+                        "text longer than --maxlen, at most a window, --maxlen - 2 (default: half that)")  # fmt: skip
     args = snippets.check_args(parser, argv, least=LEAST, predictions=PREDICTIONS)
     room = args.maxlen - 2
     if args.stride is not None and args.stride > room:
