@@ -113,14 +113,14 @@ def test_the_entities_no_window_holds_are_counted_in_the_log(cluener, model_file
     cluener["say_unheld"]([text], windows, "dev.json", args, scored=True)
     assert capsys.readouterr().out == (
         "dev.json: 2 of 3 gold entities lie whole in no window, so cannot be predicted (1 longer than a window's 4 "
-        "characters: a larger --maxlen holds it; 1 across every window's edge: a --stride of 4 holds entities up "
-        "to 1 character whole, lower it); dev F1 counts them as missed.\n"
+        "characters: give a larger --maxlen; 1 across every window's edge: a --stride of 4 holds whole only "
+        "entities of up to 1 character, give a lower one); dev F1 counts them as missed.\n"
     )
     windows = cluener["windows_of"]([text], tokens, ["name"], args, at_entities=True)
     cluener["say_unheld"]([text], windows, "train.json", args)
     assert capsys.readouterr().out == (
         "train.json: 1 of 3 gold entities lie whole in no window, so are not trained on (1 longer than a window's "
-        "4 characters: a larger --maxlen holds it).\n"
+        "4 characters: give a larger --maxlen).\n"
     )
     cluener["say_unheld"]([cluener["Text"](None, "张" * 10, {("name", 5, 6)}, 1)], windows, "train.json", args)
     assert capsys.readouterr().out == ""
@@ -137,7 +137,7 @@ def test_a_run_says_how_many_entities_no_window_holds(model_files, tmp_path, cap
     out = capsys.readouterr().out
     for name, (longer, total) in counts.items():
         assert f"{FIXTURES / 'cluener' / name}.json: {longer} of {total} gold entities lie whole in no window" in out
-        assert f"({longer} longer than a window's 3 characters: a larger --maxlen holds it)" in out
+        assert f"({longer} longer than a window's 3 characters: give a larger --maxlen)" in out
     assert 0.0 <= result["dev_f1"] <= 1.0
 
 

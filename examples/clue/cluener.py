@@ -219,11 +219,12 @@ def say_unheld(texts, windows, path, args, scored=False):
     if not missed:
         return
     longer = sum(length > room for length in missed)
-    reasons = [f"{longer} longer than a window's {room} characters: a larger --maxlen holds it"] if longer else []
+    reasons = [f"{longer} longer than a window's {room} characters: give a larger --maxlen"] if longer else []
     if len(missed) > longer:
         stride = stride_of(args)
-        reasons.append(f"{len(missed) - longer} across every window's edge: a --stride of {stride} holds entities "
-                       f"up to {snippets.counted(room - stride + 1, 'character')} whole, lower it")  # fmt: skip
+        held = snippets.counted(room - stride + 1, "character")
+        reasons.append(f"{len(missed) - longer} across every window's edge: a --stride of {stride} holds whole "
+                       f"only entities of up to {held}, give a lower one")  # fmt: skip
     total = sum(len(text.spans) for text in texts)
     effect = "cannot be predicted" if scored else "are not trained on"
     print(f"{path}: {len(missed)} of {total} gold entities lie whole in no window, so {effect} "
