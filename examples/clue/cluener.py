@@ -71,6 +71,11 @@ class Window:
     text: int  # the text's index in its file (not its id: ids are only test.json's, and checked there)
     start: int  # the text's character at the window's token 1 (token 0 is [CLS]): a token a character
 
+    @property
+    def end(self):
+        """The text's character after the window's last ([CLS] and [SEP] are none)."""
+        return self.start + len(self.token_ids) - 2
+
 
 @dataclasses.dataclass
 class Text:
@@ -87,7 +92,7 @@ def parse_args(argv=None):
     parser.add_argument("--stride", type=int, default=None, help="characters between windows' starts over a "
                         "text longer than --maxlen, at most a window, --maxlen - 2 (default: half that)")  # fmt: skip
     args = snippets.check_args(parser, argv, least=LEAST, predictions=PREDICTIONS)
-    room = args.maxlen - 2
+    room = room_of(args)
     if args.stride is not None and args.stride > room:
         parser.error(f"--stride {args.stride} is more than a window's {room} characters (--maxlen {args.maxlen} "
                      "less [CLS] and [SEP]): the characters between two windows would lie in none; give "
@@ -177,7 +182,7 @@ def first_overlap(spans):
 
 def windows_of(texts, tokens, types, args, at_entities=False):
     """Each text's windows, `[CLS] characters [SEP]`, --maxlen tokens at most (`window_starts`)."""
-    room = args.maxlen - 2
+    room = room_of(args)
     found = []
     for index, text in enumerate(texts):
         ids = tokens.encode(text.text)
@@ -189,9 +194,19 @@ def windows_of(texts, tokens, types, args, at_entities=False):
     return found
 
 
+def room_of(args):
+    """A window's characters: --maxlen less [CLS] and [SEP]."""
+    return args.maxlen - 2
+
+
 def stride_of(args):
     """--stride, or half a window."""
-    return args.stride or max((args.maxlen - 2) // 2, 1)
+    return args.stride or max(room_of(args) // 2, 1)
+
+
+def holds(start, end, first, last):
+    """Whether the window of characters `start` to `end` (excluded) holds the span `first` to `last` whole."""
+    return start <= first and last < end
 
 
 def window_starts(length, room, stride, spans=()):
@@ -201,7 +216,7 @@ def window_starts(length, room, stride, spans=()):
     entity is trained on. Dev and test windows do not look at the gold: they are predicted alike."""
     starts = list(range(0, max(length - room, 0) + stride, stride))
     for _, first, last in sorted(spans, key=lambda span: span[1:]):
-        if last - first < room and not any(start <= first and last < start + room for start in starts):
+        if last - first < room and not any(holds(start, start + room, first, last) for start in starts):
             slack = room - (last - first + 1)
             starts.append(min(max(first - slack // 2, 0), length - room))
     return sorted(starts)
@@ -210,12 +225,12 @@ def window_starts(length, room, stride, spans=()):
 def say_unheld(texts, windows, path, args, scored=False):
     """Print how many of `texts`' gold entities lie whole in no window, and why: longer than a window (never
     predictable), or (dev: the windows ignore the gold) across every window's edge. Nothing if none."""
-    room = args.maxlen - 2
+    room = room_of(args)
     reach = collections.defaultdict(list)
     for window in windows:
-        reach[window.text].append((window.start, window.start + len(window.token_ids) - 2))
-    missed = [end - start + 1 for index, text in enumerate(texts) for _, start, end in text.spans
-              if not any(first <= start and end < last for first, last in reach[index])]  # fmt: skip
+        reach[window.text].append((window.start, window.end))
+    missed = [last - first + 1 for index, text in enumerate(texts) for _, first, last in text.spans
+              if not any(holds(start, end, first, last) for start, end in reach[index])]  # fmt: skip
     if not missed:
         return
     longer = sum(length > room for length in missed)
@@ -235,7 +250,7 @@ def _window_spans(spans, start, length, types):
     """The spans lying wholly inside the window of `length` characters from `start`, as `(type index, first
     token, last token)` (token 0 is [CLS])."""
     return [(types.index(kind), first - start + 1, last - start + 1) for kind, first, last in sorted(spans)
-            if start <= first and last < start + length]  # fmt: skip
+            if holds(start, start + length, first, last)]  # fmt: skip
 
 
 class SpanBatches(snippets.Batches):
@@ -317,8 +332,7 @@ def predicted_spans(model, windows, texts, types, args):
         outputs = keras.ops.convert_to_numpy(outputs)
         for row, i in enumerate(batches.batches[index]):
             window = windows[i]
-            characters = len(window.token_ids) - 2  # without [CLS] and [SEP]
-            for kind, first, last in _decoded(outputs[row], characters, args.head):
+            for kind, first, last in _decoded(outputs[row], window.end - window.start, args.head):
                 found[window.text].add((types[kind], window.start + first - 1, window.start + last - 1))
     return found
 
