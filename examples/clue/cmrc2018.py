@@ -101,7 +101,8 @@ def read_file(path, labelled, tokens, args):
     """The windows of a file, and each question's context and answers."""
     examples, contexts, answers, seen, unanswerable, split = [], {}, {}, {}, 0, 0
     for where, context, qa in questions(path):
-        id_, question = snippets.checked_id(field(qa, "id", where), f"{where}: the 'id'"), field(qa, "question", where)
+        id_ = snippets.checked_id(field(qa, "id", where), f"{where}: the 'id'")
+        question = field(qa, "question", where)
         if id_ in seen:
             raise ValueError(f"{where}: question id {id_!r} already appeared ({seen[id_]}).")
         seen[id_] = where
