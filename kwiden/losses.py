@@ -13,6 +13,8 @@ import weakref
 import keras
 from keras import ops
 
+from kwiden.targets import binary_labels, nan_unless
+
 # bert4keras's "infinity": what takes a class out of a log-sum-exp.
 _OUT = 1e12
 
@@ -28,8 +30,15 @@ def multilabel_categorical_crossentropy(y_true, y_pred):
     spans). `y_true` is 1 at the positives, 0 elsewhere; `y_pred` holds
     scores (logits, not probabilities). Returns one loss per row, computed in
     float32; classes scored -1e12 or -inf (masked spans) count for nothing.
+    A label that is neither 0 nor 1 is refused (`kwiden.targets`: a
+    `ValueError` where concrete, a NaN row in a compiled step).
     """
-    y_true = ops.cast(y_true, "float32")
+    y_true, good = binary_labels(y_true, "multilabel_categorical_crossentropy")
+    return nan_unless(ops.all(good, axis=-1), _crossentropy(y_true, y_pred))
+
+
+def _crossentropy(y_true, y_pred):
+    """`multilabel_categorical_crossentropy` of 0/1 labels."""
     y_pred = ops.cast(y_pred, "float32")
     y_pred = (1.0 - 2.0 * y_true) * y_pred  # positives' scores negated
     negatives = y_pred - y_true * _OUT
@@ -46,11 +55,14 @@ def global_pointer_crossentropy(y_true, y_pred):
     span scores `(batch, heads, seq, seq)` as one multi-label problem, the
     gold span matrix `y_true` (1 at `[b, type, start, end]`) its positives;
     the mean over types, one loss per example `(batch,)` (bert4keras takes the
-    mean over batch and types, which is the same once Keras averages the batch)."""
+    mean over batch and types, which is the same once Keras averages the batch).
+    A label that is neither 0 nor 1 is refused, as by
+    `multilabel_categorical_crossentropy`."""
+    y_true, good = binary_labels(y_true, "global_pointer_crossentropy")
     shape = ops.shape(y_pred)
     flat = (shape[0], shape[1], -1)
-    losses = multilabel_categorical_crossentropy(ops.reshape(y_true, flat), ops.reshape(y_pred, flat))
-    return ops.mean(losses, axis=-1)
+    losses = _crossentropy(ops.reshape(y_true, flat), ops.reshape(y_pred, flat))
+    return nan_unless(ops.all(ops.reshape(good, (shape[0], -1)), axis=-1), ops.mean(losses, axis=-1))
 
 
 @keras.saving.register_keras_serializable(package="kwiden")

@@ -18,15 +18,19 @@ import keras
 import numpy as np
 from keras import ops
 
+from kwiden.targets import binary_labels, nan_unless
+
 
 def span_counts(y_true, y_pred, threshold=0.0):
     """`(correct, predicted, gold)` entity counts, in numpy: `y_pred > threshold`
-    against `y_true > 0.5`, both `(batch, heads, seq, seq)`."""
+    against `y_true == 1`, both `(batch, heads, seq, seq)`; a label that is
+    neither 0 nor 1 is refused."""
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
     if y_true.shape != y_pred.shape:
         raise ValueError(
             f"span_counts: y_true has shape {y_true.shape} but y_pred has {y_pred.shape}; give both as (batch, heads, seq, seq)."
         )
+    binary_labels(y_true, "span_counts")
     gold, predicted = y_true > 0.5, y_pred > threshold
     return int(np.sum(gold & predicted)), int(np.sum(predicted)), int(np.sum(gold))
 
@@ -52,7 +56,9 @@ class SpanF1(keras.metrics.Metric):
     (`model.compile(metrics=[kwiden.metrics.SpanF1()])`): it keeps the counts
     of correct, predicted and gold entities, so the F1 is the corpus's, not
     a mean of batches'. `SpanPrecision` and `SpanRecall` keep the same counts.
-    `sample_weight` `(batch,)` weighs each example's counts."""
+    `sample_weight` `(batch,)` weighs each example's counts. A label that is
+    neither 0 nor 1 is refused: a `ValueError` where concrete, NaN counts
+    (so a NaN result) in a compiled step."""
 
     score = "f1"
 
@@ -64,7 +70,8 @@ class SpanF1(keras.metrics.Metric):
         ]
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        gold = ops.cast(ops.greater(ops.cast(y_true, "float32"), 0.5), "float32")
+        labels, good = binary_labels(y_true, f"{type(self).__name__} '{self.name}'")
+        gold = nan_unless(good, labels)
         predicted = ops.cast(ops.greater(ops.cast(y_pred, "float32"), self.threshold), "float32")
         per_example = [gold * predicted, predicted, gold]
         for variable, values in zip(self.counts, per_example):

@@ -1,11 +1,14 @@
-"""CLUE flags and paths that would fail, or quietly do something else, only
-once training starts or ends: refused before any training, naming the flag."""
+"""CLUE flags, paths and ids that would fail, or quietly do something else,
+only once training starts or ends: refused before any training, naming the
+flag, or the file and line."""
 
+import json
 import runpy
+import shutil
 
 import keras
 import pytest
-from test_clue import CLUE, model_files, run, snippets_importable  # noqa: F401 (fixtures)
+from test_clue import CLUE, FIXTURES, model_files, run, snippets_importable  # noqa: F401 (fixtures)
 
 SPAN_TASKS = ["cmrc2018", "chid", "c3"]
 
@@ -133,3 +136,87 @@ def test_a_folder_where_the_predictions_go_is_refused(task, predictions, model_f
     with pytest.raises(SystemExit):
         run(task, model_files, tmp_path / "out")
     assert f"holds a folder {predictions}, where the predictions go" in capsys.readouterr().err
+
+
+# Ids read from a user's file: the submission answers by id, so each is refused at read time.
+
+
+def copy_with_lines(task, name, tmp_path, edit):
+    """The task's fixtures, `name`'s JSON lines passed through `edit(records)`."""
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURES / task, data)
+    records = [json.loads(line) for line in (data / name).read_text("utf-8").splitlines() if line.strip()]
+    edit(records)
+    (data / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), "utf-8")
+    return data
+
+
+def set_id(line, value):
+    def edit(records):
+        records[line - 1]["id"] = value
+
+    return edit
+
+
+def drop_id(line):
+    return lambda records: records[line - 1].pop("id")
+
+
+BAD_IDS = {
+    "missing": (drop_id(2), r"test\.json, line 2: no field 'id'"),
+    "a list": (set_id(2, [1]), r"test\.json, line 2: the 'id' is list \[1\], not a whole number or a string"),
+    "a dict": (set_id(2, {"a": 1}), r"test\.json, line 2: the 'id' is dict \{'a': 1\}, not a whole number"),
+    "a float": (set_id(2, 1.5), r"test\.json, line 2: the 'id' is float 1\.5, not a whole number"),
+    "a bool": (set_id(1, True), r"test\.json, line 1: the 'id' is bool True, not a whole number"),
+    "null": (set_id(2, None), r"test\.json, line 2: the 'id' is NoneType None, not a whole number"),
+    "repeated": (set_id(3, 0), r"test\.json, line 3: id 0 was already used on line 1\."),
+    "repeated as text": (set_id(3, "1"), r"test\.json, line 3: id '1' was already used on line 2 \(as 1\)"),
+}
+
+
+@pytest.mark.parametrize("task", ["cluener", "afqmc"])
+@pytest.mark.parametrize("case", sorted(BAD_IDS))
+def test_a_bad_test_id_is_refused_naming_the_file_and_line(task, case, model_files, tmp_path):  # noqa: F811
+    """cluener merged two lines of one id into one prediction, took a line without one, and crashed on a
+    list id after training; the classification tasks (`snippets.line_id`) crashed on a list at read time
+    and took a bool or a float."""
+    edit, message = BAD_IDS[case]
+    data = copy_with_lines(task, "test.json", tmp_path, edit)
+    with pytest.raises(ValueError, match=message):
+        run(task, model_files, tmp_path / "out", data)
+    assert not (tmp_path / "out").exists()
+
+
+def test_dev_lines_with_one_id_are_scored_apart(model_files):  # noqa: F811
+    """dev.json's ids are not CLUENER's (its dev lines have none): two lines with one id were merged, one
+    line's predicted spans counted against the other's gold."""
+    cluener = runpy.run_path(str(CLUE / "cluener.py"))
+    texts = [cluener["Text"](7, "张三去了北京。", {("name", 0, 1)}, 1), cluener["Text"](7, "北京", set(), 2)]
+    predicted = [{("name", 0, 1)}, set()]
+    assert cluener["entity_scores"](predicted, texts) == (1.0, 1.0, 1.0)
+    predicted = [set(), {("name", 0, 1)}]  # the second text's prediction is not the first's gold
+    assert cluener["entity_scores"](predicted, texts) == (0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("task", ["c3", "cmrc2018"])
+def test_a_question_id_that_is_not_a_number_or_text_is_refused(task, model_files, tmp_path):  # noqa: F811
+    """A list id crashed (unhashable) with a traceback, a null one was written as null."""
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURES / task, data)
+    text = (data / "test.json").read_text("utf-8")
+    first = '"id": 0' if task == "c3" else '"id": "E1_Q1"'
+    (data / "test.json").write_text(text.replace(first, '"id": [0]', 1), "utf-8")
+    with pytest.raises(ValueError, match=r"test\.json, .*: the 'id' is list \[0\], not a whole number or a string"):
+        run(task, model_files, tmp_path / "out", data)
+
+
+def test_cluener_refuses_a_stride_longer_than_a_window(model_files, tmp_path, capsys):  # noqa: F811
+    """It was capped to the window without a word; a larger one would skip characters."""
+    error = refused_flag("cluener", model_files, tmp_path, capsys, "--maxlen", "16", "--stride", "15")
+    assert (
+        "--stride 15 is more than a window's 14 characters (--maxlen 16 less [CLS] and [SEP]): the characters "
+        "between two windows would lie in none; give --stride 14 or less, or a larger --maxlen"
+    ) in error
+    assert "--stride must be at least 1, got 0" in refused_flag(
+        "cluener", model_files, tmp_path, capsys, "--stride", "0"
+    )

@@ -194,3 +194,21 @@ def test_cmrc2018_questions_are_cut_to_fit_maxlen_and_misses_count(model_files):
     assert max(len(window.token_ids) for window in windows) <= 6  # questions longer than 6 − 4 are cut
     # A dev question whose answer was not found in its context is a miss, not left out of the mean.
     assert cmrc2018["exact_match"]({"a": "x"}, {"a": ["x"], "b": ["y"]}) == 0.5
+
+
+def test_cmrc2018_reads_spaces_as_tokens_and_its_answers_still_map_back(model_files, tmp_path):  # noqa: F811
+    """CharacterTokens gives every character a token, a space too ([UNK] in the tiny vocab, which has no
+    [unused1]): the window holds the whole context and the label points at the answer's own characters."""
+    cmrc2018 = runpy.run_path(str(CLUE / "cmrc2018.py"))
+    context, answer = "长城 是中国 古代的工程", "中国 古代"
+    qa = {"id": "Q1", "question": "长城 是?", "answers": [{"text": answer, "answer_start": context.index(answer)}]}
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"context": context, "qas": [qa]}]}]}), "utf-8")
+    args = cmrc2018["parse_args"](["--data-dir", "x", "--config", "c", "--vocab", "v", "--maxlen", "32"])
+    tokens = cmrc2018["snippets"].CharacterTokens(model_files / "vocab.txt")
+    (window,), _, _ = cmrc2018["read_file"](path, True, tokens, args)
+    assert len(window.token_ids) == 3 + len("长城 是?") + len(context)
+    assert window.token_ids[3] == window.token_ids[window.offset + 2] == tokens.ids["[UNK]"]  # the spaces
+    start, end = window.label
+    assert (window.characters[start - window.offset], window.characters[end - window.offset]) == (4, 8)
+    assert context[4:9] == answer

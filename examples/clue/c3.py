@@ -44,7 +44,7 @@ def choices_of(question, context, labelled, tokenizer, maxlen, where, seen):
     for field in fields:
         if not isinstance(question, dict) or field not in question:
             raise ValueError(f"{where}: a question without the field {field!r}.")
-    id_, choice = question["id"], question["choice"]
+    id_, choice = snippets.checked_id(question["id"], f"{where}: the 'id'"), question["choice"]
     if not choice or not all(isinstance(c, str) for c in choice):
         raise ValueError(f"{where}, question {id_!r}: 'choice' should be a non-empty list of strings.")
     if id_ in seen:

@@ -4,8 +4,9 @@ is the answer? SQuAD-like JSON files: `{"data": [{"paragraphs": [{"context",
 test.json's questions need no answers.
 
 The context is tokenized one character at a time (Chinese BERTs' own
-tokenization, and each token keeps its character's index; spaces are
-skipped, a character outside the vocabulary is [UNK]). `[CLS] question
+tokenization), every character a token, a space too (`[unused1]`, else
+`[UNK]`: `snippets.CharacterTokens`), a character outside the vocabulary
+[UNK]; token i is character i, so an answer's indices map one to one. `[CLS] question
 [SEP] window [SEP]`, one window every --stride characters over long
 contexts; start and end logits from a Dense(2) on the sequence output. A
 window without the answer points at [CLS]. A question's answer is the best
@@ -100,7 +101,8 @@ def read_file(path, labelled, tokens, args):
     """The windows of a file, and each question's context and answers."""
     examples, contexts, answers, seen, unanswerable, split = [], {}, {}, {}, 0, 0
     for where, context, qa in questions(path):
-        id_, question = field(qa, "id", where), field(qa, "question", where)
+        id_ = snippets.checked_id(field(qa, "id", where), f"{where}: the 'id'")
+        question = field(qa, "question", where)
         if id_ in seen:
             raise ValueError(f"{where}: question id {id_!r} already appeared ({seen[id_]}).")
         seen[id_] = where
@@ -114,8 +116,8 @@ def read_file(path, labelled, tokens, args):
                 continue
         contexts[id_] = context
         # Cut to fit: [CLS] question [SEP] at least one context character [SEP].
-        question_ids = tokens.encode(str(question))[0][: max(1, min(args.max_question, args.maxlen - 4))]
-        context_ids, characters = tokens.encode(context)
+        question_ids = tokens.encode(str(question))[: max(1, min(args.max_question, args.maxlen - 4))]
+        context_ids, characters = tokens.encode(context), list(range(len(context)))  # a token a character
         for window_ids, window_characters in windows(context_ids, characters, question_ids, args):
             token_ids = [tokens.cls, *question_ids, tokens.sep, *window_ids, tokens.sep]
             segment_ids = [0] * (len(question_ids) + 2) + [1] * (len(window_ids) + 1)

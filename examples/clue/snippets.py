@@ -278,11 +278,32 @@ def label_of(record, where):
 
 def line_id(record, where):
     """The line's `id` (or `idx`, as CLUEWSC spells it): the submission file
-    answers by id, so a line without one is an error."""
+    answers by id, so a line without one, or with one that is not an id
+    (`checked_id`), is an error."""
     for field in ID_FIELDS:
         if field in record:
-            return record[field]
+            return checked_id(record[field], f"{where}: the {field!r}")
     raise ValueError(f"{where}: no field 'id' (nor {', '.join(repr(f) for f in ID_FIELDS[1:])}).")
+
+
+def checked_id(value, what):
+    """`value` if it is a whole number or a string, as CLUE's ids are; a list
+    or a dict (which cannot key the predictions), a float, a bool or null
+    (which a grader would not match) is refused, `what` naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{what} is {type(value).__name__} {value!r}, not a whole number or a string.")
+    return value
+
+
+def first_use(id_, number, lines_of_id, where):
+    """Remember that line `number` has `id_` (`lines_of_id`: an id's text to
+    its first line and spelling); an id an earlier line had is refused, as the
+    submission has one prediction an id. `1` and `"1"` are one id: a grader
+    reading ids as text would merge them."""
+    earlier = lines_of_id.setdefault(str(id_), (number, id_))
+    if earlier[0] != number:
+        spelled = "" if earlier[1] == id_ else f" (as {earlier[1]!r})"
+        raise ValueError(f"{where}: id {id_!r} was already used on line {earlier[0]}{spelled}.")
 
 
 def read_examples(path, task, tokenizer, maxlen, labelled):
@@ -295,9 +316,8 @@ def read_examples(path, task, tokenizer, maxlen, labelled):
         if labelled and label in task.skipped_labels:
             continue
         id_ = line_id(record, where) if not labelled else record.get("id", number - 1)
-        if not labelled and id_ in lines_of_id:  # a prediction per id: a repeated one would be ambiguous
-            raise ValueError(f"{where}: id {id_!r} was already used on line {lines_of_id[id_]}.")
-        lines_of_id[id_] = number
+        if not labelled:
+            first_use(id_, number, lines_of_id, where)
         token_ids, segment_ids = tokenizer.encode(first, second, maxlen=maxlen)
         examples.append(Example(token_ids, segment_ids, label, id_, number))
     if not examples:
@@ -347,22 +367,32 @@ def load_data(args, task, tokenizer):
 
 
 class CharacterTokens:
-    """One token per character, each remembering where it came from."""
+    """One token per character, every character of the text, in order: token
+    i is character i, so character indices (entities, answers) map one to one.
+
+    A space (any whitespace: tab, newline, the ideographic space) is a token
+    too, `[unused1]` where the vocabulary has it (as bert4keras's character
+    tokenizers do: an id pretraining never used, so it stands for the space
+    alone), else `[UNK]`. Dropping spaces, as BERT's tokenizer does, would run
+    `foo bar` together as `foobar`, and leave an entity starting on a space
+    in no window."""
 
     def __init__(self, vocab_path):
         self.ids = {token: i for i, token in enumerate(read_vocabulary(vocab_path))}
         self.unknown, self.cls, self.sep = (self.ids[t] for t in ("[UNK]", "[CLS]", "[SEP]"))
+        self.space = self.ids.get("[unused1]", self.unknown)
 
     def id_of(self, character):
+        if character.isspace():
+            return self.space
         character = character.lower()
         if character not in self.ids:  # an accented letter: its base, as uncased BERTs read it
             character = "".join(c for c in unicodedata.normalize("NFD", character) if not unicodedata.combining(c))
         return self.ids.get(character, self.unknown)
 
     def encode(self, text):
-        """`(token ids, character indices)`, whitespace left out."""
-        kept = [i for i, character in enumerate(text) if not character.isspace()]
-        return [self.id_of(text[i]) for i in kept], kept
+        """The token ids, one a character."""
+        return [self.id_of(character) for character in text]
 
 
 # Batches.

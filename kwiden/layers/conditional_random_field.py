@@ -5,6 +5,7 @@ from kwiden.expansion import UNCHANGED, GrowthError
 from kwiden.layers.expandable import Expandable
 from kwiden.layers.spans import MASKED, check_positive_int
 from kwiden.losses import ConditionalRandomFieldLoss
+from kwiden.targets import nan_unless, refuse_where_concrete
 
 # A position whose every tag scores at or below this is padding (bert4keras's test on `y_pred`).
 PADDED_BELOW = -1e6
@@ -126,9 +127,12 @@ class ConditionalRandomField(Expandable, keras.layers.Layer):
 
     def path_score(self, emissions, tags, mask=None):
         """The score of the tag path `tags` `(batch, seq)` in each row, `(batch,)`:
-        its emissions and the transitions between consecutive real positions."""
+        its emissions and the transitions between consecutive real positions.
+        A tag at a real position that is not a tag id (a whole number from 0 to
+        num_tags − 1) is refused (`_tag_ids`); padding's tags are not read."""
         emissions, mask = self._prepare(emissions, mask)
-        chosen = ops.one_hot(ops.cast(tags, "int32"), self.num_tags, dtype="float32")
+        tags, read = self._tag_ids(tags, mask)
+        chosen = ops.one_hot(tags, self.num_tags, dtype="float32")
         emitted = ops.sum(ops.where(mask[..., None], emissions * chosen, 0.0), axis=(1, 2))
         transitions = self.transitions
 
@@ -142,7 +146,23 @@ class ConditionalRandomField(Expandable, keras.layers.Layer):
 
         init = (ops.zeros_like(chosen[:, 0]), ops.zeros_like(mask[:, 0]), ops.zeros_like(emitted))
         (_, _, moved), _ = ops.scan(step, init, time_major(chosen, mask))
-        return emitted + moved
+        return nan_unless(read, emitted + moved)
+
+    def _tag_ids(self, tags, mask):
+        """`tags` as int32 ids (0 where one is not a tag id: one-hot would make it
+        all zeros, a path without that emission, and a finite, wrong score), and
+        the rows whose real positions hold tag ids only: their scores are kept,
+        the others' are NaN. Where the tags are concrete, the first bad one is a
+        `ValueError` naming the layer, the value, its index and the range."""
+        values = ops.cast(tags, "float32")
+        whole = ops.equal(values, ops.floor(values))
+        is_id = ops.logical_and(whole, ops.logical_and(ops.greater_equal(values, 0), ops.less(values, self.num_tags)))
+        read = ops.logical_or(is_id, ops.logical_not(mask))
+        refuse_where_concrete(values, read, lambda value, index: (
+            f"ConditionalRandomField '{self.name}': tag {value:g} at {index} is not a tag id, "
+            f"0 to {self.num_tags - 1} (num_tags={self.num_tags})."
+        ))  # fmt: skip
+        return ops.cast(ops.where(is_id, values, 0.0), "int32"), ops.all(read, axis=-1)
 
     def negative_log_likelihood(self, emissions, tags, mask=None):
         """`log Z − score(tags)` of each row, `(batch,)`: what training minimises."""

@@ -198,3 +198,66 @@ def test_a_tensorflow_graph_of_unknown_length_decodes_and_scores():
     np.testing.assert_array_equal(
         log_partition(emissions, MASK).numpy(), np.asarray(crf.log_partition(emissions, MASK))
     )
+
+
+def compiled(function):
+    """`function` traced into the backend's graph, where values are not known to Python (a compiled train step)."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(function)
+    if backend == "jax":
+        import jax
+
+        return jax.jit(function)
+    pytest.skip(f"{backend} runs these eagerly, where the ValueError tests cover them")
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("bad", [3, -1, 1.5])
+def test_a_tag_id_out_of_range_is_refused(bad):
+    """One-hot of a tag past num_tags (or below 0) is all zeros: the likelihood came out finite and wrong."""
+    crf, emissions, _ = crf_and_emissions(seed=10)
+    tags = np.zeros((len(MASK), STEPS), "float32")
+    tags[1, 2] = bad  # a real position of row 1
+    message = rf"ConditionalRandomField '{crf.name}': tag {bad:g} at \[1, 2\] is not a tag id, 0 to 2 \(num_tags=3\)"
+    with pytest.raises(ValueError, match=message):
+        crf.negative_log_likelihood(emissions, tags, MASK)
+    with pytest.raises(ValueError, match=message):
+        crf.loss(tags, crf(emissions, mask=MASK))  # the Keras loss, as a run_eagerly step calls it
+
+
+@pytest.mark.backends
+def test_a_tag_out_of_range_gives_its_row_a_nan_likelihood_in_a_graph():
+    crf, emissions, _ = crf_and_emissions(seed=11)
+    tags = np.random.default_rng(12).integers(0, TAGS, (len(MASK), STEPS)).astype("int32")
+    expected = np.asarray(crf.negative_log_likelihood(emissions, tags, MASK))
+    bad = tags.copy()
+    bad[1, 2], bad[3, 0] = TAGS, -1  # real positions of rows 1 and 3
+    nll = np.asarray(keras.ops.convert_to_numpy(compiled(crf.negative_log_likelihood)(emissions, bad, MASK)))
+    assert np.isnan(nll[[1, 3]]).all()
+    np.testing.assert_allclose(nll[[0, 2, 4, 5]], expected[[0, 2, 4, 5]], rtol=RTOL)
+
+
+@pytest.mark.backends
+def test_fit_on_a_tag_out_of_range_shows_a_nan_loss():
+    inputs = keras.Input((None, 4))
+    crf = layers.ConditionalRandomField(3)
+    model = keras.Model(inputs, crf(keras.layers.Dense(3)(inputs)))
+    model.compile("adam", loss=crf.loss)
+    tags = np.zeros((4, 5), "int32")
+    tags[2, 1] = 3
+    history = model.fit(np.ones((4, 5, 4), "float32"), tags, epochs=1, batch_size=4, verbose=0).history
+    assert np.isnan(history["loss"]).all()
+
+
+def test_a_tag_at_a_padded_position_is_not_read():
+    """Padding's tags (often -1, or 0) are left out of the path: any value there is accepted."""
+    crf, emissions, _ = crf_and_emissions(seed=13)
+    tags = np.zeros((len(MASK), STEPS), "int32")
+    padded = np.where(MASK, tags, -1)
+    np.testing.assert_array_equal(
+        np.asarray(crf.negative_log_likelihood(emissions, padded, MASK)),
+        np.asarray(crf.negative_log_likelihood(emissions, tags, MASK)),
+    )

@@ -4,6 +4,7 @@ against numpy loops; the span F1 metric against counting by hand."""
 import keras
 import numpy as np
 import pytest
+from test_conditional_random_field import compiled
 
 from kwiden import layers, losses, metrics
 from kwiden.layers.spans import MASKED
@@ -132,3 +133,50 @@ def test_a_model_compiled_with_them_saves_and_loads(tmp_path):
     x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
     np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(model(x)))
     assert loaded.loss is losses.global_pointer_crossentropy
+
+
+LOSSES = {
+    "multilabel_categorical_crossentropy": (losses.multilabel_categorical_crossentropy, (3, 4), (1, 2)),
+    "global_pointer_crossentropy": (losses.global_pointer_crossentropy, (3, 2, 3, 3), (1, 0, 1, 2)),
+}
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("bad", [2.0, -1.0, 0.5])
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_a_label_that_is_not_0_or_1_is_refused(name, bad):
+    """The loss masks classes by `y_true * 1e12`: a 2 or a 0.5 gave a finite, meaningless number."""
+    loss, shape, index = LOSSES[name]
+    y_true, y_pred = np.zeros(shape, "float32"), np.zeros(shape, "float32")
+    y_true[index] = bad
+    where = ", ".join(map(str, index))
+    with pytest.raises(ValueError, match=rf"{name}: label {bad:g} at \[{where}\] is not 0 or 1"):
+        loss(y_true, y_pred)
+    values = np.asarray(keras.ops.convert_to_numpy(compiled(loss)(y_true, y_pred)))
+    assert np.isnan(values[1]) and np.isfinite(values[[0, 2]]).all()
+
+
+@pytest.mark.backends
+def test_the_span_metrics_refuse_a_label_that_is_not_0_or_1():
+    """`y_true > 0.5` counted a 2 as one entity and a -1 as none."""
+    y_true, y_pred = np.zeros((2, 1, 3, 3), "float32"), np.zeros((2, 1, 3, 3), "float32")
+    y_true[1, 0, 1, 2] = 2.0
+    with pytest.raises(ValueError, match=r"span_counts: label 2 at \[1, 0, 1, 2\] is not 0 or 1"):
+        metrics.span_counts(y_true, y_pred)
+    metric = metrics.SpanF1()
+    with pytest.raises(ValueError, match=r"SpanF1 'span_f1': label 2 at \[1, 0, 1, 2\] is not 0 or 1"):
+        metric.update_state(y_true, y_pred)
+
+
+@pytest.mark.backends
+def test_a_compiled_evaluation_on_a_label_that_is_not_0_or_1_shows_a_nan_span_f1():
+    y_true, y_pred = np.zeros((2, 1, 3, 3), "float32"), np.ones((2, 1, 3, 3), "float32")
+    y_true[1, 0, 1, 2] = 2.0
+    inputs = keras.Input((1, 3, 3))
+    model = keras.Model(inputs, keras.layers.Identity()(inputs))
+    model.compile(loss="mse", metrics=[metrics.SpanF1()])
+    if keras.backend.backend() == "torch":  # evaluates eagerly: the labels are concrete
+        with pytest.raises(ValueError, match="SpanF1 'span_f1': label 2"):
+            model.evaluate(y_pred, y_true, verbose=0)
+    else:
+        assert np.isnan(model.evaluate(y_pred, y_true, verbose=0, return_dict=True)["span_f1"])
