@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from kwiden.files import read_text
+from kwiden.files import find_key, read_text
 
 # The tokens BERT's WordPiece cannot do without: unknown words, and the two
 # that `encode` puts around texts.
@@ -41,6 +41,15 @@ def check_text(text, where):
             'with errors="surrogateescape") or a JSON escape such as "\\ud800" gives. Give UTF-8 text.'
         )
     return text
+
+
+def check_json_texts(value, where):
+    """`value` (parsed JSON), refused where one of its strings is not valid Unicode (`check_text`), naming `where`
+    ("train.json, line 3") and the key."""
+    found = find_key(value, lambda item: isinstance(item, str) and SURROGATE.search(item) is not None)
+    if found is not None:
+        check_text(found[1], f"{where}: {found[0] or 'the value'}")
+    return value
 
 
 def check_texts(texts, what="Text"):

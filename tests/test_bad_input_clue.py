@@ -220,3 +220,36 @@ def test_cluener_refuses_a_stride_longer_than_a_window(model_files, tmp_path, ca
     assert "--stride must be at least 1, got 0" in refused_flag(
         "cluener", model_files, tmp_path, capsys, "--stride", "0"
     )
+
+
+def with_a_lone_surrogate(value):
+    """`value` (parsed JSON) with its first text of several characters begun by a lone surrogate."""
+    if isinstance(value, str) and len(value) > 3:
+        return chr(0xDC80) + value, True
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        changed, done = with_a_lone_surrogate(item)
+        if done:
+            value[key] = changed
+            return value, True
+    return value, False
+
+
+@pytest.mark.parametrize("task, name, where", [("afqmc", "train.json", "train.json, line 2"),
+                                               ("cluener", "dev.json", "dev.json, line 2"),
+                                               ("c3", "test.json", "test.json")])  # fmt: skip
+def test_text_that_is_not_valid_unicode_is_refused_naming_the_file_and_line(task, name, where, model_files, tmp_path):  # noqa: F811
+    """JSON's "\\udc80" escape reads as a lone surrogate, which the WordPiece tokenizer failed on with a
+    TypeError naming nothing (or, read one character at a time, took as [UNK])."""
+    data = tmp_path / "data"
+    shutil.copytree(FIXTURES / task, data)
+    text = (data / name).read_text("utf-8")
+    if task == "c3":  # one JSON value, not lines
+        (data / name).write_text(json.dumps(with_a_lone_surrogate(json.loads(text))[0]), "utf-8")
+    else:
+        lines = text.splitlines()
+        lines[1] = json.dumps(with_a_lone_surrogate(json.loads(lines[1]))[0])  # ensure_ascii: written as \udc80
+        (data / name).write_text("\n".join(lines) + "\n", "utf-8")
+    with pytest.raises(ValueError, match=rf"{where}: .* is not valid Unicode: it holds a lone surrogate \(U\+DC80\)"):
+        run(task, model_files, tmp_path / "out", data)
+    assert not (tmp_path / "out").exists()

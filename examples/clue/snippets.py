@@ -24,7 +24,7 @@ from kwiden import naming, optimizers
 from kwiden.files import replaced_atomically
 from kwiden.growth.plan import hidden_size_of
 from kwiden.layers.expandable import default_space
-from kwiden.tokenizer import read_vocabulary
+from kwiden.tokenizer import check_json_texts, read_vocabulary
 
 # Fields that carry a line's id: CLUE 1.1 names it `id`, CLUEWSC2020 `idx`.
 ID_FIELDS = ("id", "idx")
@@ -218,7 +218,7 @@ def read_json_lines(path):
                 raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}).") from None
             if not isinstance(record, dict):
                 raise ValueError(f"{path}, line {number}: a JSON object was expected, got {type(record).__name__}.")
-            yield number, record
+            yield number, check_json_texts(record, f"{path}, line {number}")
 
 
 def read_json(path):
@@ -228,7 +228,7 @@ def read_json(path):
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file.")
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
+        return check_json_texts(json.loads(path.read_bytes().decode("utf-8")), str(path))
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not UTF-8 text.") from None
     except json.JSONDecodeError as error:

@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 from kwiden.pretraining import tokens
+from kwiden.tokenizer import check_json_texts
 from kwiden.pretraining.objectives import (
     IGNORED,
     LEAST_VALID_WINDOWS,
@@ -123,7 +124,7 @@ class Seq2Seq(Objective):
     def parsed(self, line, where):
         """The JSON value of one corpus line; a line that is not JSON refused naming `where`."""
         try:
-            return json.loads(line)
+            return check_json_texts(json.loads(line), where)
         except json.JSONDecodeError as error:
             raise ValueError(f"{where}: not JSON ({error.msg}); --objective {self.name} reads one "
                              f"{self.line_format} a line.") from None  # fmt: skip
