@@ -35,6 +35,9 @@ def run(budget=300, seed=0, output_dir=None, verbose=1):
                 batch_size=BATCH_SIZE, lr=LEARNING_RATE, grow=grow, seed=seed, verbose=verbose,
             )  # fmt: skip
         print(table(results))
+        if not output_dir:  # the runs' logs named their folders, which go now
+            print(f"\nThe two runs were in {folder}, a temporary folder, deleted now: give --output-dir DIR to keep "
+                  "them (metrics, loss plots, final/ models).")  # fmt: skip
     return results
 
 

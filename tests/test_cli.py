@@ -57,6 +57,9 @@ def test_demo_command_pretrains_grown_and_from_scratch_at_equal_compute(capsys):
     assert int(scratch[2]) == 12 and int(grown[2]) > 12  # the grown run's early updates are cheaper
     assert abs(float(grown[3]) - float(scratch[3])) <= float(scratch[3]) / 12  # equal FLOPs, to one update
     assert "reaches the scratch run's final loss" in printed or "does not reach the scratch run's final loss" in printed
+    # The logs named the runs' final/ folders: the user is told they were temporary, and that --output-dir keeps them.
+    gone = printed.split("The two runs were in ")[1].split(", a temporary folder, deleted now")[0]
+    assert "give --output-dir DIR to keep them" in printed and not Path(gone).exists()
 
 
 def test_pretrain_command_trains_and_refuses_in_one_line(tmp_path, capsys):

@@ -17,7 +17,6 @@ import keras
 import numpy as np
 
 from kwiden.pretraining import tokens
-from kwiden.tokenizer import check_json_texts
 from kwiden.pretraining.objectives import (
     IGNORED,
     LEAST_VALID_WINDOWS,
@@ -28,6 +27,7 @@ from kwiden.pretraining.objectives import (
     first_of,
     register_objective,
 )
+from kwiden.tokenizer import check_json_texts
 
 MAX_VALID_ROWS = 256
 

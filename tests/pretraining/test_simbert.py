@@ -153,7 +153,10 @@ def test_bad_records_are_named(tmp_path):
         ('{"text": "a", "synonyms": []}\n', r"line 1: .* wants 'synonyms', a list of one or more non-empty texts"),
         ('{"text": "a", "synonyms": "b"}\n', r"line 1: .* wants 'synonyms', a list"),
         ('{"text": "a", "synonyms": ["b"]}\n{"text"\n', r"line 2: not JSON"),
-        ('{"text": "a", "synonyms": ["b\\udc80"]}\n', r"bad\.jsonl, line 1: synonyms\[0\] is not valid Unicode: .*U\+DC80"),
+        (
+            '{"text": "a", "synonyms": ["b\\udc80"]}\n',
+            r"bad\.jsonl, line 1: synonyms\[0\] is not valid Unicode: .*U\+DC80",
+        ),
     ]:
         bad.write_text(text)
         with pytest.raises(ValueError, match=message):
