@@ -208,3 +208,8 @@ def test_bad_options_are_named_before_training(similar, tmp_path):
     (other / "vocab.txt").unlink()
     with pytest.raises(ValueError, match=rf"--teacher {other} has no vocab\.txt: a teacher is a BERT or RoFormer"):
         pretrain(teacher=str(other))
+    gpt = tmp_path / "gpt"  # a decoder of the run's vocabulary: no sentence vector to learn from
+    kwiden.save_checkpoint(kwiden.build_transformer_model({**TINY_BERT, "vocab_size": len(vocab)}, model="gpt"), gpt)
+    shutil.copy(words, gpt / "vocab.txt")
+    with pytest.raises(ValueError, match=rf"--teacher {gpt}: SentenceEncoder encodes with a BERT or RoFormer .* GPT"):
+        pretrain(teacher=str(gpt))
