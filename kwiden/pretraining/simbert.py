@@ -263,7 +263,7 @@ def teacher_for(folder, tokenizer, seq_len):
             "the same texts: give a teacher of the run's vocabulary."
         )
     try:
-        teacher = SentenceEncoder(folder, batch_size=MAX_VALID_ROWS, maxlen=seq_len)
+        teacher = SentenceEncoder(folder, batch_size=MAX_VALID_ROWS)
     except (OSError, ValueError) as error:
         raise ValueError(f"--teacher {folder}: {error}") from None
     rows = teacher.model.get_layer(naming.EMBEDDING_TOKEN).input_dim
@@ -274,7 +274,8 @@ def teacher_for(folder, tokenizer, seq_len):
     if positions is not None and positions.input_dim < seq_len:
         raise ValueError(f"--teacher {folder}: its model reads {positions.input_dim} positions, fewer than --seq-len "
                          f"{seq_len}; give a shorter --seq-len or a teacher of more positions.")  # fmt: skip
-    return teacher
+    # Its texts cut to --seq-len, as the student's are: the same model and pooling, read once.
+    return SentenceEncoder(folder, teacher.pooling, MAX_VALID_ROWS, seq_len, model=teacher.model)
 
 
 def _first_difference(theirs, ours):

@@ -213,3 +213,8 @@ def test_bad_options_are_named_before_training(similar, tmp_path):
     shutil.copy(words, gpt / "vocab.txt")
     with pytest.raises(ValueError, match=rf"--teacher {gpt}: SentenceEncoder encodes with a BERT or RoFormer .* GPT"):
         pretrain(teacher=str(gpt))
+    longer = {**TINY_BERT, "max_position_embeddings": 64}  # the student reads 40 positions; the teacher 32
+    with pytest.raises(
+        ValueError, match=rf"--teacher {teacher}: its model reads 32 positions, fewer than --seq-len 40"
+    ):
+        pretrain(teacher=str(teacher), config=longer, seq_len=40)
