@@ -9,8 +9,6 @@ import numbers
 import pathlib
 import re
 
-import numpy as np
-
 from kwiden.builder import build_transformer_model
 from kwiden.checkpoints import config_beside
 from kwiden.files import read_json
@@ -71,8 +69,7 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
             )
         found = beam_rows(decoder, prompts, max_new_tokens, search.beam, num_samples, end_ids, banned)
         return [[ids for ids, _ in best] for best in found]
-    found = decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, np.random.default_rng(seed),
-                        num_samples)  # fmt: skip
+    found = decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed, num_samples)
     return [found[i : i + num_samples] for i in range(0, len(found), num_samples)]
 
 

@@ -10,7 +10,7 @@ import pytest
 import kwiden
 from kwiden.generation import Search, generate_ids
 from kwiden.generation.rollout import Decoder, Rollout
-from kwiden.generation.search import choose, log_softmax
+from kwiden.generation.search import beam_rows, choose, log_softmax
 from kwiden.testing import randomize_weights, tiny_config
 
 RTOL = 1e-5
@@ -110,15 +110,16 @@ def test_a_seed_makes_sampling_repeat_and_top_k_one_is_greedy():
 def test_sampling_draws_from_the_cut_distribution():
     logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 40000))
     rng = np.random.default_rng(0)
-    counts = np.bincount(choose(logits, Search(), rng), minlength=4) / len(logits)
-    np.testing.assert_allclose(counts, [0.5, 0.3, 0.15, 0.05], atol=0.01)
-    counts = np.bincount(choose(logits, Search(top_k=2), rng), minlength=4) / len(logits)
-    np.testing.assert_allclose(counts, [0.625, 0.375, 0, 0], atol=0.01)
-    counts = np.bincount(choose(logits, Search(top_p=0.85), rng), minlength=4) / len(logits)  # 0.5+0.3 < 0.85
+
+    def frequencies(search):
+        return np.bincount(choose(logits, search, rng.random(len(logits))), minlength=4) / len(logits)
+
+    np.testing.assert_allclose(frequencies(Search()), [0.5, 0.3, 0.15, 0.05], atol=0.01)
+    np.testing.assert_allclose(frequencies(Search(top_k=2)), [0.625, 0.375, 0, 0], atol=0.01)
+    counts = frequencies(Search(top_p=0.85))  # 0.5+0.3 < 0.85
     np.testing.assert_allclose(counts, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0], atol=0.01)
-    counts = np.bincount(choose(logits, Search(temperature=0.5), rng), minlength=4) / len(logits)
     squared = np.array([0.25, 0.09, 0.0225, 0.0025])
-    np.testing.assert_allclose(counts, squared / squared.sum(), atol=0.01)
+    np.testing.assert_allclose(frequencies(Search(temperature=0.5)), squared / squared.sum(), atol=0.01)
 
 
 def test_end_tokens_and_max_new_tokens_stop_it():
@@ -229,3 +230,30 @@ def test_beam_scores_are_the_finished_continuations_own(monkeypatch):
     # (the beams still going are not ranked, and [1] keeps its own score, not one of a longer continuation).
     assert [ids for ids, _ in found] == [[1], []]
     np.testing.assert_allclose([score for _, score in found], [(log[1] + log[3]) / 2, log[3]], rtol=1e-12)
+
+
+# With end id 10, FAST's beams of 2 both finish within 2 tokens; SLOW's run to max_new_tokens=8.
+FAST, SLOW, END = [2, 5, 3], [2, 4, 3], 10
+
+
+def test_a_prompt_beam_searches_the_same_alone_or_in_any_batch():
+    decoder = Decoder(built("gpt", seed=2, vocab_size=12))
+    alone = {tuple(p): beam_rows(decoder, [p], 8, 2, 2, [END], [0])[0] for p in (FAST, SLOW)}
+    assert max(len(ids) for ids, _ in alone[tuple(FAST)]) < 3  # the batch mixes a prompt done early
+    assert min(len(ids) for ids, _ in alone[tuple(SLOW)]) == 8  # with one that runs to the end
+    for batch in ([FAST, SLOW], [SLOW, FAST], [SLOW, FAST, SLOW]):
+        for prompt, found in zip(batch, beam_rows(decoder, batch, 8, 2, 2, [END], [0])):
+            want = alone[tuple(prompt)]
+            assert [ids for ids, _ in found] == [ids for ids, _ in want]
+            np.testing.assert_allclose([s for _, s in found], [s for _, s in want], rtol=1e-6)
+    together = generate_ids(decoder, [FAST, SLOW], 8, Search(beam=2), end_ids=[END], num_samples=2)
+    assert together == [[ids for ids, _ in alone[tuple(p)]] for p in (FAST, SLOW)]
+
+
+def test_a_prompt_samples_the_same_alone_or_in_any_batch():
+    model = built("gpt", seed=2, vocab_size=12)
+    sample = dict(search=Search(temperature=2.0), end_ids=[END], num_samples=3, seed=5)
+    alone = [generate_ids(model, [prompt], 8, **sample)[0] for prompt in (FAST, SLOW)]
+    assert generate_ids(model, [FAST, SLOW], 8, **sample) == alone
+    assert generate_ids(model, [SLOW, FAST, SLOW], 8, **sample) == [alone[1], alone[0], alone[1]]
+    assert len({tuple(ids) for ids in alone[1]}) > 1  # each sample draws its own tokens
