@@ -4,17 +4,20 @@ Mistral, Qwen2) continue a prompt; a UniLM (a BERT or RoFormer trained with
 the second. Prompts and samples decode together in one batch, with a
 key/value cache (`kwiden.decoding`)."""
 
+import collections.abc
 import dataclasses
-import numbers
 import pathlib
 import re
 
 from kwiden.builder import build_transformer_model
 from kwiden.checkpoints import config_beside
 from kwiden.files import read_json
+from kwiden.generation.arguments import ArgumentError, ArgumentWarning
 from kwiden.generation.rollout import Decoder
 from kwiden.generation.search import Search, beam_rows, decode_rows
+from kwiden.messages import warn
 from kwiden.models import family_of_config
+from kwiden.models.config import is_count
 from kwiden.pretraining.vocabulary import CorpusTokenizer, load_tokenizer
 
 __all__ = ["Search", "generate", "generate_ids", "load_generator"]
@@ -48,7 +51,9 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
     whole first segment, `[CLS] … [SEP]`): for each prompt, `num_samples`
     lists of ids, the end token that stopped one left out. `search` (a
     `Search`) samples by default; beam search gives its best `num_samples`,
-    best first."""
+    best first, and fewer, with a warning, where fewer continuations exist
+    (a beam wider than the vocabulary allows in `max_new_tokens` tokens).
+    Each prompt gets what it gets alone, whatever the prompts beside it."""
     search = Search() if search is None else search
     decoder = _decoder(model)
     prompts = [[int(token) for token in prompt] for prompt in prompts]
@@ -56,6 +61,8 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
         raise ValueError("No prompts: give one or more.")
     _whole("max_new_tokens", max_new_tokens)
     _whole("num_samples", num_samples)
+    if seed is not None and not is_count(seed):
+        raise ArgumentError("{seed}={value!r}: must be a whole number ≥ 0, or None (fresh randomness).", value=seed)
     for index, prompt in enumerate(prompts):
         if not prompt or not all(0 <= token < decoder.vocab_size for token in prompt):
             raise ValueError(f"Prompt {index} must be 1 or more token ids below the vocabulary's {decoder.vocab_size}.")
@@ -64,13 +71,26 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
     banned = sorted(({int(i) for i in banned} | ({0} if decoder.cached.masks_padding else set())) - set(end_ids))
     if search.beam is not None:
         if num_samples > search.beam:
-            raise ValueError(
-                f"num_samples={num_samples}: a beam of {search.beam} keeps {search.beam} continuations at most."
-            )
+            raise ArgumentError(
+                "{num_samples}={value}: {beam}={beam_width} keeps {beam_width} continuations at most.",
+                value=num_samples, beam_width=search.beam,
+            )  # fmt: skip
         found = beam_rows(decoder, prompts, max_new_tokens, search.beam, num_samples, end_ids, banned)
+        _warn_fewer(found, num_samples, max_new_tokens)
         return [[ids for ids, _ in best] for best in found]
     found = decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed, num_samples)
     return [found[i : i + num_samples] for i in range(0, len(found), num_samples)]
+
+
+def _warn_fewer(found, num_samples, max_new_tokens):
+    """Say which prompts' beam search found fewer than `num_samples` continuations: no more exist."""
+    for index, best in enumerate(found):
+        if len(best) < num_samples:
+            warn(ArgumentWarning(
+                "Beam search found {count} continuations of prompt {index}, not {num_samples}={wanted}: no more "
+                "exist within {max_new_tokens}={length} tokens (banned tokens are never generated).",
+                count=len(best), index=index, wanted=num_samples, length=max_new_tokens,
+            ))  # fmt: skip
 
 
 def _decoder(model):
@@ -160,13 +180,13 @@ def _checked_search(greedy, beam, top_k, top_p, temperature, num_samples):
     # Search checks its own values, and generate_ids num_samples against a beam.
     search = Search(bool(greedy), beam, top_k, top_p, temperature)
     if greedy and num_samples != 1:
-        raise ValueError(f"greedy=True gives one continuation a prompt, not num_samples={num_samples}.")
+        raise ArgumentError("{greedy} gives one continuation a prompt, not {num_samples}={value}.", value=num_samples)
     return search
 
 
 def _whole(name, value):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a whole number ≥ 1, got {value!r}.")
+    if not is_count(value, 1):
+        raise ArgumentError("{" + name + "}={value!r}: must be a whole number ≥ 1.", value=value)
 
 
 def _encoded(tokenizer, text, segments, index):
@@ -189,13 +209,28 @@ def _encoded(tokenizer, text, segments, index):
 def _end_ids(tokenizer, end_tokens):
     if end_tokens is None:
         return [] if tokenizer.separator is None else [tokenizer.separator]
-    ids = []
-    for token in [end_tokens] if isinstance(end_tokens, (str, numbers.Integral)) else end_tokens:
-        found = int(token) if isinstance(token, numbers.Integral) else tokenizer.tokenizer.token_to_id(token)
-        if found is None or not 0 <= found < tokenizer.vocab_size:
-            raise ValueError(f"End token {token!r} is not in the tokenizer's vocabulary ({tokenizer.source}).")
-        ids.append(found)
-    return ids
+    several = isinstance(end_tokens, collections.abc.Iterable) and not isinstance(end_tokens, (str, bytes))
+    return [_end_id(tokenizer, token) for token in (end_tokens if several else [end_tokens])]
+
+
+def _end_id(tokenizer, token):
+    """The id of an end token given as an id, a token's text, or a text the tokenizer reads as one token
+    that reads back as that text (a byte tokenizer's newline, "\\n", is the token 'Ċ'; "[NOPE]" is none)."""
+    if not (is_count(token) or isinstance(token, str)):
+        raise ArgumentError("{end_tokens}={token!r}: an end token is a text or an id, not a {kind}.", token=token,
+                            kind=type(token).__name__)  # fmt: skip
+    if is_count(token):
+        found, read = token, None
+    else:
+        found, read = tokenizer.tokenizer.token_to_id(token), tokenizer.encode_lines([token])[0][0].tolist()
+        if found is None and len(read) == 1 and tokenizer.tokenizer.decode(read) == token:
+            found = read[0]
+    if found is None or not 0 <= found < tokenizer.vocab_size:
+        reads = "" if read is None else f" (it reads it as {len(read)} tokens; an end token is one)"
+        raise ArgumentError("{end_tokens}={token!r}: not a token of the tokenizer ({source}){reads}, nor an id below "
+                            "its {size}.", token=token, source=tokenizer.source, reads=reads,
+                            size=tokenizer.vocab_size)  # fmt: skip
+    return int(found)
 
 
 def _decoded(tokenizer, ids, prompt=()):

@@ -7,7 +7,9 @@ import numbers
 
 import numpy as np
 
+from kwiden.generation.arguments import ArgumentError
 from kwiden.generation.rollout import Rollout
+from kwiden.models.config import is_count
 
 # Beam search ranks finished continuations by their log-probability over their length, as transformers'
 # `length_penalty=1.0`.
@@ -31,16 +33,21 @@ class Search:
     def __post_init__(self):
         sampling = self.top_k is not None or self.top_p != 1.0 or self.temperature != 1.0
         if self.greedy and self.beam is not None or (self.greedy or self.beam is not None) and sampling:
-            raise ValueError("Choose one of greedy=True, beam=K, or sampling (top_k, top_p, temperature).")
+            raise ArgumentError(
+                "Choose one of {greedy}, {beam}=K, or sampling ({top_k}=K, {top_p}=P, {temperature}=T)."
+            )
         for name in ("beam", "top_k"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name} must be a whole number ≥ 1, got {value!r}.")
+            if value is not None and not is_count(value, 1):
+                raise ArgumentError("{" + name + "}={value!r}: must be a whole number ≥ 1.", value=value)
         if not (isinstance(self.top_p, numbers.Real) and 0 < self.top_p <= 1):
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}.")
+            raise ArgumentError("{top_p}={value!r}: must be in (0, 1].", value=self.top_p)
         # Below this, logits / temperature overflow float64 and sampling would give NaN.
         if not (isinstance(self.temperature, numbers.Real) and LEAST_TEMPERATURE <= self.temperature < float("inf")):
-            raise ValueError(f"temperature must be a number from {LEAST_TEMPERATURE} up, got {self.temperature!r}.")
+            raise ArgumentError(
+                "{temperature}={value!r}: must be a number from {least} up.", value=self.temperature,
+                least=LEAST_TEMPERATURE,
+            )  # fmt: skip
 
     @property
     def samples(self):

@@ -4,7 +4,9 @@ vectors lie closest to the text's."""
 
 import pathlib
 
-from kwiden.generation import generate, load_generator
+from kwiden.generation import _decoder, generate, load_generator
+from kwiden.generation.arguments import ArgumentError
+from kwiden.models.config import is_count
 from kwiden.sentence import SentenceEncoder
 
 
@@ -19,7 +21,8 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
         candidates: sentences sampled a text before ranking (SimBERT's 100).
         top_k: each token sampled from the `top_k` likeliest (SimBERT's 5).
         max_new_tokens: tokens a candidate at most; by default twice the
-            text's and 2 more.
+            longest text's and 2 more, or as many as the model's positions
+            allow, if fewer.
         seed: makes the sampling repeat.
 
     Returns:
@@ -30,10 +33,11 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
     """
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
-    if not isinstance(candidates, int) or isinstance(candidates, bool) or candidates < 1:
-        raise ValueError(f"candidates must be a whole number ≥ 1, got {candidates!r}.")
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= candidates:
-        raise ValueError(f"n must be a whole number from 1 to candidates={candidates}, got {n!r}.")
+    if not is_count(candidates, 1):
+        raise ArgumentError("{candidates}={value!r}: must be a whole number ≥ 1.", value=candidates)
+    if not (is_count(n, 1) and n <= candidates):
+        raise ArgumentError("{n}={value!r}: must be a whole number from 1 to {candidates}={most}.", value=n,
+                            most=candidates)  # fmt: skip
     if not texts:
         raise ValueError("No texts: give one or more.")
     model, tokenizer = load_generator(checkpoint)
@@ -41,12 +45,22 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
         raise ValueError(f"kwiden.similar reads a BERT or RoFormer trained as SimBERT, with its vocab.txt; "
                          f"{checkpoint} holds a {model.family} with {tokenizer.source}.")  # fmt: skip
     if max_new_tokens is None:
-        longest = max((len(ids) for ids in tokenizer.encode_lines(texts)[0]), default=0)
-        max_new_tokens = 2 * longest + 2
-    sampled = generate(model, tokenizer, texts, max_new_tokens, top_k=top_k, num_samples=candidates, seed=seed)
+        max_new_tokens = _default_length(model, tokenizer, texts)
+    try:
+        sampled = generate(model, tokenizer, texts, max_new_tokens, top_k=top_k, num_samples=candidates, seed=seed)
+    except ArgumentError as error:  # generate's num_samples is what similar calls candidates
+        raise error.respelled({"num_samples": "candidates"}) from None
     encoder = SentenceEncoder(checkpoint, pooling="cls", model=model)  # the generator's weights, read once
     found = [_ranked(encoder, tokenizer, text, sentences, n) for text, sentences in zip(texts, sampled)]
     return found[0] if single else found
+
+
+def _default_length(model, tokenizer, texts):
+    """Twice the longest text's tokens and 2 more, or as many as the model's positions leave its prompt
+    (`[CLS] text [SEP]`), if fewer."""
+    longest = max(len(ids) for ids in tokenizer.encode_lines(texts)[0])
+    most = _decoder(model).most_new_tokens(longest + 2)
+    return 2 * longest + 2 if most is None else max(1, min(2 * longest + 2, most))
 
 
 def _ranked(encoder, tokenizer, text, sentences, n):

@@ -54,8 +54,10 @@ def test_end_tokens_are_named_by_text_or_id(unilm_folder):
     greedy = kwiden.generate(model, tokenizer, "低头", 8, greedy=True, end_tokens=[])[0]
     end = greedy[1]
     assert kwiden.generate(model, tokenizer, "低头", 8, greedy=True, end_tokens=end) == [greedy[: greedy.index(end)]]
-    with pytest.raises(ValueError, match="End token '\\[NOPE\\]' is not in the tokenizer's vocabulary"):
+    with pytest.raises(ValueError, match="end_tokens='\\[NOPE\\]': not a token of the tokenizer"):
         kwiden.generate(model, tokenizer, "低头", 8, end_tokens=["[NOPE]"])
+    with pytest.raises(ValueError, match="end_tokens='x': not a token of the tokenizer"):  # read as [UNK]
+        kwiden.generate(model, tokenizer, "低头", 8, end_tokens="x")
 
 
 @pytest.mark.parametrize(
@@ -63,12 +65,17 @@ def test_end_tokens_are_named_by_text_or_id(unilm_folder):
     [
         (dict(greedy=True, beam=2), "Choose one of greedy=True, beam=K, or sampling"),
         (dict(beam=2, top_k=3), "Choose one of greedy=True, beam=K, or sampling"),
-        (dict(beam=2, num_samples=3), "num_samples=3: a beam of 2 keeps 2 continuations at most"),
+        (dict(beam=2, num_samples=3), "num_samples=3: beam=2 keeps 2 continuations at most"),
         (dict(greedy=True, num_samples=2), "greedy=True gives one continuation a prompt"),
-        (dict(top_p=0), "top_p must be in \\(0, 1\\]"),
-        (dict(temperature=0.0), "temperature must be a number from 1e-06 up"),
-        (dict(top_k=0), "top_k must be a whole number ≥ 1"),
-        (dict(max_new_tokens=0), "max_new_tokens must be a whole number ≥ 1"),
+        (dict(top_p=0), "top_p=0: must be in \\(0, 1\\]"),
+        (dict(temperature=0.0), "temperature=0.0: must be a number from 1e-06 up"),
+        (dict(top_k=0), "top_k=0: must be a whole number ≥ 1"),
+        (dict(max_new_tokens=0), "max_new_tokens=0: must be a whole number ≥ 1"),
+        (dict(seed=-1), "seed=-1: must be a whole number ≥ 0, or None"),
+        (dict(seed="7"), "seed='7': must be a whole number ≥ 0, or None"),
+        (dict(end_tokens=True), "end_tokens=True: an end token is a text or an id, not a bool"),
+        (dict(end_tokens=[98, 1.5]), "end_tokens=1.5: an end token is a text or an id, not a float"),
+        (dict(end_tokens="abc"), "end_tokens='abc': not a token .* \\(it reads it as 3 tokens; an end token is one\\)"),
     ],
 )
 def test_bad_options_are_refused_by_name(gpt_folder, options, message):
@@ -109,7 +116,7 @@ def test_similar_ranks_distinct_generated_sentences_by_cosine(unilm_folder, caps
     assert [c for _, c in found] == sorted((c for _, c in found), reverse=True)
     assert main(["similar", str(unilm_folder), "床前明月光", "-n", "3", "--candidates", "20", "--seed", "0"]) == 0
     assert capsys.readouterr().out == "".join(f"{cosine:.4f}\t{text}\n" for text, cosine in found)
-    with pytest.raises(ValueError, match="n must be a whole number from 1 to candidates=20"):
+    with pytest.raises(ValueError, match="n=21: must be a whole number from 1 to candidates=20"):
         kwiden.similar(unilm_folder, "床前", n=21, candidates=20)
 
 
@@ -143,3 +150,70 @@ def test_a_tokenizer_larger_than_the_model_is_refused(gpt_folder):
 def test_similar_wants_a_simbert_folder(gpt_folder):
     with pytest.raises(ValueError, match="reads a BERT or RoFormer trained as SimBERT, with its vocab.txt"):
         kwiden.similar(gpt_folder, "ab")
+
+
+def test_an_end_token_is_any_text_the_tokenizer_reads_as_one_token(gpt_folder, capsys):
+    model, tokenizer = load_generator(gpt_folder)
+    greedy = kwiden.generate(model, tokenizer, "ab", 12, greedy=True, end_tokens=[])[0]
+    newline = kwiden.generate(model, tokenizer, "ab", 12, greedy=True, end_tokens="\n")  # byte 10, token 'Ċ'
+    assert newline == kwiden.generate(model, tokenizer, "ab", 12, greedy=True, end_tokens=11)
+    assert newline == [greedy.split("\n")[0]]
+    end = greedy[3]  # a byte the greedy continuation holds: it stops there
+    assert kwiden.generate(model, tokenizer, "ab", 12, greedy=True, end_tokens=end) == [greedy[: greedy.index(end)]]
+    argv = ["generate", str(gpt_folder), "ab", "--greedy", "--max-new-tokens", "12", "--end-token"]
+    assert main([*argv, "\\n"]) == 0  # the shell's backslash and n: an escape
+    assert capsys.readouterr().out == "ab" + newline[0] + "\n"
+    assert main([*argv, "\\x" + format(ord(end), "02x")]) == 0
+    assert capsys.readouterr().out == "ab" + greedy[: greedy.index(end)] + "\n"
+
+
+def test_the_commands_name_their_own_flags(gpt_folder, unilm_folder, capsys):
+    assert main(["generate", str(gpt_folder), "ab", "--top-p", "0"]) == 1
+    assert capsys.readouterr().err == "kwiden generate: --top-p=0.0: must be in (0, 1].\n"
+    assert main(["generate", str(gpt_folder), "ab", "--seed", "-1"]) == 1
+    assert "kwiden generate: --seed=-1: must be a whole number ≥ 0" in capsys.readouterr().err
+    assert main(["generate", str(gpt_folder), "abcdefghij", "--max-new-tokens", "30"]) == 1
+    err = capsys.readouterr().err
+    assert "--max-new-tokens=30" in err and "give --max-new-tokens=23 or fewer" in err and "max_new_tokens=" not in err
+    assert main(["similar", str(unilm_folder), "床前明月光", "-n", "7", "--candidates", "5"]) == 1
+    assert "kwiden similar: -n=7: must be a whole number from 1 to --candidates=5" in capsys.readouterr().err
+
+
+def test_similar_fits_its_own_default_length_to_the_positions(unilm_folder, capsys):
+    text = "床前明月光疑是地上霜举头望"  # 15 tokens with [CLS] and [SEP]: 32 more would pass 32 positions
+    found = kwiden.similar(unilm_folder, text, n=2, candidates=4, seed=0)
+    assert kwiden.similar(unilm_folder, text, n=2, candidates=4, seed=0, max_new_tokens=18) == found  # 15 + 18 - 1 = 32
+    assert main(["similar", str(unilm_folder), text, "-n", "2", "--candidates", "4", "--seed", "0"]) == 0
+    assert capsys.readouterr().out == "".join(f"{cosine:.4f}\t{sentence}\n" for sentence, cosine in found)
+    assert main(["similar", str(unilm_folder), text, "--max-new-tokens", "20"]) == 1
+    assert "give --max-new-tokens=18 or fewer" in capsys.readouterr().err
+
+
+def test_a_beam_wider_than_the_continuations_says_how_many_it_found(tmp_path):
+    gpt = randomize_weights(kwiden.build_transformer_model(tiny_config(vocab_size=6), model="gpt"), seed=4, std=0.3)
+    with pytest.warns(UserWarning, match="found 25 continuations of prompt 0, not num_samples=30"):
+        found = generate_ids(gpt, [[1, 2, 3]], 2, Search(beam=36), num_samples=30)[0]  # 5 tokens (not id 0), twice
+    assert sorted(found) == [[a, b] for a in range(1, 6) for b in range(1, 6)]
+
+
+def test_the_generate_command_says_when_a_beam_finds_fewer_than_asked(gpt_folder, capsys):
+    argv = ["generate", str(gpt_folder), "ab", "--beam", "300", "--num-samples", "300", "--max-new-tokens", "1"]
+    assert main(argv) == 0  # 256 bytes: [PAD] and [MASK] are never generated
+    printed = capsys.readouterr()
+    assert printed.out.count("\n---\n") == 256
+    assert printed.err == (
+        "kwiden generate: Beam search found 256 continuations of prompt 0, not --num-samples=300: no more exist "
+        "within --max-new-tokens=1 tokens (banned tokens are never generated).\n"
+    )
+
+
+@pytest.mark.parametrize("command", ["generate", "similar"])
+def test_ctrl_c_stops_a_command_in_one_line(command, gpt_folder, unilm_folder, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kwiden.generation, "generate", interrupted)
+    monkeypatch.setattr(kwiden.generation.similar, "generate", interrupted)
+    folder = gpt_folder if command == "generate" else unilm_folder
+    assert main([command, str(folder), "床前"]) == 130
+    assert capsys.readouterr().err == f"kwiden {command}: interrupted\n"
