@@ -23,15 +23,28 @@ from kwiden.pretraining.vocabulary import CorpusTokenizer, load_tokenizer
 __all__ = ["Search", "generate", "generate_ids", "load_generator"]
 
 _DECODER = "_kwiden_decoder"  # the attribute that keeps a model's compiled decoder, reused across calls
+_SETTINGS = "_kwiden_checkpoint_settings"  # the attribute that keeps what its folder says (CheckpointSettings)
+GENERATION_CONFIG = "generation_config.json"
 # A space WordPiece's decoder puts beside a CJK character (Chinese is written without them).
 _CJK = "\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
 _SPACE_BY_CJK = re.compile(f"(?<=[{_CJK}]) | (?=[{_CJK}])")
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckpointSettings:
+    """What a checkpoint folder says about generating from it, kept on the
+    model `load_generator` builds: the ids that end a continuation (its
+    `eos_token_id`, one or a list)."""
+
+    end_ids: tuple = ()
+
+
 def load_generator(checkpoint):
     """`(model, tokenizer)` from a checkpoint folder with its tokenizer (a
     `kwiden pretrain` run's `final/`, a Hugging Face folder): a BERT or
-    RoFormer is built as a UniLM with its MLM head."""
+    RoFormer is built as a UniLM with its MLM head. A decoder's continuation
+    ends at every id of its `eos_token_id` (an id or a list of them, as
+    transformers reads it: `generation_config.json`'s, else `config.json`'s)."""
     folder = pathlib.Path(checkpoint)
     if not folder.is_dir():
         raise ValueError(f"{checkpoint} is not a checkpoint folder (one with config.json, weights and a tokenizer).")
@@ -40,10 +53,33 @@ def load_generator(checkpoint):
     family = family_of_config(config)
     flags = dict(with_mlm=True, unilm=True) if "unilm" in family.flags else {}
     tokenizer = load_tokenizer(folder, flag="the checkpoint")
-    end = config.get("eos_token_id")
-    if isinstance(end, int) and not flags:  # a decoder's own end, where its config names one
-        tokenizer = dataclasses.replace(tokenizer, separator=end)
-    return build_transformer_model(checkpoint_path=folder, **flags), tokenizer
+    model = build_transformer_model(checkpoint_path=folder, **flags)
+    end_ids = () if flags else _eos_ids(folder, path, config, _decoder(model).vocab_size)  # a UniLM ends at [SEP]
+    object.__setattr__(model, _SETTINGS, CheckpointSettings(end_ids))  # past Keras' tracking: not a layer or weight
+    return model, tokenizer
+
+
+def _eos_ids(folder, path, config, vocab_size):
+    """The ids `eos_token_id` names, as transformers reads it: `generation_config.json`'s where it has the
+    key, else `config.json`'s (at `path`)."""
+    generation = folder / GENERATION_CONFIG
+    if generation.is_file():
+        settings = read_json(generation, f"{generation} is not JSON", "repair it")
+        if isinstance(settings, dict) and "eos_token_id" in settings:
+            path, config = generation, settings
+    ends = config.get("eos_token_id")
+    if ends is None:
+        return ()
+    ids = [ends] if is_count(ends) else ends
+    if not (isinstance(ids, list) and ids and all(is_count(i) and i < vocab_size for i in ids)):
+        raise ValueError(f"{path}: eos_token_id {ends!r} is not a token id or a list of them below the vocabulary's "
+                         f"{vocab_size}; repair it (or remove the key: then no token ends a continuation).")  # fmt: skip
+    return tuple(ids)
+
+
+def _settings(decoder):
+    """The `CheckpointSettings` kept on `decoder`'s model, or the defaults of a model not loaded from a folder."""
+    return getattr(decoder.cached.model, _SETTINGS, CheckpointSettings())
 
 
 def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned=(), num_samples=1, seed=None):
@@ -139,9 +175,11 @@ def generate(
             tokens and to the smallest set with probability `top_p`.
         num_samples: continuations a prompt (sampled, or beam search's best).
         seed: makes sampling repeat.
-        end_tokens: tokens (texts or ids) that end a continuation; by
-            default the tokenizer's separator (`[SEP]`, `</s>`,
-            `<|endoftext|>`), none for bytes.
+        end_tokens: tokens that end a continuation: ids, tokens' texts,
+            or texts the tokenizer reads as one token ("\\n"); by default
+            the checkpoint's `eos_token_id`s (a decoder's folder), else the
+            tokenizer's separator (`[SEP]`, `</s>`, `<|endoftext|>`), none
+            for bytes.
 
     Returns:
         For one prompt, a list of `num_samples` texts; for a list, one
@@ -167,8 +205,8 @@ def generate(
     if tokenizer.vocab_size > decoder.vocab_size:
         raise ValueError(f"The tokenizer ({tokenizer.source}) has {tokenizer.vocab_size} tokens, the model's "
                          f"logits {decoder.vocab_size}: give the tokenizer the model was trained with.")  # fmt: skip
-    encoded = [_encoded(tokenizer, text, decoder.segments, index) for index, text in enumerate(texts)]
-    end_ids = _end_ids(tokenizer, end_tokens)
+    end_ids = _end_ids(tokenizer, end_tokens, _settings(decoder))
+    encoded = [_encoded(tokenizer, text, decoder.segments, index, end_ids) for index, text in enumerate(texts)]
     banned = [i for i in (tokenizer.pad, tokenizer.mask, tokenizer.cls) if i is not None]
     found = generate_ids(decoder, encoded, max_new_tokens, search, end_ids, banned, num_samples, seed)
     prompts_ids = [[] if decoder.segments else ids for ids in encoded]  # a decoder's text goes on from its prompt's
@@ -189,12 +227,12 @@ def _whole(name, value):
         raise ArgumentError("{" + name + "}={value!r}: must be a whole number ≥ 1.", value=value)
 
 
-def _encoded(tokenizer, text, segments, index):
+def _encoded(tokenizer, text, segments, index, end_ids):
     if not isinstance(text, str):
         raise ValueError(f"Prompt {index} is a {type(text).__name__}; prompts are texts.")
     if not segments and tokenizer.kind == "json":  # a Hugging Face decoder's tokenizer adds its <s> (LLaMA's)
         ids = tokenizer.tokenizer.encode(text, add_special_tokens=True).ids
-        ids = ids[:-1] if ids and ids[-1] == tokenizer.separator else ids  # an end it adds ends nothing yet
+        ids = ids[:-1] if ids and ids[-1] in end_ids else ids  # an end it adds ends nothing yet
     else:
         ids = tokenizer.encode_lines([text])[0][0].tolist()
     if segments:
@@ -206,9 +244,10 @@ def _encoded(tokenizer, text, segments, index):
     return ids
 
 
-def _end_ids(tokenizer, end_tokens):
+def _end_ids(tokenizer, end_tokens, settings):
+    """The ids `end_tokens` names; by default the checkpoint's `eos_token_id`s, else the tokenizer's separator."""
     if end_tokens is None:
-        return [] if tokenizer.separator is None else [tokenizer.separator]
+        return list(settings.end_ids) or ([] if tokenizer.separator is None else [tokenizer.separator])
     several = isinstance(end_tokens, collections.abc.Iterable) and not isinstance(end_tokens, (str, bytes))
     return [_end_id(tokenizer, token) for token in (end_tokens if several else [end_tokens])]
 

@@ -1,6 +1,8 @@
 """Generation from texts and checkpoint folders: `kwiden.generate`,
 `kwiden.similar`, and the `kwiden generate` / `kwiden similar` commands."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -217,3 +219,38 @@ def test_ctrl_c_stops_a_command_in_one_line(command, gpt_folder, unilm_folder, c
     folder = gpt_folder if command == "generate" else unilm_folder
     assert main([command, str(folder), "床前"]) == 130
     assert capsys.readouterr().err == f"kwiden {command}: interrupted\n"
+
+
+def _gpt_folder(folder, **config):
+    """The tiny byte-level GPT of `gpt_folder`, saved with `config`'s keys in its config.json."""
+    gpt = kwiden.build_transformer_model(tiny_config(vocab_size=258), model="gpt")
+    kwiden.save_checkpoint(randomize_weights(gpt, seed=1, std=0.3), folder, base_config=config)
+    byte_tokenizer().save(folder)
+    return folder
+
+
+def test_every_eos_token_id_of_the_checkpoint_ends_a_continuation(tmp_path, capsys):
+    sample = dict(max_new_tokens=12, top_k=8, seed=3)  # each row's draws are its own: an end only cuts them
+    plain = kwiden.generate(_gpt_folder(tmp_path / "plain"), None, "ab", **sample)[0]
+    first, later = plain[1], plain[3]  # ASCII bytes of the continuation: ids one above them
+    assert first not in plain[:1] and later not in plain[:3] and max(first, later) < "\x80"
+    ids = [ord(later) + 1, ord(first) + 1]  # a list, as Llama 3's config.json holds
+    listed = _gpt_folder(tmp_path / "listed", eos_token_id=ids)
+    assert kwiden.generate(listed, None, "ab", **sample) == [plain[:1]]
+    (listed / "generation_config.json").write_text(json.dumps({"eos_token_id": ids[:1]}))  # what transformers reads
+    assert kwiden.generate(listed, None, "ab", **sample) == [plain[:3]]
+    assert main(["generate", str(listed), "ab", "--max-new-tokens", "12", "--top-k", "8", "--seed", "3"]) == 0
+    assert capsys.readouterr().out == "ab" + plain[:3] + "\n"
+
+
+@pytest.mark.parametrize("eos, message", [
+    ([], "eos_token_id \\[\\] is not a token id or a list of them"),
+    (["2"], "eos_token_id \\['2'\\] is not a token id or a list of them"),
+    (True, "eos_token_id True is not a token id"),
+    (300, "eos_token_id 300 is not a token id or a list of them below the vocabulary's 258"),
+])  # fmt: skip
+def test_a_bad_eos_token_id_is_refused_naming_its_file(tmp_path, eos, message):
+    folder = _gpt_folder(tmp_path / "gpt", eos_token_id=0)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}))
+    with pytest.raises(ValueError, match=f"{folder / 'generation_config.json'}: {message}"):
+        load_generator(folder)
