@@ -13,7 +13,8 @@ from kwiden.builder import build_transformer_model
 from kwiden.checkpoints import config_beside
 from kwiden.files import read_json
 from kwiden.generation.arguments import ArgumentError, ArgumentWarning
-from kwiden.generation.rollout import Decoder
+from kwiden.generation.footprint import check_memory
+from kwiden.generation.rollout import Decoder, check_positions
 from kwiden.generation.search import Search, beam_rows, decode_rows
 from kwiden.messages import warn
 from kwiden.models import family_of_config
@@ -89,7 +90,10 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
     `Search`) samples by default; beam search gives its best `num_samples`,
     best first, and fewer, with a warning, where fewer continuations exist
     (a beam wider than the vocabulary allows in `max_new_tokens` tokens).
-    Each prompt gets what it gets alone, whatever the prompts beside it."""
+    Each prompt gets what it gets alone, whatever the prompts beside it.
+    Refused before anything is allocated: more positions than the model's
+    table holds, and more memory than is available now (the key/value
+    cache of every row, the attention's scores, the logits)."""
     search = Search() if search is None else search
     decoder = _decoder(model)
     prompts = [[int(token) for token in prompt] for prompt in prompts]
@@ -105,12 +109,15 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
     end_ids = sorted({int(i) for i in end_ids})
     # A model that masks id 0 as padding cannot read one it wrote: it is never generated there.
     banned = sorted(({int(i) for i in banned} | ({0} if decoder.cached.masks_padding else set())) - set(end_ids))
+    if search.beam is not None and num_samples > search.beam:
+        raise ArgumentError(
+            "{num_samples}={value}: {beam}={beam_width} keeps {beam_width} continuations at most.",
+            value=num_samples, beam_width=search.beam,
+        )  # fmt: skip
+    check_positions(decoder, max(len(prompt) for prompt in prompts), max_new_tokens)
+    repeats = num_samples if search.beam is None else search.beam
+    check_memory(decoder, prompts, max_new_tokens, repeats, "num_samples" if search.beam is None else "beam")
     if search.beam is not None:
-        if num_samples > search.beam:
-            raise ArgumentError(
-                "{num_samples}={value}: {beam}={beam_width} keeps {beam_width} continuations at most.",
-                value=num_samples, beam_width=search.beam,
-            )  # fmt: skip
         found = beam_rows(decoder, prompts, max_new_tokens, search.beam, num_samples, end_ids, banned)
         _warn_fewer(found, num_samples, max_new_tokens)
         return [[ids for ids, _ in best] for best in found]

@@ -46,9 +46,9 @@ class Rollout:
     def __init__(self, decoder, prompts, max_new_tokens, repeats=1):
         self.decoder, self.repeats = decoder, repeats
         lengths = np.array([len(prompt) for prompt in prompts])
-        _check_positions(decoder, int(lengths.max()), max_new_tokens)
-        self.prompt_length = -(-int(lengths.max()) // PROMPT_BUCKET) * PROMPT_BUCKET
-        total = self.prompt_length + max_new_tokens
+        check_positions(decoder, int(lengths.max()), max_new_tokens)
+        total = buffer_length(prompts, max_new_tokens)
+        self.prompt_length = total - max_new_tokens
         self.offsets = self.prompt_length - lengths
         self.tokens = np.zeros((len(prompts), total), np.int32)
         self.seen = np.zeros((len(prompts), total), bool)  # the slots holding a real token
@@ -110,7 +110,14 @@ class Rollout:
         self.cache = [tuple(ops.take(part, indices, axis=0) for part in pair) for pair in self.cache]
 
 
-def _check_positions(decoder, length, max_new_tokens):
+def buffer_length(prompts, max_new_tokens):
+    """The slots a rollout of `prompts` holds: the longest, rounded up to a multiple of `PROMPT_BUCKET`,
+    then `max_new_tokens`."""
+    longest = max(len(prompt) for prompt in prompts)
+    return -(-longest // PROMPT_BUCKET) * PROMPT_BUCKET + max_new_tokens
+
+
+def check_positions(decoder, length, max_new_tokens):
     """Refuse a prompt of `length` tokens and `max_new_tokens` more that the position table cannot hold."""
     most = decoder.most_new_tokens(length)
     if most is not None and max_new_tokens > most:

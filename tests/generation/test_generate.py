@@ -257,3 +257,24 @@ def test_a_prompt_samples_the_same_alone_or_in_any_batch():
     assert generate_ids(model, [FAST, SLOW], 8, **sample) == alone
     assert generate_ids(model, [SLOW, FAST, SLOW], 8, **sample) == [alone[1], alone[0], alone[1]]
     assert len({tuple(ids) for ids in alone[1]}) > 1  # each sample draws its own tokens
+
+
+def test_decoding_that_would_not_fit_in_memory_is_refused_before_it_starts():
+    model = built("llama")  # rotary: no position table stops it
+    with pytest.raises(ValueError, match=r"max_new_tokens=1000000000 needs about .* TB .* the most that fit: "
+                       r"max_new_tokens=\d+ \(with num_samples=4\)"):  # fmt: skip
+        generate_ids(model, PROMPTS, 10**9, num_samples=4, seed=0)
+
+
+def test_the_most_that_fits_in_memory_is_what_the_refusal_names(monkeypatch):
+    from kwiden.generation import footprint
+
+    model = built("llama")
+    room = sum(footprint.decoding_bytes(Decoder(model), [[1, 2, 3]], repeats=3, max_new_tokens=20))  # on the CPU
+    monkeypatch.setattr(footprint, "available_memory", lambda: room)
+    with pytest.raises(ValueError, match=r"the most that fit: max_new_tokens=20 \(with num_samples=3\), or "
+                       r"num_samples=2 \(with max_new_tokens=21\)"):  # fmt: skip
+        generate_ids(model, [[1, 2, 3]], 21, num_samples=3, seed=0)
+    with pytest.raises(ValueError, match=r"the most that fit: max_new_tokens=20 \(with beam=3\)"):
+        generate_ids(model, [[1, 2, 3]], 21, Search(beam=3))
+    assert len(generate_ids(model, [[1, 2, 3]], 20, num_samples=3, seed=0)[0]) == 3  # what it named runs

@@ -254,3 +254,16 @@ def test_a_bad_eos_token_id_is_refused_naming_its_file(tmp_path, eos, message):
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}))
     with pytest.raises(ValueError, match=f"{folder / 'generation_config.json'}: {message}"):
         load_generator(folder)
+
+
+def test_similar_names_candidates_where_memory_would_not_hold_them(unilm_folder, capsys, monkeypatch):
+    from kwiden.generation import footprint
+
+    monkeypatch.setattr(footprint, "available_memory", lambda: 200_000)
+    with pytest.raises(
+        ValueError, match=r"candidates=100 .*the most that fit: .*candidates=\d+ \(with max_new_tokens=12\)"
+    ):
+        kwiden.similar(unilm_folder, "床前明月光", candidates=100)
+    assert main(["similar", str(unilm_folder), "床前明月光"]) == 1
+    err = capsys.readouterr().err
+    assert "--candidates=100" in err and "--max-new-tokens=" in err and "num_samples" not in err
