@@ -11,6 +11,7 @@ import re
 
 from kwiden.builder import build_transformer_model
 from kwiden.checkpoints import config_beside
+from kwiden.checkpoints.generation_config import read_generation_config, trained_max_length
 from kwiden.files import read_json
 from kwiden.generation.arguments import ArgumentError, ArgumentWarning
 from kwiden.generation.footprint import check_memory
@@ -21,11 +22,10 @@ from kwiden.models import family_of_config
 from kwiden.models.config import is_count
 from kwiden.pretraining.vocabulary import CorpusTokenizer, load_tokenizer
 
-__all__ = ["Search", "generate", "generate_ids", "load_generator"]
+__all__ = ["Search", "generate", "generate_ids", "load_generator", "most_new_tokens"]
 
 _DECODER = "_kwiden_decoder"  # the attribute that keeps a model's compiled decoder, reused across calls
 _SETTINGS = "_kwiden_checkpoint_settings"  # the attribute that keeps what its folder says (CheckpointSettings)
-GENERATION_CONFIG = "generation_config.json"
 # A space WordPiece's decoder puts beside a CJK character (Chinese is written without them).
 _CJK = "\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
 _SPACE_BY_CJK = re.compile(f"(?<=[{_CJK}]) | (?=[{_CJK}])")
@@ -35,9 +35,14 @@ _SPACE_BY_CJK = re.compile(f"(?<=[{_CJK}]) | (?=[{_CJK}])")
 class CheckpointSettings:
     """What a checkpoint folder says about generating from it, kept on the
     model `load_generator` builds: the ids that end a continuation (its
-    `eos_token_id`, one or a list)."""
+    `eos_token_id`, one or a list), and the most tokens, prompt and new
+    ones together, its positions were trained on (`generation_config.json`'s
+    `max_length`, which `kwiden pretrain` writes; None: not recorded) and
+    the file that says so."""
 
     end_ids: tuple = ()
+    max_length: int = None
+    max_length_source: str = None
 
 
 def load_generator(checkpoint):
@@ -56,18 +61,18 @@ def load_generator(checkpoint):
     tokenizer = load_tokenizer(folder, flag="the checkpoint")
     model = build_transformer_model(checkpoint_path=folder, **flags)
     end_ids = () if flags else _eos_ids(folder, path, config, _decoder(model).vocab_size)  # a UniLM ends at [SEP]
-    object.__setattr__(model, _SETTINGS, CheckpointSettings(end_ids))  # past Keras' tracking: not a layer or weight
+    length, source = trained_max_length(folder)
+    settings = CheckpointSettings(end_ids, length, None if source is None else str(source))
+    object.__setattr__(model, _SETTINGS, settings)  # past Keras' tracking: not a layer or weight
     return model, tokenizer
 
 
 def _eos_ids(folder, path, config, vocab_size):
     """The ids `eos_token_id` names, as transformers reads it: `generation_config.json`'s where it has the
     key, else `config.json`'s (at `path`)."""
-    generation = folder / GENERATION_CONFIG
-    if generation.is_file():
-        settings = read_json(generation, f"{generation} is not JSON", "repair it")
-        if isinstance(settings, dict) and "eos_token_id" in settings:
-            path, config = generation, settings
+    settings, generation = read_generation_config(folder)
+    if "eos_token_id" in settings:
+        path, config = generation, settings
     ends = config.get("eos_token_id")
     if ends is None:
         return ()
@@ -115,6 +120,7 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
             value=num_samples, beam_width=search.beam,
         )  # fmt: skip
     check_positions(decoder, max(len(prompt) for prompt in prompts), max_new_tokens)
+    _check_trained_length(_settings(decoder), prompts, max_new_tokens)
     repeats = num_samples if search.beam is None else search.beam
     check_memory(decoder, prompts, max_new_tokens, repeats, "num_samples" if search.beam is None else "beam")
     if search.beam is not None:
@@ -123,6 +129,33 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
         return [[ids for ids, _ in best] for best in found]
     found = decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed, num_samples)
     return [found[i : i + num_samples] for i in range(0, len(found), num_samples)]
+
+
+def _check_trained_length(settings, prompts, max_new_tokens):
+    """Refuse a prompt whose continuation would run past the positions its checkpoint was trained on."""
+    if settings.max_length is None:
+        return
+    for index, prompt in enumerate(prompts):
+        most = settings.max_length - len(prompt)
+        if max_new_tokens > most:
+            advice = "give {max_new_tokens}={most} or fewer" if most >= 1 else "shorten the prompt to {shorter} tokens"
+            raise ArgumentError(
+                "Prompt {index} has {length} tokens: with {max_new_tokens}={value} that makes {total}, past the "
+                "{trained} the model was trained on ({source}'s max_length): " + advice + ".",
+                index=index, length=len(prompt), value=max_new_tokens, total=len(prompt) + max_new_tokens,
+                trained=settings.max_length, source=settings.max_length_source, most=most,
+                shorter=settings.max_length - 1,
+            )  # fmt: skip
+
+
+def most_new_tokens(model, prompt_length):
+    """The most tokens a prompt of `prompt_length` may be given: within
+    the model's position table and the length its checkpoint was trained on;
+    None where neither bounds it."""
+    decoder = _decoder(model)
+    trained = _settings(decoder).max_length
+    bounds = [decoder.most_new_tokens(prompt_length), None if trained is None else trained - prompt_length]
+    return min((bound for bound in bounds if bound is not None), default=None)
 
 
 def _warn_fewer(found, num_samples, max_new_tokens):

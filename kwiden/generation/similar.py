@@ -4,7 +4,7 @@ vectors lie closest to the text's."""
 
 import pathlib
 
-from kwiden.generation import _decoder, generate, load_generator
+from kwiden.generation import generate, load_generator, most_new_tokens
 from kwiden.generation.arguments import ArgumentError
 from kwiden.models.config import is_count
 from kwiden.sentence import SentenceEncoder
@@ -22,7 +22,7 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
         top_k: each token sampled from the `top_k` likeliest (SimBERT's 5).
         max_new_tokens: tokens a candidate at most; by default twice the
             longest text's and 2 more, or as many as the model's positions
-            allow, if fewer.
+            and the length its checkpoint was trained on allow, if fewer.
         seed: makes the sampling repeat.
 
     Returns:
@@ -56,10 +56,10 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
 
 
 def _default_length(model, tokenizer, texts):
-    """Twice the longest text's tokens and 2 more, or as many as the model's positions leave its prompt
-    (`[CLS] text [SEP]`), if fewer."""
+    """Twice the longest text's tokens and 2 more, or as many as the model's positions and its trained length
+    leave its prompt (`[CLS] text [SEP]`), if fewer."""
     longest = max(len(ids) for ids in tokenizer.encode_lines(texts)[0])
-    most = _decoder(model).most_new_tokens(longest + 2)
+    most = most_new_tokens(model, longest + 2)
     return 2 * longest + 2 if most is None else max(1, min(2 * longest + 2, most))
 
 

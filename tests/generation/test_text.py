@@ -267,3 +267,36 @@ def test_similar_names_candidates_where_memory_would_not_hold_them(unilm_folder,
     assert main(["similar", str(unilm_folder), "床前明月光"]) == 1
     err = capsys.readouterr().err
     assert "--candidates=100" in err and "--max-new-tokens=" in err and "num_samples" not in err
+
+
+def test_a_folder_recording_its_trained_length_refuses_to_go_past_it(tmp_path, capsys):
+    folder = _gpt_folder(tmp_path / "gpt")
+    kwiden.generate(folder, None, "abcde", 28, greedy=True)  # no record: as far as its 32 positions go
+    (folder / "generation_config.json").write_text(json.dumps({"max_length": 20}))
+    past = r"past the 20 the model was trained on \(.*generation_config.json's max_length\)"
+    with pytest.raises(ValueError, match=rf"Prompt 0 has 5 tokens: with max_new_tokens=16 that makes 21, {past}: "
+                       r"give max_new_tokens=15 or fewer"):  # fmt: skip
+        kwiden.generate(folder, None, "abcde", 16)
+    assert len(kwiden.generate(folder, None, "abcde", 15, greedy=True)) == 1
+    model, _ = load_generator(folder)
+    with pytest.raises(ValueError, match=rf"Prompt 1 has 5 tokens: with max_new_tokens=16 that makes 21, {past}"):
+        generate_ids(model, [[98], [98, 99, 100, 101, 102]], 16)
+    with pytest.raises(ValueError, match=rf"Prompt 0 has 20 tokens: .*{past}: shorten the prompt to 19 tokens"):
+        kwiden.generate(folder, None, "a" * 20, 1)
+    assert main(["generate", str(folder), "abcde", "--max-new-tokens", "16"]) == 1
+    err = capsys.readouterr().err
+    assert "with --max-new-tokens=16 that makes 21" in err and "give --max-new-tokens=15 or fewer" in err
+
+
+def test_similar_fits_its_default_length_to_the_trained_length(unilm_folder, tmp_path):
+    import shutil
+
+    folder = tmp_path / "unilm"
+    shutil.copytree(unilm_folder, folder)
+    (folder / "generation_config.json").write_text(json.dumps({"max_length": 12}))
+    text = "床前明月光"  # 7 tokens with [CLS] and [SEP]: 12 more by default, 5 within the record
+    assert kwiden.similar(folder, text, n=2, candidates=4, seed=0) == kwiden.similar(
+        folder, text, n=2, candidates=4, seed=0, max_new_tokens=5
+    )
+    with pytest.raises(ValueError, match="give max_new_tokens=5 or fewer"):
+        kwiden.similar(folder, text, max_new_tokens=6)
