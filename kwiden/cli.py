@@ -256,7 +256,6 @@ def _help(option):
 
 def parser():
     root = argparse.ArgumentParser(prog="kwiden", description=__doc__)
-    root.set_defaults(flags={})
     commands = root.add_subparsers(dest="command", required=True)
     grow = commands.add_parser("grow", help="grow a saved .keras model or a Hugging Face folder to a wider one")
     grow.add_argument("src", help="the .keras model to grow, or a Hugging Face checkpoint folder")
@@ -326,7 +325,7 @@ def main(argv=None):
         print(f"kwiden {args.command}: interrupted", file=sys.stderr)
         return 130
     except ArgumentError as error:  # a refused argument, named by the flag that gives it
-        print(f"kwiden {args.command}: {error.respelled(args.flags)}", file=sys.stderr)
+        print(f"kwiden {args.command}: {error.respelled(getattr(args, 'flags', {}))}", file=sys.stderr)
         return 1
     except (CommandError, ValueError, OSError) as error:
         # One line a user can act on, not a traceback; GrowthError is a ValueError.
