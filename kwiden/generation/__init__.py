@@ -59,7 +59,13 @@ def load_generator(checkpoint):
     family = family_of_config(config)
     flags = dict(with_mlm=True, unilm=True) if "unilm" in family.flags else {}
     tokenizer = load_tokenizer(folder, flag="the checkpoint")
-    model = build_transformer_model(checkpoint_path=folder, **flags)
+    model = build_transformer_model(checkpoint_path=folder, fresh_heads=bool(flags), **flags)
+    if getattr(model, "fresh_weights", ()):  # a UniLM writes with its MLM head: one made up would write noise
+        raise ValueError(
+            f"{folder} holds no weights for the MLM head a UniLM writes with ({', '.join(model.fresh_weights[:2])}, "
+            "…): a BERT or RoFormer saved without it cannot generate. Generate from a run trained with kwiden "
+            "pretrain --objective seq2seq or simbert (its final/)."
+        )
     end_ids = () if flags else _eos_ids(folder, path, config, _decoder(model).vocab_size)  # a UniLM ends at [SEP]
     length, source = trained_max_length(folder)
     settings = CheckpointSettings(end_ids, length, None if source is None else str(source))
@@ -101,7 +107,7 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
     cache of every row, the attention's scores, the logits)."""
     search = Search() if search is None else search
     decoder = _decoder(model)
-    prompts = [[int(token) for token in prompt] for prompt in prompts]
+    prompts = [list(prompt) for prompt in prompts]
     if not prompts:
         raise ValueError("No prompts: give one or more.")
     _whole("max_new_tokens", max_new_tokens)
@@ -109,11 +115,12 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
     if seed is not None and not is_count(seed):
         raise ArgumentError("{seed}={value!r}: must be a whole number ≥ 0, or None (fresh randomness).", value=seed)
     for index, prompt in enumerate(prompts):
-        if not prompt or not all(0 <= token < decoder.vocab_size for token in prompt):
+        if not prompt or not all(is_count(token) and token < decoder.vocab_size for token in prompt):
             raise ValueError(f"Prompt {index} must be 1 or more token ids below the vocabulary's {decoder.vocab_size}.")
-    end_ids = sorted({int(i) for i in end_ids})
+    prompts = [[int(token) for token in prompt] for prompt in prompts]
+    end_ids = sorted(_token_ids("end_ids", end_ids))
     # A model that masks id 0 as padding cannot read one it wrote: it is never generated there.
-    banned = sorted(({int(i) for i in banned} | ({0} if decoder.cached.masks_padding else set())) - set(end_ids))
+    banned = sorted((_token_ids("banned", banned) | ({0} if decoder.cached.masks_padding else set())) - set(end_ids))
     if search.beam is not None and num_samples > search.beam:
         raise ArgumentError(
             "{num_samples}={value}: {beam}={beam_width} keeps {beam_width} continuations at most.",
@@ -129,6 +136,15 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
         return [[ids for ids, _ in best] for best in found]
     found = decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed, num_samples)
     return [found[i : i + num_samples] for i in range(0, len(found), num_samples)]
+
+
+def _token_ids(name, ids):
+    """The set of ids `ids` holds, each a whole number (a bool or a float is refused, not read as one)."""
+    for token in ids:
+        if not is_count(token):
+            raise ArgumentError("{" + name + "}={token!r}: a token id is a whole number ≥ 0, not a {kind}.",
+                                token=token, kind=type(token).__name__)  # fmt: skip
+    return {int(token) for token in ids}
 
 
 def _check_trained_length(settings, prompts, max_new_tokens):

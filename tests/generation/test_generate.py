@@ -150,6 +150,12 @@ def test_models_that_cannot_generate_are_refused():
         generate_ids(model, [[1] * 5], 30)
     with pytest.raises(ValueError, match="Prompt 1 must be 1 or more token ids below"):
         generate_ids(model, [[1], []], 2)
+    with pytest.raises(ValueError, match="Prompt 0 must be 1 or more token ids below"):
+        generate_ids(model, [[1, 2.5]], 2)  # not read as 2
+    with pytest.raises(ValueError, match="end_ids=True: a token id is a whole number ≥ 0, not a bool"):
+        generate_ids(model, [[1]], 2, end_ids=[True])  # not read as id 1
+    with pytest.raises(ValueError, match="banned=1.5: a token id is a whole number ≥ 0, not a float"):
+        generate_ids(model, [[1]], 2, banned=[1.5])
 
 
 def test_beam_search_keeps_the_best_finished_and_unfinished_continuations():

@@ -122,13 +122,16 @@ def test_similar_ranks_distinct_generated_sentences_by_cosine(unilm_folder, caps
         kwiden.similar(unilm_folder, "床前", n=21, candidates=20)
 
 
-def test_a_bert_saved_without_its_mlm_head_cannot_generate(tmp_path):
+def test_a_bert_saved_without_its_mlm_head_cannot_generate(tmp_path, capsys):
     bert = kwiden.build_transformer_model(tiny_config(vocab_size=len(VOCABULARY)))
     kwiden.save_checkpoint(bert, tmp_path)
     (tmp_path / "vocab.txt").write_text("\n".join(VOCABULARY) + "\n", "utf-8")
-    with pytest.raises(ValueError):
+    advice = "holds no weights for the MLM head .* Generate from a run trained with kwiden pretrain --objective"
+    with pytest.raises(ValueError, match=advice):
         load_generator(tmp_path)
     assert load_tokenizer(tmp_path).cls == 2
+    assert main(["similar", str(tmp_path), "床前"]) == 1  # not "build without that head", which similar cannot
+    assert "holds no weights for the MLM head" in capsys.readouterr().err
 
 
 def test_a_continuation_keeps_the_space_that_starts_it(tmp_path):
@@ -300,3 +303,10 @@ def test_similar_fits_its_default_length_to_the_trained_length(unilm_folder, tmp
     )
     with pytest.raises(ValueError, match="give max_new_tokens=5 or fewer"):
         kwiden.similar(folder, text, max_new_tokens=6)
+
+
+def test_similar_gives_each_text_what_it_gets_alone(unilm_folder):
+    texts = ["床前", "床前明月光疑是地上霜"]  # their own default lengths differ: 6 and 21 new tokens
+    together = kwiden.similar(unilm_folder, texts, n=3, candidates=8, seed=1)
+    assert together == [kwiden.similar(unilm_folder, text, n=3, candidates=8, seed=1) for text in texts]
+    assert max(len(sentence) for sentence, _ in together[0]) <= 6
