@@ -223,14 +223,20 @@ def generate(
             `tokenizer.json`, a folder holding one, `"bytes"`, or a
             tokenizer `kwiden.pretraining` loaded.
         prompts: a text, or a list of texts.
-        max_new_tokens: tokens generated at most a continuation.
+        max_new_tokens: tokens generated at most a continuation; refused,
+            before anything is allocated, past the model's positions, past
+            the `max_length` its folder records as trained (a prompt and its
+            new tokens together), or past the memory available now.
         greedy: the likeliest token each step.
         beam: a beam search of this many continuations (1 is greedy).
         top_k, top_p, temperature: sampling (the default): the
             distribution at `temperature`, cut to the `top_k` likeliest
             tokens and to the smallest set with probability `top_p`.
-        num_samples: continuations a prompt (sampled, or beam search's best).
-        seed: makes sampling repeat.
+        num_samples: continuations a prompt (sampled, or beam search's
+            best: fewer, with a warning, where fewer exist).
+        seed: a whole number ≥ 0 that makes sampling repeat: a prompt's
+            samples depend on the seed, the prompt and the sample's number
+            only, the same alone or beside any other prompts.
         end_tokens: tokens that end a continuation: ids, tokens' texts,
             or texts the tokenizer reads as one token ("\\n"); by default
             the checkpoint's `eos_token_id`s (a decoder's folder), else the
