@@ -289,7 +289,8 @@ def parser():
     similar.add_argument("--candidates", type=_positive, default=100, help="sentences sampled before ranking")
     similar.add_argument("--top-k", type=_positive, default=5, help="each token from the k likeliest")
     similar.add_argument("--max-new-tokens", type=_positive, help="tokens a sentence at most (default: twice the "
-                         "text's and 2 more, as many as the model's positions allow)")  # fmt: skip
+                         "text's and 2 more, or as many as the positions the model holds and was trained on "
+                         "allow)")  # fmt: skip
     similar.add_argument("--seed", type=int, help="makes sampling repeat")
     similar.set_defaults(run=_similar, flags=SIMILAR_FLAGS)
     return root
@@ -299,7 +300,9 @@ def _generate_parser(commands):
     generate = commands.add_parser("generate", help="continue a prompt (decoders) or write its second segment (UniLM)")
     generate.add_argument("checkpoint", help="a folder with config.json, weights and a tokenizer (a run's final/)")
     generate.add_argument("prompt", nargs="+", help="one or more prompts, generated together")
-    generate.add_argument("--max-new-tokens", type=_positive, default=64)
+    generate.add_argument("--max-new-tokens", type=_positive, default=64, help="tokens a continuation at most "
+                          "(refused past the positions the model holds or was trained on, or the memory "
+                          "available)")  # fmt: skip
     choice = generate.add_mutually_exclusive_group()
     choice.add_argument("--greedy", action="store_true", help="the likeliest token each step")
     choice.add_argument("--beam", type=_positive, help="beam search of K continuations")
