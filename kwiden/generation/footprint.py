@@ -16,6 +16,8 @@ SCORE_BYTES = 2 * 4
 LOGIT_BYTES = 4 * 8
 # Bytes of a slot of the host's token and seen buffers (int32 and bool), each held twice while rows are copied.
 SLOT_BYTES = 2 * (4 + 1)
+# Bytes of a new token in a beam's history (int64), held twice while it is reordered.
+HISTORY_BYTES = 2 * 8
 
 
 def decoding_bytes(decoder, prompts, repeats, max_new_tokens):
@@ -30,21 +32,22 @@ def decoding_bytes(decoder, prompts, repeats, max_new_tokens):
     larger. On the host: the token buffers, the logits and what choosing
     makes of them, a beam's history."""
     length = buffer_length(prompts, max_new_tokens)
-    queries = length - max_new_tokens  # the prompt's pass: every prompt slot of every prompt
+    queries = length - max_new_tokens  # the prompts' pass: every prompt slot of every prompt
     rows = len(prompts) * repeats
-    itemsize = _itemsize(decoder.cached.model.compute_dtype)
-    layers = decoder.cached.attentions
     cache = 2 * rows * length * _cache_per_token(decoder)
-    attention = (
-        max(
-            max(len(prompts) * queries, rows) * layer.heads * length * SCORE_BYTES
-            + max(len(prompts), rows) * length * layer.heads * layer.head_size * 2 * itemsize
-            for layer in layers
-        )
-        + len(prompts) * queries * length
-    )  # the prompts' mask
-    host = rows * (length * SLOT_BYTES + decoder.vocab_size * LOGIT_BYTES + max_new_tokens * 2 * 8)
-    return cache + attention, host
+    attention = max(_attention_bytes(decoder, layer, len(prompts) * queries, rows, length) for layer in
+                    decoder.cached.attentions)  # fmt: skip
+    mask = len(prompts) * queries * length  # the prompts' pass: which slots each query sees
+    host = rows * (length * SLOT_BYTES + decoder.vocab_size * LOGIT_BYTES + max_new_tokens * HISTORY_BYTES)
+    return cache + attention + mask, host
+
+
+def _attention_bytes(decoder, layer, prompt_queries, rows, length):
+    """One attention layer's scores for the prompts' pass or a step's queries (the more), and its keys and
+    values spread to every query head."""
+    itemsize = _itemsize(decoder.cached.model.compute_dtype)
+    scores = max(prompt_queries, rows) * layer.heads * length * SCORE_BYTES
+    return scores + rows * length * layer.heads * layer.head_size * 2 * itemsize
 
 
 def check_memory(decoder, prompts, max_new_tokens, repeats, rows_name):
@@ -62,16 +65,17 @@ def check_memory(decoder, prompts, max_new_tokens, repeats, rows_name):
     device, host = decoding_bytes(decoder, prompts, repeats, max_new_tokens)
     most_tokens = _most(lambda n: fits(repeats, n), max_new_tokens)
     most_rows = _most(lambda n: fits(n, max_new_tokens), repeats)
-    options = ([f"{{max_new_tokens}}={most_tokens} (with {{{rows_name}}}={repeats})"] if most_tokens else []) + (
-        [f"{{{rows_name}}}={most_rows} (with {{max_new_tokens}}={max_new_tokens})"] if most_rows else []
+    options = ([f"{{max_new_tokens}}={most_tokens} (with {{rows}}={repeats})"] if most_tokens else []) + (
+        [f"{{rows}}={most_rows} (with {{max_new_tokens}}={max_new_tokens})"] if most_rows else []
     )
     advice = f"the most that fit: {', or '.join(options)}" if options else "fewer prompts"
     raise ArgumentError(
-        f"Decoding {{prompts}} prompt(s), {{{rows_name}}}={{repeats}} rows each, to {{max_new_tokens}}={{value}} needs "
-        "about {need} (a key/value cache of {per_token} a row a token, the attention's scores, the logits), and "
-        "{available} is available: " + advice + (", or fewer prompts" if options and len(prompts) > 1 else "") + ".",
-        prompts=len(prompts), repeats=repeats, value=max_new_tokens, need=readable_size(device + host, "kB"),
-        per_token=readable_size(_cache_per_token(decoder), "B"), available=readable_size(available, "kB"),
+        "Decoding {prompts} prompt(s), {rows}={repeats} rows each, to {max_new_tokens}={value} needs about {need} "
+        "(a key/value cache of {per_token} a row a token, the attention's scores, the logits), and {available} is "
+        "available: " + advice + (", or fewer prompts" if options and len(prompts) > 1 else "") + ".",
+        names={"rows": rows_name}, prompts=len(prompts), repeats=repeats, value=max_new_tokens,
+        need=readable_size(device + host, "kB"), per_token=readable_size(_cache_per_token(decoder), "B"),
+        available=readable_size(available, "kB"),
     )  # fmt: skip
 
 
