@@ -104,38 +104,55 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
     Each prompt gets what it gets alone, whatever the prompts beside it.
     Refused before anything is allocated: more positions than the model's
     table holds, and more memory than is available now (the key/value
-    cache of every row, the attention's scores, the logits)."""
+    cache of every row, the attention's scores, the logits); past the
+    `max_length` a loaded folder records as trained, too."""
     search = Search() if search is None else search
     decoder = _decoder(model)
-    prompts = [list(prompt) for prompt in prompts]
-    if not prompts:
-        raise ValueError("No prompts: give one or more.")
-    _whole("max_new_tokens", max_new_tokens)
-    _whole("num_samples", num_samples)
-    if seed is not None and not is_count(seed):
-        raise ArgumentError("{seed}={value!r}: must be a whole number ≥ 0, or None (fresh randomness).", value=seed)
-    for index, prompt in enumerate(prompts):
-        if not prompt or not all(is_count(token) and token < decoder.vocab_size for token in prompt):
-            raise ValueError(f"Prompt {index} must be 1 or more token ids below the vocabulary's {decoder.vocab_size}.")
-    prompts = [[int(token) for token in prompt] for prompt in prompts]
-    end_ids = sorted(_token_ids("end_ids", end_ids))
-    # A model that masks id 0 as padding cannot read one it wrote: it is never generated there.
-    banned = sorted((_token_ids("banned", banned) | ({0} if decoder.cached.masks_padding else set())) - set(end_ids))
-    if search.beam is not None and num_samples > search.beam:
-        raise ArgumentError(
-            "{num_samples}={value}: {beam}={beam_width} keeps {beam_width} continuations at most.",
-            value=num_samples, beam_width=search.beam,
-        )  # fmt: skip
-    check_positions(decoder, max(len(prompt) for prompt in prompts), max_new_tokens)
-    _check_trained_length(_settings(decoder), prompts, max_new_tokens)
-    repeats = num_samples if search.beam is None else search.beam
-    check_memory(decoder, prompts, max_new_tokens, repeats, "num_samples" if search.beam is None else "beam")
+    prompts, end_ids, banned = _checked_ids(decoder, prompts, end_ids, banned)
+    _check_counts(search, max_new_tokens, num_samples, seed)
+    _check_room(decoder, search, prompts, max_new_tokens, num_samples)
     if search.beam is not None:
         found = beam_rows(decoder, prompts, max_new_tokens, search.beam, num_samples, end_ids, banned)
         _warn_fewer(found, num_samples, max_new_tokens)
         return [[ids for ids, _ in best] for best in found]
     found = decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed, num_samples)
     return [found[i : i + num_samples] for i in range(0, len(found), num_samples)]
+
+
+def _checked_ids(decoder, prompts, end_ids, banned):
+    """`(prompts, end ids, banned ids)` as lists of ints, each id a whole number (a bool or a float is refused,
+    not read as one); a model that masks id 0 as padding cannot read one it wrote: it is banned there."""
+    prompts = [list(prompt) for prompt in prompts]
+    if not prompts:
+        raise ValueError("No prompts: give one or more.")
+    for index, prompt in enumerate(prompts):
+        if not prompt or not all(is_count(token) and token < decoder.vocab_size for token in prompt):
+            raise ValueError(f"Prompt {index} must be 1 or more token ids below the vocabulary's {decoder.vocab_size}.")
+    end_ids = _token_ids("end_ids", end_ids)
+    banned = (_token_ids("banned", banned) | ({0} if decoder.cached.masks_padding else set())) - end_ids
+    return [[int(token) for token in prompt] for prompt in prompts], sorted(end_ids), sorted(banned)
+
+
+def _check_counts(search, max_new_tokens, num_samples, seed):
+    _whole("max_new_tokens", max_new_tokens)
+    _whole("num_samples", num_samples)
+    if seed is not None and not is_count(seed):
+        raise ArgumentError("{seed}={value!r}: must be a whole number ≥ 0, or None (fresh randomness).", value=seed)
+    if search.beam is not None and num_samples > search.beam:
+        raise ArgumentError(
+            "{num_samples}={value}: {beam}={beam_width} keeps {beam_width} continuations at most.",
+            value=num_samples, beam_width=search.beam,
+        )  # fmt: skip
+
+
+def _check_room(decoder, search, prompts, max_new_tokens, num_samples):
+    """Refuse, before anything is allocated, what the positions, the trained length or the memory cannot hold."""
+    check_positions(decoder, max(len(prompt) for prompt in prompts), max_new_tokens)
+    _check_trained_length(_settings(decoder), prompts, max_new_tokens)
+    if search.beam is None:
+        check_memory(decoder, prompts, max_new_tokens, num_samples, "num_samples")
+    else:
+        check_memory(decoder, prompts, max_new_tokens, search.beam, "beam")
 
 
 def _token_ids(name, ids):
