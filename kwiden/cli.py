@@ -4,13 +4,16 @@
 grown tensor by tensor), `kwiden demo`."""
 
 import argparse
+import contextlib
 import pathlib
+import re
 import sys
 import warnings
 import zipfile
 from fractions import Fraction
 
 from kwiden.files import replaced_atomically
+from kwiden.generation.arguments import GENERATE_FLAGS, SIMILAR_FLAGS, ArgumentError, ArgumentWarning
 from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
 from kwiden.pretraining import options as pretrain_options
 
@@ -146,9 +149,10 @@ def _generate(args):
     from kwiden.generation import generate, load_generator
 
     model, tokenizer = load_generator(args.checkpoint)
-    found = generate(model, tokenizer, args.prompt, args.max_new_tokens, greedy=args.greedy, beam=args.beam,
-                     top_k=args.top_k, top_p=args.top_p, temperature=args.temperature, num_samples=args.num_samples,
-                     seed=args.seed, end_tokens=args.end_token)  # fmt: skip
+    with _flag_warnings(args):
+        found = generate(model, tokenizer, args.prompt, args.max_new_tokens, greedy=args.greedy, beam=args.beam,
+                         top_k=args.top_k, top_p=args.top_p, temperature=args.temperature,
+                         num_samples=args.num_samples, seed=args.seed, end_tokens=args.end_token)  # fmt: skip
     unilm = naming.INPUT_SEGMENT in {layer.name for layer in model.layers}  # writes a second segment
     for prompt, texts in zip(args.prompt, found):
         for text in texts:
@@ -161,13 +165,27 @@ def _generate(args):
 def _similar(args):
     import kwiden
 
-    found = kwiden.similar(args.checkpoint, args.text, n=args.n, candidates=args.candidates, top_k=args.top_k,
-                           seed=args.seed)  # fmt: skip
+    with _flag_warnings(args):
+        found = kwiden.similar(args.checkpoint, args.text, n=args.n, candidates=args.candidates, top_k=args.top_k,
+                               max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
     for sentence, cosine in found:
         print(f"{cosine:.4f}\t{sentence}")
     if len(found) < args.n:
         print(f"({len(found)} distinct sentences among {args.candidates} candidates)", file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def _flag_warnings(args):
+    """A warning that names arguments printed on one line, each named by the command's flag."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ArgumentWarning)
+        yield
+    for warning in caught:
+        if isinstance(warning.message, ArgumentWarning):
+            print(f"kwiden {args.command}: {warning.message.respelled(args.flags)}", file=sys.stderr)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
 
 
 def _pretrain(args):
@@ -195,6 +213,16 @@ def _fraction(text):
         return Fraction(text)
     except (ValueError, ZeroDivisionError):
         raise argparse.ArgumentTypeError(f"{text!r} is not a factor such as 2, 1.5 or 4/3") from None
+
+
+# A backslash escape in a token's text, and the character it stands for.
+ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|[ntr\\])")
+ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+def _escaped(text):
+    """A token's text as a shell gives it, escapes read: `\\n` a newline, `\\x0a` too."""
+    return ESCAPE.sub(lambda m: chr(int(m[1][1:], 16)) if m[1][0] == "x" else ESCAPED[m[1]], text)
 
 
 def _positive(text):
@@ -262,8 +290,11 @@ def parser():
     similar.add_argument("-n", type=_positive, default=5, help="sentences to print")
     similar.add_argument("--candidates", type=_positive, default=100, help="sentences sampled before ranking")
     similar.add_argument("--top-k", type=_positive, default=5, help="each token from the k likeliest")
-    similar.add_argument("--seed", type=int)
-    similar.set_defaults(run=_similar)
+    similar.add_argument("--max-new-tokens", type=_positive, help="tokens a sentence at most (default: twice the "
+                         "text's and 2 more, or as many as the positions the model holds and was trained on "
+                         "allow)")  # fmt: skip
+    similar.add_argument("--seed", type=int, help="makes sampling repeat")
+    similar.set_defaults(run=_similar, flags=SIMILAR_FLAGS)
     return root
 
 
@@ -271,7 +302,9 @@ def _generate_parser(commands):
     generate = commands.add_parser("generate", help="continue a prompt (decoders) or write its second segment (UniLM)")
     generate.add_argument("checkpoint", help="a folder with config.json, weights and a tokenizer (a run's final/)")
     generate.add_argument("prompt", nargs="+", help="one or more prompts, generated together")
-    generate.add_argument("--max-new-tokens", type=_positive, default=64)
+    generate.add_argument("--max-new-tokens", type=_positive, default=64, help="tokens a continuation at most "
+                          "(refused past the positions the model holds or was trained on, or the memory "
+                          "available)")  # fmt: skip
     choice = generate.add_mutually_exclusive_group()
     choice.add_argument("--greedy", action="store_true", help="the likeliest token each step")
     choice.add_argument("--beam", type=_positive, help="beam search of K continuations")
@@ -280,9 +313,11 @@ def _generate_parser(commands):
     generate.add_argument("--temperature", type=float, default=1.0, help="divide the logits by T before sampling")
     generate.add_argument("--num-samples", type=_positive, default=1, help="continuations a prompt")
     generate.add_argument("--seed", type=int, help="makes sampling repeat")
-    generate.add_argument("--end-token", action="append", help="a token that ends a continuation (default: the "
-                          "tokenizer's separator); repeat for several")  # fmt: skip
-    generate.set_defaults(run=_generate)
+    generate.add_argument("--end-token", action="append", type=_escaped, help="a token that ends a continuation: "
+                          "its text (or a text the tokenizer reads as one token), with \\n, \\t, \\r, \\\\ and "
+                          "\\xHH read as escapes ('\\n': a newline); repeat for several (default: the checkpoint's "
+                          "eos_token_id, else the tokenizer's separator)")  # fmt: skip
+    generate.set_defaults(run=_generate, flags=GENERATE_FLAGS)
 
 
 def main(argv=None):
@@ -291,6 +326,12 @@ def main(argv=None):
         _announce()
     try:
         return args.run(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for it (pretrain says how to resume)
+        print(f"kwiden {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except ArgumentError as error:  # a refused argument, named by the flag that gives it
+        print(f"kwiden {args.command}: {error.respelled(getattr(args, 'flags', {}))}", file=sys.stderr)
+        return 1
     except (CommandError, ValueError, OSError) as error:
         # One line a user can act on, not a traceback; GrowthError is a ValueError.
         print(f"kwiden {args.command}: {error}", file=sys.stderr)

@@ -73,3 +73,14 @@ def _lines(path):
             return [line for line in file if line.strip()]
     except (OSError, UnicodeDecodeError):
         return []
+
+
+UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+
+
+def readable_size(size, smallest="GB"):
+    """`size` bytes as a person reads them: in the largest unit from
+    `smallest` up that it holds one of (`smallest` where it holds none)."""
+    units = [unit for unit, scale in UNITS.items() if scale >= UNITS[smallest]]
+    unit = next((unit for unit in reversed(units) if size >= UNITS[unit]), units[0])
+    return f"{size / UNITS[unit]:.3g} {unit}"

@@ -186,3 +186,29 @@ def test_grow_command_checks_keras_hub_models(tmp_path, capsys, name):
     assert type(big).__name__ == name and getattr(big, "backbone", big).get_config()["hidden_dim"] == 16
     inputs = sample_inputs(small)
     assert set(inputs) >= {"token_ids", "padding_mask"} and inputs["token_ids"].shape == (2, 12)
+
+
+@pytest.mark.parametrize("command", ["grow", "demo", "eval-sts"])
+def test_ctrl_c_stops_every_command_in_one_line(command, capsys, monkeypatch):
+    from kwiden import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, {"grow": "_grow", "demo": "_demo", "eval-sts": "_eval_sts"}[command], interrupted)
+    monkeypatch.setattr(cli, "_announce", lambda: None)
+    argv = {"grow": ["a.keras", "b.keras"], "demo": [], "eval-sts": ["folder", "pairs.tsv"]}[command]
+    assert main([command, *argv]) == 130
+    assert capsys.readouterr().err == f"kwiden {command}: interrupted\n"
+
+
+def test_ctrl_c_stops_pretrain_with_how_to_resume(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kwiden, "pretrain", interrupted)
+    monkeypatch.setattr("kwiden.cli._announce", lambda: None)
+    assert main(["pretrain", "corpus.txt", "--output-dir", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == (
+        "kwiden pretrain: stopped; run the same command to resume from the last backup\n"
+    )

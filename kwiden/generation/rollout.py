@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from kwiden.decoding import CachedModel, compiled
+from kwiden.generation.arguments import ArgumentError
 
 # Prompt lengths are padded up to a multiple of this: fewer shapes to compile (TensorFlow traces each).
 PROMPT_BUCKET = 16
@@ -29,6 +30,11 @@ class Decoder:
         self.max_positions = tables[0].input_dim if tables else None
         self.vocab_size = self.cached.vocab_size
 
+    def most_new_tokens(self, prompt_length):
+        """The most tokens a prompt of `prompt_length` may be given within the
+        position table (the last is chosen, never fed); None: no table."""
+        return None if self.max_positions is None else self.max_positions - prompt_length + 1
+
 
 class Rollout:
     """`prompts` (lists of ids), each `repeats` times in a row of its own,
@@ -40,14 +46,9 @@ class Rollout:
     def __init__(self, decoder, prompts, max_new_tokens, repeats=1):
         self.decoder, self.repeats = decoder, repeats
         lengths = np.array([len(prompt) for prompt in prompts])
-        needed = int(lengths.max()) + max_new_tokens - 1  # the last token is chosen, never fed
-        if decoder.max_positions is not None and needed > decoder.max_positions:
-            raise ValueError(
-                f"A prompt of {lengths.max()} tokens and max_new_tokens={max_new_tokens} need {needed} positions; "
-                f"the model has {decoder.max_positions}. Shorten the prompt or ask for fewer tokens."
-            )
-        self.prompt_length = -(-int(lengths.max()) // PROMPT_BUCKET) * PROMPT_BUCKET
-        total = self.prompt_length + max_new_tokens
+        check_positions(decoder, int(lengths.max()), max_new_tokens)
+        total = buffer_length(prompts, max_new_tokens)
+        self.prompt_length = total - max_new_tokens
         self.offsets = self.prompt_length - lengths
         self.tokens = np.zeros((len(prompts), total), np.int32)
         self.seen = np.zeros((len(prompts), total), bool)  # the slots holding a real token
@@ -107,3 +108,22 @@ class Rollout:
         self.tokens, self.seen, self.offsets = self.tokens[rows], self.seen[rows], self.offsets[rows]
         indices = ops.convert_to_tensor(np.asarray(rows, np.int32))
         self.cache = [tuple(ops.take(part, indices, axis=0) for part in pair) for pair in self.cache]
+
+
+def buffer_length(prompts, max_new_tokens):
+    """The slots a rollout of `prompts` holds: the longest, rounded up to a multiple of `PROMPT_BUCKET`,
+    then `max_new_tokens`."""
+    longest = max(len(prompt) for prompt in prompts)
+    return -(-longest // PROMPT_BUCKET) * PROMPT_BUCKET + max_new_tokens
+
+
+def check_positions(decoder, length, max_new_tokens):
+    """Refuse a prompt of `length` tokens and `max_new_tokens` more that the position table cannot hold."""
+    most = decoder.most_new_tokens(length)
+    if most is not None and max_new_tokens > most:
+        advice = "give {max_new_tokens}={most} or fewer, or a shorter prompt" if most >= 1 else "shorten the prompt"
+        raise ArgumentError(
+            "A prompt of {length} tokens and {max_new_tokens}={value} need {needed} positions; the model has "
+            "{positions}: " + advice + ".", length=length, value=max_new_tokens, positions=decoder.max_positions,
+            needed=length + max_new_tokens - 1, most=most,
+        )  # fmt: skip

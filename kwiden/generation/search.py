@@ -7,7 +7,9 @@ import numbers
 
 import numpy as np
 
+from kwiden.generation.arguments import ArgumentError
 from kwiden.generation.rollout import Rollout
+from kwiden.models.config import is_count
 
 # Beam search ranks finished continuations by their log-probability over their length, as transformers'
 # `length_penalty=1.0`.
@@ -31,16 +33,21 @@ class Search:
     def __post_init__(self):
         sampling = self.top_k is not None or self.top_p != 1.0 or self.temperature != 1.0
         if self.greedy and self.beam is not None or (self.greedy or self.beam is not None) and sampling:
-            raise ValueError("Choose one of greedy=True, beam=K, or sampling (top_k, top_p, temperature).")
+            raise ArgumentError(
+                "Choose one of {greedy}, {beam}=K, or sampling ({top_k}=K, {top_p}=P, {temperature}=T)."
+            )
         for name in ("beam", "top_k"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name} must be a whole number ≥ 1, got {value!r}.")
+            if value is not None and not is_count(value, 1):
+                raise ArgumentError("{" + name + "}={value!r}: must be a whole number ≥ 1.", value=value)
         if not (isinstance(self.top_p, numbers.Real) and 0 < self.top_p <= 1):
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}.")
+            raise ArgumentError("{top_p}={value!r}: must be in (0, 1].", value=self.top_p)
         # Below this, logits / temperature overflow float64 and sampling would give NaN.
         if not (isinstance(self.temperature, numbers.Real) and LEAST_TEMPERATURE <= self.temperature < float("inf")):
-            raise ValueError(f"temperature must be a number from {LEAST_TEMPERATURE} up, got {self.temperature!r}.")
+            raise ArgumentError(
+                "{temperature}={value!r}: must be a number from {least} up.", value=self.temperature,
+                least=LEAST_TEMPERATURE,
+            )  # fmt: skip
 
     @property
     def samples(self):
@@ -52,8 +59,9 @@ def log_softmax(logits):
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def choose(logits, search, rng):
-    """One token a row of `logits` (banned tokens already at -inf)."""
+def choose(logits, search, draws):
+    """One token a row of `logits` (banned tokens already at -inf); a sampled
+    one from the row's `draws` (uniform in [0, 1))."""
     if not search.samples:
         return np.argmax(logits, axis=-1)
     logits = logits / search.temperature
@@ -68,13 +76,33 @@ def choose(logits, search, rng):
         np.put_along_axis(ranked, order, np.where(outside, 0.0, ranked), axis=-1)
         probabilities = ranked / ranked.sum(axis=-1, keepdims=True)
     cumulative = np.cumsum(probabilities, axis=-1)
-    draws = rng.random(len(logits)) * cumulative[:, -1]
+    draws = draws * cumulative[:, -1]
     return np.minimum((cumulative <= draws[:, None]).sum(axis=-1), logits.shape[-1] - 1)
 
 
-def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, rng, repeats=1):
+def row_streams(seed, prompts, repeats):
+    """One random stream a row (each prompt's `repeats` in a row), seeded by
+    `seed`, the row's prompt and its sample's number, and nothing else: a
+    prompt draws the same tokens alone as beside any other prompts (the same
+    prompt twice, the same tokens twice). `seed` None: fresh entropy."""
+    root = np.random.SeedSequence(seed).entropy
+    return [
+        np.random.default_rng([root, sample, len(prompt), *prompt]) for prompt in prompts for sample in range(repeats)
+    ]
+
+
+def _draws(streams):
+    """The next uniform draw of each row's stream."""
+    return np.array([stream.random() for stream in streams])
+
+
+def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed=None, repeats=1):
     """Greedy or sampled continuations, `repeats` a prompt, in order: each a
-    list of ids, without the end token that stopped it."""
+    list of ids, without the end token that stopped it. Each row samples from
+    its own stream (`row_streams`), one draw a step whether it has stopped or
+    not, so a row's tokens depend on its prompt, sample number and `seed`
+    alone."""
+    streams = row_streams(seed, prompts, repeats) if search.samples else None
     rollout = Rollout(decoder, prompts, max_new_tokens, repeats)
     logits = rollout.start()
     rows = len(prompts) * repeats
@@ -82,7 +110,8 @@ def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, rng, 
     ends = np.full(rows, max_new_tokens)
     for step in range(max_new_tokens):
         logits[:, banned] = -np.inf
-        tokens = np.where(done, 0, choose(logits, search, rng))
+        draws = None if streams is None else _draws(streams)
+        tokens = np.where(done, 0, choose(logits, search, draws))
         stopped = ~done & np.isin(tokens, end_ids)
         ends[stopped], done = step, done | stopped
         if done.all() or step == max_new_tokens - 1:
@@ -96,7 +125,10 @@ def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, rng, 
 def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):
     """The `keep` best of `beam` continuations of each prompt, best first,
     as `(ids, score)`: finished ones leave the beam as they end, and a
-    prompt is done once `beam` have (transformers' `early_stopping=True`)."""
+    prompt is done once `beam` have (transformers' `early_stopping=True`):
+    from then on it takes no candidate, and its beams still going are never
+    ranked, so each prompt's result is the one it has alone, whatever the
+    prompts beside it. Fewer than `keep` where fewer continuations exist."""
     rollout = Rollout(decoder, prompts, max_new_tokens, repeats=beam)
     logits = rollout.start()
     scores = np.tile([0.0] + [-np.inf] * (beam - 1), len(prompts))
@@ -106,7 +138,7 @@ def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):
         logits[:, banned] = -np.inf
         totals = (log_softmax(logits) + scores[:, None]).reshape(len(prompts), -1)
         rows, tokens, scores = _next_beams(totals, beam, logits.shape[-1], end_ids, history, finished, step)
-        if all(len(done) >= beam for done in finished):  # early stopping: the beams still going are not ranked
+        if all(len(done) >= beam for done in finished):
             return _best(finished, keep)
         history = np.concatenate([history[rows], tokens[:, None]], axis=1)
         if step == max_new_tokens - 1:
@@ -114,7 +146,7 @@ def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):
         rollout.reorder(rows)
         logits = rollout.advance(tokens)
     for row, score in enumerate(scores):
-        if np.isfinite(score):
+        if np.isfinite(score):  # a done prompt's beams are at -inf: not ranked
             _finish(
                 finished[row // beam], beam, history[row].tolist(), score / max(history.shape[1], 1) ** LENGTH_PENALTY
             )
@@ -141,19 +173,33 @@ def _finish(done, beam, ids, score):
 
 def _next_beams(totals, beam, vocabulary, end_ids, history, finished, step):
     """Each prompt's `beam` best continuing candidates among its `2·beam`
-    best; a candidate that ends within the first `beam` is finished."""
+    best; a candidate that ends within the first `beam` is finished. A
+    prompt already done (`beam` finished) takes none: its rows go on at
+    -inf, never chosen or ranked."""
     rows, tokens, scores = [], [], []
     for prompt, candidates in enumerate(np.argsort(-totals, axis=-1, kind="stable")[:, : 2 * beam]):
-        chosen = []
-        for rank, candidate in enumerate(candidates):
-            row, token = prompt * beam + candidate // vocabulary, candidate % vocabulary
-            score = totals[prompt, candidate]
-            if token in end_ids:
-                if rank < beam and np.isfinite(score):
-                    _finish(finished[prompt], beam, history[row].tolist(), score / (step + 1) ** LENGTH_PENALTY)
-            elif len(chosen) < beam:
-                chosen.append((row, token, score))
+        chosen = (
+            []
+            if len(finished[prompt]) >= beam
+            else _candidates(
+                prompt, candidates, totals[prompt], beam, vocabulary, end_ids, history, finished[prompt], step
+            )
+        )
         chosen += [(prompt * beam, 0, -np.inf)] * (beam - len(chosen))
         for row, token, score in chosen:
             rows.append(row), tokens.append(token), scores.append(score)
     return np.array(rows), np.array(tokens), np.array(scores)
+
+
+def _candidates(prompt, candidates, totals, beam, vocabulary, end_ids, history, finished, step):
+    """A prompt's continuing candidates `(row, token, score)`, at most `beam`; its ending ones go to `finished`."""
+    chosen = []
+    for rank, candidate in enumerate(candidates):
+        row, token = prompt * beam + candidate // vocabulary, candidate % vocabulary
+        score = totals[candidate]
+        if token in end_ids:
+            if rank < beam and np.isfinite(score):
+                _finish(finished, beam, history[row].tolist(), score / (step + 1) ** LENGTH_PENALTY)
+        elif len(chosen) < beam:
+            chosen.append((row, token, score))
+    return chosen

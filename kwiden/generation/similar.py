@@ -4,7 +4,9 @@ vectors lie closest to the text's."""
 
 import pathlib
 
-from kwiden.generation import generate, load_generator
+from kwiden.generation import generate, load_generator, most_new_tokens
+from kwiden.generation.arguments import ArgumentError
+from kwiden.models.config import is_count
 from kwiden.sentence import SentenceEncoder
 
 
@@ -14,12 +16,15 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
     Args:
         checkpoint: a BERT or RoFormer folder trained as a UniLM
             (`kwiden pretrain --objective simbert` or `seq2seq`: its `final/`).
-        texts: a text, or a list of them (generated together).
+        texts: a text, or a list of them (generated together, those of
+            one length in one batch; each gets what it gets alone).
         n: sentences kept a text.
         candidates: sentences sampled a text before ranking (SimBERT's 100).
         top_k: each token sampled from the `top_k` likeliest (SimBERT's 5).
         max_new_tokens: tokens a candidate at most; by default twice the
-            text's and 2 more.
+            text's and 2 more, or as many as the model's positions and the
+            length its checkpoint was trained on allow, if fewer (each text
+            its own: a text gets what it gets alone).
         seed: makes the sampling repeat.
 
     Returns:
@@ -31,23 +36,47 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
     """
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
-    if not isinstance(candidates, int) or isinstance(candidates, bool) or candidates < 1:
-        raise ValueError(f"candidates must be a whole number ≥ 1, got {candidates!r}.")
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= candidates:
-        raise ValueError(f"n must be a whole number from 1 to candidates={candidates}, got {n!r}.")
+    if not is_count(candidates, 1):
+        raise ArgumentError("{candidates}={value!r}: must be a whole number ≥ 1.", value=candidates)
+    if not (is_count(n, 1) and n <= candidates):
+        raise ArgumentError("{n}={value!r}: must be a whole number from 1 to {candidates}={most}.", value=n,
+                            most=candidates)  # fmt: skip
     if not texts:
         raise ValueError("No texts: give one or more.")
     model, tokenizer = load_generator(checkpoint)
     if model.family not in ("bert", "roformer") or not (pathlib.Path(checkpoint) / "vocab.txt").is_file():
         raise ValueError(f"kwiden.similar reads a BERT or RoFormer trained as SimBERT, with its vocab.txt; "
                          f"{checkpoint} holds a {model.family} with {tokenizer.source}.")  # fmt: skip
-    if max_new_tokens is None:
-        longest = max((len(ids) for ids in tokenizer.encode_lines(texts)[0]), default=0)
-        max_new_tokens = 2 * longest + 2
-    sampled = generate(model, tokenizer, texts, max_new_tokens, top_k=top_k, num_samples=candidates, seed=seed)
+    lengths = _default_lengths(model, tokenizer, texts) if max_new_tokens is None else [max_new_tokens] * len(texts)
+    sampled = _sampled(model, tokenizer, texts, lengths, dict(top_k=top_k, num_samples=candidates, seed=seed))
     encoder = SentenceEncoder(checkpoint, model=model)  # the generator's weights, read once
     found = [_ranked(encoder, tokenizer, text, sentences, n) for text, sentences in zip(texts, sampled)]
     return found[0] if single else found
+
+
+def _sampled(model, tokenizer, texts, lengths, options):
+    """Each text's candidates, sampled to its own length (the texts of one length in one batch), as it
+    samples them alone; a refusal names generate's `num_samples` as similar's `candidates`."""
+    sampled = [None] * len(texts)
+    for length in sorted(set(lengths)):
+        batch = [i for i, own in enumerate(lengths) if own == length]
+        try:
+            found = generate(model, tokenizer, [texts[i] for i in batch], length, **options)
+        except ArgumentError as error:
+            raise error.respelled({"num_samples": "candidates"}) from None
+        for i, sentences in zip(batch, found):
+            sampled[i] = sentences
+    return sampled
+
+
+def _default_lengths(model, tokenizer, texts):
+    """Each text's own default: twice its tokens and 2 more, or as many as the model's positions and its
+    trained length leave its prompt (`[CLS] text [SEP]`), if fewer."""
+    lengths = []
+    for ids in tokenizer.encode_lines(texts)[0]:
+        most = most_new_tokens(model, len(ids) + 2)
+        lengths.append(2 * len(ids) + 2 if most is None else max(1, min(2 * len(ids) + 2, most)))
+    return lengths
 
 
 def _ranked(encoder, tokenizer, text, sentences, n):

@@ -4,6 +4,7 @@ would not fit in memory."""
 
 from kwiden.compute import parameters_of, training_memory
 from kwiden.memory import available_memory
+from kwiden.memory import readable_size as _gb
 
 
 def memory(target, options):
@@ -22,7 +23,3 @@ def memory(target, options):
 
 def _billions(count):
     return f"{count / 1e9:.3g} billion" if count < 1e12 else f"{count:.3g}"
-
-
-def _gb(size):
-    return f"{size / 1e9:.3g} GB" if size < 1e12 else f"{size / 1e12:.3g} TB"

@@ -9,6 +9,7 @@ import shutil
 import warnings
 
 from kwiden.checkpoints import save_checkpoint
+from kwiden.checkpoints.generation_config import GENERATION_CONFIG, trained_max_length, write_trained_max_length
 from kwiden.files import (
     TEMPORARY,
     FolderLock,
@@ -315,8 +316,9 @@ class RunFolder:
             figure.savefig(temporary, dpi=110)
         plt.close(figure)
 
-    def write_final(self, model, tokenizer):
-        """`final/`: a Hugging Face folder with the tokenizer, made in a
+    def write_final(self, model, tokenizer, trained_length=None):
+        """`final/`: a Hugging Face folder with the tokenizer (and the
+        `trained_length` its positions were trained on, where known), made in a
         temporary folder beside it (a random name, made exclusively) and
         moved into place whole, so a kill never leaves half of one."""
         final = self.will_write(FINAL)
@@ -325,6 +327,8 @@ class RunFolder:
                 warnings.filterwarnings("always", category=UserWarning)
                 save_checkpoint(model, staging, copy_from=None)  # the run's own tokenizer, written next
             tokenizer.save(staging)
+            if trained_length is not None:  # where kwiden generate, and transformers' generate by default, stop
+                write_trained_max_length(staging, trained_length)
             for warning in caught:  # what a Hugging Face user of final/ should know: in the log, not on the bar
                 if issubclass(warning.category, UserWarning):
                     self.log(f"final/: {warning.message}")
@@ -355,6 +359,29 @@ def _is_record(record):
     if not isinstance(record.get("vocabulary", ""), str) or not isinstance(record.get("backed_up", False), bool):
         return False
     return record.get("state") == REFUSED or isinstance(record.get("arguments"), dict)
+
+
+def trained_length(seq_len, from_checkpoint=None):
+    """The tokens a run's final model has been trained on: `--seq-len`, or
+    the length a `--from` folder records, if longer. None where the `--from`
+    folder records none: its positions were trained by a run kwiden cannot see."""
+    if from_checkpoint is None:
+        return seq_len
+    recorded, _ = trained_max_length(from_checkpoint)
+    return None if recorded is None else max(recorded, seq_len)
+
+
+def untrained_positions(model, seq_len, length):
+    """The log's line where `model`'s position table holds more positions than the run trains (`length`)."""
+    tables = [layer.input_dim for layer in model.layers if getattr(layer, "mode", None) == "position"]
+    if length is None or not tables or tables[0] <= length:
+        return []
+    by = f"--seq-len {seq_len}" if length == seq_len else f"--seq-len {seq_len} and the --from run"
+    return [
+        f"the model holds {tables[0]} positions and {by} trains positions 0 to {length - 1} only: {length} to "
+        f"{tables[0] - 1} stay untrained. final/{GENERATION_CONFIG} records max_length {length}, where kwiden "
+        "generate stops (and transformers' generate by default)"
+    ]
 
 
 def _present(path):

@@ -17,7 +17,7 @@ from kwiden.models.family import FAMILIES, family_of, get_family
 from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import checks, objectives, tokens, vocabulary
 from kwiden.pretraining.options import FREE_ON_RESUME, PretrainOptions, refuse_untaken
-from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder
+from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder, trained_length, untrained_positions
 from kwiden.pretraining.trainer import Phase, Trainer
 
 
@@ -204,6 +204,8 @@ def _pretrain(folder, corpus, options, verbose):
         f"{len(valid):,} held out; objective: {objective.name}"
     )
     phases, growths, why = _stages(options, family, start_model, corpus_tokenizer, target, objective)
+    for note in untrained_positions(phases[0].model, options.seq_len, trained_length(options.seq_len, checkpoint)):
+        folder.log(note)
     tokens_per_update = options.batch_size * options.accum_steps * options.seq_len
     per_update = [tokens_per_update * s.flops_per_token for s in phases]
     warmup = options.warmup if options.warmup is not None else default_warmup(options.budget)

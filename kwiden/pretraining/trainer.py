@@ -21,7 +21,7 @@ from kwiden.keras_internals import seed_generator_states
 from kwiden.models.config import is_count
 from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
-from kwiden.pretraining.outputs import BACKUP
+from kwiden.pretraining.outputs import BACKUP, trained_length
 from kwiden.stretch import train_stretch
 
 STATE_FILE = "state.json"
@@ -364,7 +364,9 @@ class Trainer:
         self.save(model, update, growths_done, seconds)
         title = f"{self.options.model or self.phases[-1].describe()}: {self.options.grow}, budget {self.options.budget}"
         self.folder.plot(rows, title)
-        final = self.folder.write_final(model, self.tokenizer)
+        final = self.folder.write_final(
+            model, self.tokenizer, trained_length(self.options.seq_len, self.options.from_checkpoint)
+        )
         flops = self.flops_at(update)
         self.folder.log(
             f"done: {update} updates, {flops:.3g} FLOPs in {seconds:.0f} s of training, validation loss "

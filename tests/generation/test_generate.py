@@ -10,7 +10,7 @@ import pytest
 import kwiden
 from kwiden.generation import Search, generate_ids
 from kwiden.generation.rollout import Decoder, Rollout
-from kwiden.generation.search import choose, log_softmax
+from kwiden.generation.search import beam_rows, choose, log_softmax
 from kwiden.testing import randomize_weights, tiny_config
 
 RTOL = 1e-5
@@ -110,15 +110,16 @@ def test_a_seed_makes_sampling_repeat_and_top_k_one_is_greedy():
 def test_sampling_draws_from_the_cut_distribution():
     logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 40000))
     rng = np.random.default_rng(0)
-    counts = np.bincount(choose(logits, Search(), rng), minlength=4) / len(logits)
-    np.testing.assert_allclose(counts, [0.5, 0.3, 0.15, 0.05], atol=0.01)
-    counts = np.bincount(choose(logits, Search(top_k=2), rng), minlength=4) / len(logits)
-    np.testing.assert_allclose(counts, [0.625, 0.375, 0, 0], atol=0.01)
-    counts = np.bincount(choose(logits, Search(top_p=0.85), rng), minlength=4) / len(logits)  # 0.5+0.3 < 0.85
+
+    def frequencies(search):
+        return np.bincount(choose(logits, search, rng.random(len(logits))), minlength=4) / len(logits)
+
+    np.testing.assert_allclose(frequencies(Search()), [0.5, 0.3, 0.15, 0.05], atol=0.01)
+    np.testing.assert_allclose(frequencies(Search(top_k=2)), [0.625, 0.375, 0, 0], atol=0.01)
+    counts = frequencies(Search(top_p=0.85))  # 0.5+0.3 < 0.85
     np.testing.assert_allclose(counts, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0], atol=0.01)
-    counts = np.bincount(choose(logits, Search(temperature=0.5), rng), minlength=4) / len(logits)
     squared = np.array([0.25, 0.09, 0.0225, 0.0025])
-    np.testing.assert_allclose(counts, squared / squared.sum(), atol=0.01)
+    np.testing.assert_allclose(frequencies(Search(temperature=0.5)), squared / squared.sum(), atol=0.01)
 
 
 def test_end_tokens_and_max_new_tokens_stop_it():
@@ -149,6 +150,12 @@ def test_models_that_cannot_generate_are_refused():
         generate_ids(model, [[1] * 5], 30)
     with pytest.raises(ValueError, match="Prompt 1 must be 1 or more token ids below"):
         generate_ids(model, [[1], []], 2)
+    with pytest.raises(ValueError, match="Prompt 0 must be 1 or more token ids below"):
+        generate_ids(model, [[1, 2.5]], 2)  # not read as 2
+    with pytest.raises(ValueError, match="end_ids=True: a token id is a whole number ≥ 0, not a bool"):
+        generate_ids(model, [[1]], 2, end_ids=[True])  # not read as id 1
+    with pytest.raises(ValueError, match="banned=1.5: a token id is a whole number ≥ 0, not a float"):
+        generate_ids(model, [[1]], 2, banned=[1.5])
 
 
 def test_beam_search_keeps_the_best_finished_and_unfinished_continuations():
@@ -184,10 +191,10 @@ def test_a_model_that_masks_padding_never_generates_it():
 
 def test_search_options_are_checked_where_they_are_made():
     for options, message in [
-        (dict(beam=0), "beam must be a whole number ≥ 1"),
-        (dict(top_k=0), "top_k must"),
-        (dict(temperature=1e-320), "temperature must be"),
-        (dict(top_p=0.0), "top_p must"),
+        (dict(beam=0), "beam=0: must be a whole number ≥ 1"),
+        (dict(top_k=0), "top_k=0: must"),
+        (dict(temperature=1e-320), "temperature=1e-320: must be"),
+        (dict(top_p=0.0), "top_p=0.0: must"),
     ]:
         with pytest.raises(ValueError, match=message):
             Search(**options)
@@ -229,3 +236,51 @@ def test_beam_scores_are_the_finished_continuations_own(monkeypatch):
     # (the beams still going are not ranked, and [1] keeps its own score, not one of a longer continuation).
     assert [ids for ids, _ in found] == [[1], []]
     np.testing.assert_allclose([score for _, score in found], [(log[1] + log[3]) / 2, log[3]], rtol=1e-12)
+
+
+# With end id 10, FAST's beams of 2 both finish within 2 tokens; SLOW's run to max_new_tokens=8.
+FAST, SLOW, END = [2, 5, 3], [2, 4, 3], 10
+
+
+def test_a_prompt_beam_searches_the_same_alone_or_in_any_batch():
+    decoder = Decoder(built("gpt", seed=2, vocab_size=12))
+    alone = {tuple(p): beam_rows(decoder, [p], 8, 2, 2, [END], [0])[0] for p in (FAST, SLOW)}
+    assert max(len(ids) for ids, _ in alone[tuple(FAST)]) < 3  # the batch mixes a prompt done early
+    assert min(len(ids) for ids, _ in alone[tuple(SLOW)]) == 8  # with one that runs to the end
+    for batch in ([FAST, SLOW], [SLOW, FAST], [SLOW, FAST, SLOW]):
+        for prompt, found in zip(batch, beam_rows(decoder, batch, 8, 2, 2, [END], [0])):
+            want = alone[tuple(prompt)]
+            assert [ids for ids, _ in found] == [ids for ids, _ in want]
+            np.testing.assert_allclose([s for _, s in found], [s for _, s in want], rtol=1e-6)
+    together = generate_ids(decoder, [FAST, SLOW], 8, Search(beam=2), end_ids=[END], num_samples=2)
+    assert together == [[ids for ids, _ in alone[tuple(p)]] for p in (FAST, SLOW)]
+
+
+def test_a_prompt_samples_the_same_alone_or_in_any_batch():
+    model = built("gpt", seed=2, vocab_size=12)
+    sample = dict(search=Search(temperature=2.0), end_ids=[END], num_samples=3, seed=5)
+    alone = [generate_ids(model, [prompt], 8, **sample)[0] for prompt in (FAST, SLOW)]
+    assert generate_ids(model, [FAST, SLOW], 8, **sample) == alone
+    assert generate_ids(model, [SLOW, FAST, SLOW], 8, **sample) == [alone[1], alone[0], alone[1]]
+    assert len({tuple(ids) for ids in alone[1]}) > 1  # each sample draws its own tokens
+
+
+def test_decoding_that_would_not_fit_in_memory_is_refused_before_it_starts():
+    model = built("llama")  # rotary: no position table stops it
+    with pytest.raises(ValueError, match=r"max_new_tokens=1000000000 needs about .* TB .* the most that fit: "
+                       r"max_new_tokens=\d+ \(with num_samples=4\)"):  # fmt: skip
+        generate_ids(model, PROMPTS, 10**9, num_samples=4, seed=0)
+
+
+def test_the_most_that_fits_in_memory_is_what_the_refusal_names(monkeypatch):
+    from kwiden.generation import footprint
+
+    model = built("llama")
+    room = sum(footprint.decoding_bytes(Decoder(model), [[1, 2, 3]], repeats=3, max_new_tokens=20))  # on the CPU
+    monkeypatch.setattr(footprint, "available_memory", lambda: room)
+    with pytest.raises(ValueError, match=r"the most that fit: max_new_tokens=20 \(with num_samples=3\), or "
+                       r"num_samples=2 \(with max_new_tokens=21\)"):  # fmt: skip
+        generate_ids(model, [[1, 2, 3]], 21, num_samples=3, seed=0)
+    with pytest.raises(ValueError, match=r"the most that fit: max_new_tokens=20 \(with beam=3\)"):
+        generate_ids(model, [[1, 2, 3]], 21, Search(beam=3))
+    assert len(generate_ids(model, [[1, 2, 3]], 20, num_samples=3, seed=0)[0]) == 3  # what it named runs

@@ -41,7 +41,7 @@ def test_a_grown_causal_run_writes_everything_and_spends_the_scratch_budget(engl
     assert "growth: depth ×2 at 80%" in (tmp_path / "grown" / "log.txt").read_text()
     # final/ loads and computes what the trained model computed
     assert sorted(p.name for p in grown.final.iterdir()) == [
-        "config.json", "kwiden-manifest.json", "model.safetensors", "tokenizer.json"]  # fmt: skip
+        "config.json", "generation_config.json", "kwiden-manifest.json", "model.safetensors", "tokenizer.json"]  # fmt: skip
     loaded = kwiden.build_transformer_model(checkpoint_path=grown.final)
     ids = np.random.default_rng(0).integers(1, 257, (2, 16))
     np.testing.assert_allclose(
@@ -257,3 +257,35 @@ def test_several_devices_split_each_batch(english, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "devices: 2, each batch split over them" in (tmp_path / "log.txt").read_text()
     assert "NamedSharding" in done.stdout and (tmp_path / "final" / "model.safetensors").is_file()
+
+
+def test_final_records_the_length_its_positions_were_trained_on(english, tmp_path):
+    short = {**TINY_RUN, "budget": 4}
+    first = kwiden.pretrain(english, tmp_path / "first", model="gpt", config=TINY_GPT, grow="none", **short)
+    # transformers reads a generation_config.json alone: config.json's token ids go in beside max_length
+    assert json.loads((first.final / "generation_config.json").read_text()) == {"pad_token_id": 0, "max_length": 16}
+    assert (
+        "the model holds 32 positions and --seq-len 16 trains positions 0 to 15 only: 16 to 31 stay untrained. "
+        "final/generation_config.json records max_length 16"
+    ) in (tmp_path / "first" / "log.txt").read_text()
+    with pytest.raises(ValueError, match=r"Prompt 0 has 2 tokens: with max_new_tokens=15 that makes 17, past the 16 "
+                       r"the model was trained on \(.*generation_config.json's max_length\): give max_new_tokens=14"):  # fmt: skip
+        kwiden.generate(first.final, None, "ab", 15)
+    assert len(kwiden.generate(first.final, None, "ab", 14, greedy=True)) == 1
+    # --from a folder with the record: the longer of the two lengths
+    longer = kwiden.pretrain(english, tmp_path / "longer", from_checkpoint=str(first.final), grow="none",
+                             **{**short, "seq_len": 24})  # fmt: skip
+    assert json.loads((longer.final / "generation_config.json").read_text())["max_length"] == 24
+    shorter = kwiden.pretrain(english, tmp_path / "shorter", from_checkpoint=str(longer.final), grow="none",
+                              **{**short, "seq_len": 8})  # fmt: skip
+    assert json.loads((shorter.final / "generation_config.json").read_text())["max_length"] == 24
+    # --from a folder without the record (a Hugging Face model, trained elsewhere): none is made up
+    (shorter.final / "generation_config.json").unlink()
+    unknown = kwiden.pretrain(english, tmp_path / "unknown", from_checkpoint=str(shorter.final), grow="none", **short)
+    assert not (unknown.final / "generation_config.json").exists()
+    assert "stay untrained" not in (tmp_path / "unknown" / "log.txt").read_text()
+    (shorter.final / "generation_config.json").write_text(json.dumps({"max_length": 24}))
+    # a folder grown wider keeps the record: its positions are the ones trained
+    kwiden.grow_checkpoint(shorter.final, tmp_path / "grown", k=2)
+    with pytest.raises(ValueError, match=r"past the 24 the model was trained on"):
+        kwiden.generate(tmp_path / "grown", None, "ab", 23)

@@ -1,0 +1,117 @@
+"""The memory decoding holds, estimated from the caller's numbers before
+anything is allocated: a `max_new_tokens` of a billion on a rotary model
+(no position table to refuse it) would otherwise allocate its whole
+key/value cache at once and die, or be killed by the kernel."""
+
+import keras
+import numpy as np
+
+from kwiden.generation.arguments import ArgumentError
+from kwiden.generation.rollout import buffer_length
+from kwiden.memory import available_memory, readable_size
+
+# Bytes of the float32 attention scores and their softmax, for each query, head and key.
+SCORE_BYTES = 2 * 4
+# Bytes of the host's float64 logits and what choosing a token makes of them (log-softmax, totals, their order).
+LOGIT_BYTES = 4 * 8
+# Bytes of a slot of the host's token and seen buffers (int32 and bool), each held twice while rows are copied.
+SLOT_BYTES = 2 * (4 + 1)
+# Bytes of a new token in a beam's history (int64), held twice while it is reordered.
+HISTORY_BYTES = 2 * 8
+
+
+def decoding_bytes(decoder, prompts, repeats, max_new_tokens):
+    """About the most bytes decoding `prompts` (lists of ids), `repeats` rows
+    each, to `max_new_tokens` more holds at once: `(on the device, on the
+    host)`; both on the host where the device is the CPU.
+
+    On the device: the key/value cache of every attention layer, twice (a
+    step, a repeat or a beam's reorder writes a new one beside the old), and
+    one layer's attention at a time (its scores, and its keys and values
+    spread to every query head) over the prompts' pass or a step's, the
+    larger. On the host: the token buffers, the logits and what choosing
+    makes of them, a beam's history."""
+    length = buffer_length(prompts, max_new_tokens)
+    queries = length - max_new_tokens  # the prompts' pass: every prompt slot of every prompt
+    rows = len(prompts) * repeats
+    cache = 2 * rows * length * _cache_per_token(decoder)
+    attention = max(_attention_bytes(decoder, layer, len(prompts) * queries, rows, length) for layer in
+                    decoder.cached.attentions)  # fmt: skip
+    mask = len(prompts) * queries * length  # the prompts' pass: which slots each query sees
+    host = rows * (length * SLOT_BYTES + decoder.vocab_size * LOGIT_BYTES + max_new_tokens * HISTORY_BYTES)
+    return cache + attention + mask, host
+
+
+def _attention_bytes(decoder, layer, prompt_queries, rows, length):
+    """One attention layer's scores for the prompts' pass or a step's queries (the more), and its keys and
+    values spread to every query head."""
+    itemsize = _itemsize(decoder.cached.model.compute_dtype)
+    scores = max(prompt_queries, rows) * layer.heads * length * SCORE_BYTES
+    return scores + rows * length * layer.heads * layer.head_size * 2 * itemsize
+
+
+def check_memory(decoder, prompts, max_new_tokens, repeats, rows_name):
+    """Refuse decoding that would not fit in the memory available now,
+    naming `max_new_tokens` and `rows_name` (the argument that gives
+    `repeats`: `num_samples`, `beam`) and the most of each that would fit.
+    On a GPU only the host's part is checked: the backend refuses what its
+    device cannot hold."""
+    available = available_memory()
+    if available is None:
+        return
+    fits = _fits(decoder, prompts, available)
+    if fits(repeats, max_new_tokens):
+        return
+    device, host = decoding_bytes(decoder, prompts, repeats, max_new_tokens)
+    most_tokens = _most(lambda n: fits(repeats, n), max_new_tokens)
+    most_rows = _most(lambda n: fits(n, max_new_tokens), repeats)
+    options = ([f"{{max_new_tokens}}={most_tokens} (with {{rows}}={repeats})"] if most_tokens else []) + (
+        [f"{{rows}}={most_rows} (with {{max_new_tokens}}={max_new_tokens})"] if most_rows else []
+    )
+    advice = f"the most that fit: {', or '.join(options)}" if options else "fewer prompts"
+    raise ArgumentError(
+        "Decoding {prompts} prompt(s), {rows}={repeats} rows each, to {max_new_tokens}={value} needs about {need} "
+        "(a key/value cache of {per_token} a row a token, the attention's scores, the logits), and {available} is "
+        "available: " + advice + (", or fewer prompts" if options and len(prompts) > 1 else "") + ".",
+        names={"rows": rows_name}, prompts=len(prompts), repeats=repeats, value=max_new_tokens,
+        need=readable_size(device + host, "kB"), per_token=readable_size(_cache_per_token(decoder), "B"),
+        available=readable_size(available, "kB"),
+    )  # fmt: skip
+
+
+def _fits(decoder, prompts, available):
+    """Whether `(repeats, max_new_tokens)` fit in `available` bytes (only the host's part on a GPU)."""
+    on_cpu = not _accelerated()
+
+    def fits(repeats, max_new_tokens):
+        device, host = decoding_bytes(decoder, prompts, repeats, max_new_tokens)
+        return host + (device if on_cpu else 0) <= available
+
+    return fits
+
+
+def _most(fits, below):
+    """The largest whole number under `below` for which `fits` holds (it holds for all smaller), or 0."""
+    low, high = 0, below - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low
+
+
+def _cache_per_token(decoder):
+    """Bytes of keys and values a row keeps for each token, over every attention layer."""
+    layers = decoder.cached.attentions
+    itemsize = _itemsize(decoder.cached.model.compute_dtype)
+    return sum(2 * layer.heads_of("key") * layer.head_size for layer in layers) * itemsize
+
+
+def _itemsize(dtype):
+    return 2 if dtype in ("bfloat16", "float16") else np.dtype(dtype).itemsize
+
+
+def _accelerated():
+    """Whether a GPU or TPU decodes (its memory, not the host's, holds the cache)."""
+    return any(
+        kind in device.lower() for device in keras.distribution.list_devices() for kind in ("gpu", "tpu", "cuda")
+    )
