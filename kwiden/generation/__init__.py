@@ -22,6 +22,7 @@ from kwiden.messages import warn
 from kwiden.models import family_of_config
 from kwiden.models.config import is_count
 from kwiden.pretraining.vocabulary import CorpusTokenizer, load_tokenizer
+from kwiden.tokenizer import check_text
 
 __all__ = ["Search", "generate", "generate_ids", "load_generator", "most_new_tokens"]
 
@@ -310,8 +311,7 @@ def _whole(name, value):
 
 
 def _encoded(tokenizer, text, segments, index, end_ids):
-    if not isinstance(text, str):
-        raise ValueError(f"Prompt {index} is a {type(text).__name__}; prompts are texts.")
+    check_text(text, f"Prompt {index}")  # a string, valid Unicode (a command line's bytes may be neither)
     if not segments and tokenizer.kind == "json":  # a Hugging Face decoder's tokenizer adds its <s> (LLaMA's)
         ids = tokenizer.tokenizer.encode(text, add_special_tokens=True).ids
         ids = ids[:-1] if ids and ids[-1] in end_ids else ids  # an end it adds ends nothing yet

@@ -90,10 +90,23 @@ def test_bad_prompts_are_refused(gpt_folder):
     model, tokenizer = load_generator(gpt_folder)
     with pytest.raises(ValueError, match="Prompt 1 \\(''\\) has no tokens"):
         kwiden.generate(model, tokenizer, ["ab", ""], 3)
-    with pytest.raises(ValueError, match="Prompt 0 is a int; prompts are texts"):
+    with pytest.raises(ValueError, match="Prompt 0 is a int, not a text"):
         kwiden.generate(model, tokenizer, [3], 3)
+    with pytest.raises(ValueError, match=r"Prompt 1 is not valid Unicode: it holds a lone surrogate \(U\+DCFF\) at "):
+        kwiden.generate(model, tokenizer, ["ab", "a" + chr(0xDCFF)], 3)
     with pytest.raises(ValueError, match="need 39 positions; the model has 32"):
         kwiden.generate(model, tokenizer, "abcdefghij", 30)
+
+
+@pytest.mark.parametrize("folder", ["gpt_folder", "unilm_folder"])
+def test_a_command_line_prompt_of_bytes_that_are_not_utf8_is_refused_in_one_line(folder, request, capsys):
+    """`kwiden generate FOLDER $'\\xff'`: Python reads the byte as a lone surrogate (surrogateescape); tokenizers
+    failed on it with a TypeError traceback, or the byte tokenizer with a codec message naming nothing."""
+    prompt = b"caf\xff".decode("utf-8", "surrogateescape")
+    assert main(["generate", str(request.getfixturevalue(folder)), "ok", prompt, "--max-new-tokens", "2"]) == 1
+    assert "kwiden generate: Prompt 1 is not valid Unicode: it holds a lone surrogate (U+DCFF) at character 3" in (
+        capsys.readouterr().err
+    )
 
 
 def test_the_generate_command_prints_each_continuation(gpt_folder, capsys):
