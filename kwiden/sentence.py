@@ -7,6 +7,7 @@ import numpy as np
 
 from kwiden import checkpoints, keras_internals, naming
 from kwiden.builder import build_transformer_model
+from kwiden.checkpoints.generation_config import trained_max_length
 from kwiden.files import read_json
 from kwiden.messages import warn
 from kwiden.models.config import is_count, read_config_file
@@ -44,9 +45,11 @@ class SentenceEncoder:
         batch_size: texts a forward pass.
         maxlen: tokens a text at most, `[CLS]` and `[SEP]` included; by
             default a sentence-transformers folder's `max_seq_length`, else
-            the model's positions (`ROTARY_MAXLEN` for a rotary model). More
-            than the model's positions is refused; longer texts are cut to
-            their first `maxlen` tokens, with a warning counting them.
+            the positions the model was trained on (the `max_length` that
+            `kwiden pretrain` records in `generation_config.json`), else its
+            position table (`ROTARY_MAXLEN` for a rotary model). More than
+            either is refused; longer texts are cut to their first `maxlen`
+            tokens, with a warning counting them.
         lowercase: by default the folder's `tokenizer_config.json`'s
             `do_lower_case`, else True.
         model: the folder's model, already built (a UniLM with its MLM head
@@ -200,18 +203,23 @@ def _sentence_modules(folder):
 
 
 def _maxlen(model, folder, maxlen):
-    """`maxlen`, or the folder's sentence-transformers `max_seq_length`, or the model's positions; more than the
-    model's position table refused."""
+    """`maxlen`, or the folder's sentence-transformers `max_seq_length`, or the positions its model was trained on
+    (`generation_config.json`'s `max_length`, as `kwiden pretrain` records it), or its position table; more than
+    the table or the trained length refused."""
     table = next((layer.input_dim for layer in model.layers if layer.name == naming.EMBEDDING_POSITION), None)
+    trained, record = trained_max_length(folder)
     if maxlen is None:
         path = folder / "sentence_bert_config.json"
         config = read_json(path, f"{path} is not JSON", "repair it, or pass maxlen=") if path.is_file() else {}
-        maxlen = config.get("max_seq_length") if is_count(config.get("max_seq_length"), 3) else None
-        maxlen = min(maxlen or table or ROTARY_MAXLEN, table or ROTARY_MAXLEN)
+        given = config.get("max_seq_length") if is_count(config.get("max_seq_length"), 3) else None
+        maxlen = min(length for length in (given, trained, table, ROTARY_MAXLEN) if length is not None)
     if not is_count(maxlen, 3):
         raise ValueError(f"maxlen must be a whole number ≥ 3 ([CLS], a token, [SEP]), got {maxlen!r}.")
     if table is not None and maxlen > table:
         raise ValueError(f"maxlen={maxlen}: the model reads {table} positions at most; give maxlen ≤ {table}.")
+    if trained is not None and maxlen > trained:
+        raise ValueError(f"maxlen={maxlen}: the model was trained on {trained} positions ({record}'s max_length), "
+                         f"and those after are untrained; give maxlen ≤ {trained}.")  # fmt: skip
     return maxlen
 
 

@@ -166,3 +166,15 @@ def test_a_folder_without_vocab_takes_tokenizer_and_modules_it_cannot_compute_ar
     with pytest.raises(ValueError, match=r"modules.json adds sentence_transformers.models.Dense .* Pass pooling="):
         kwiden.SentenceEncoder(folder)
     assert kwiden.SentenceEncoder(folder, pooling="mean").pooling == "mean"
+
+
+def test_a_folder_that_records_its_trained_length_is_read_no_further(tiny_folder, tmp_path):
+    """A run pretrained at --seq-len 12 on 32 positions records max_length 12: positions 12 to 31 are untrained."""
+    folder = shutil.copytree(tiny_folder, tmp_path / "trained")
+    (folder / "generation_config.json").write_text(json.dumps({"max_length": 12}))
+    encoder = kwiden.SentenceEncoder(folder)
+    assert encoder.maxlen == 12
+    with pytest.warns(UserWarning, match=r"1 of 1 texts are longer than maxlen=12 tokens"):
+        encoder.encode(" ".join("abcdefghijklmnop"))
+    with pytest.raises(ValueError, match=r"maxlen=20: the model was trained on 12 positions \(.*generation_config"):
+        kwiden.SentenceEncoder(folder, maxlen=20)
