@@ -2,7 +2,7 @@
 families (`kwiden.models.FAMILIES`): a model built, and its weights read from
 a checkpoint (`kwiden.checkpoints`). It sits above both."""
 
-from kwiden import checkpoints
+from kwiden import checkpoints, naming
 from kwiden.family_model import recording
 from kwiden.models import blocks
 from kwiden.models.config import config_sources
@@ -65,7 +65,9 @@ def build_transformer_model(
         model: a registered family's name (`kwiden.models.FAMILIES`) or a
             `kwiden.models.Family`; by default the family whose Hugging Face
             `model_type` the config names (`"llama"`, `"mistral"`,
-            `"qwen2"`, `"gpt2"`, `"bert"`, `"roformer"`), else `"bert"`.
+            `"qwen2"`, `"gpt2"`, `"bert"`, `"roformer"`), else `"roformer"`
+            for a Google checkpoint without a position table (RoFormer's and
+            RoFormer-Sim's releases), else `"bert"`.
             Registered: `"bert"` (Post-LN encoder;
             inputs `token_ids`, `segment_ids`; output the sequence),
             `"roformer"` (BERT with rotary position embeddings in attention
@@ -120,6 +122,8 @@ def build_transformer_model(
         if config is None and config_path is None:
             config_path = checkpoints.config_beside(checkpoint_path)
     named = _family_of_sources(config, config_path, overrides, model)
+    if named is None and model is None and checkpoint_path is not None:
+        named = _family_of_weights(checkpoint_path)
     family = get_family(model if model is not None else named or "bert")
     _check_weights_options(family, checkpoint_path, keep_tokens, named)
     flags = _flags(family, with_mlm=with_mlm, with_pool=with_pool, unilm=unilm)
@@ -150,6 +154,18 @@ def _family_of_sources(config, config_path, overrides, model=None):
     if model is not None and family_of_model_type(merged.get("model_type")) is None:
         return None
     return family_of_config(merged, default=None)
+
+
+def _family_of_weights(checkpoint):
+    """The family a checkpoint's tensors say where its config names none: a RoFormer for a Google checkpoint of
+    BERT's names without a position table (RoFormer encodes positions in attention; its Google releases, and
+    RoFormer-Sim's, write BERT's names and a config without model_type), else None."""
+    if checkpoint.format != "google":
+        return None
+    bert = get_family("bert")
+    if checkpoints.holds_layer(checkpoint, naming.EMBEDDING_TOKEN, bert):
+        return None if checkpoints.holds_layer(checkpoint, naming.EMBEDDING_POSITION, bert) else get_family("roformer")
+    return None
 
 
 def _flags(family, **flags):

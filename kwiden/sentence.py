@@ -86,7 +86,7 @@ class SentenceEncoder:
         if model is None:
             family = _encoder_family(folder)
             self.pooling = _pooling_of(folder, family) if pooling is None else pooling
-            if self.pooling == "pooler" and not checkpoints.holds_head(folder, naming.POOLER_DENSE, family):
+            if self.pooling == "pooler" and not checkpoints.holds_layer(folder, naming.POOLER_DENSE, family):
                 raise ValueError(f"pooling='pooler' reads the pooler Dense on [CLS]; {folder} holds none (Google's "
                                  "bert/pooler/dense, Hugging Face's pooler.dense): pool by 'cls' or 'mean'.")  # fmt: skip
             with_pool = "linear" if self.pooling == "pooler" else False
@@ -180,7 +180,7 @@ def _pooling_of(folder, family):
     pooling_folder = next((path for kind, path in modules if kind == "Pooling"), "1_Pooling")
     path = folder / pooling_folder / "config.json"
     if not path.is_file():
-        return "pooler" if checkpoints.holds_head(folder, naming.POOLER_DENSE, family) else "cls"
+        return "pooler" if checkpoints.holds_layer(folder, naming.POOLER_DENSE, family) else "cls"
     config = read_json(path, f"{path} is not the JSON sentence-transformers writes", "repair it, or pass pooling=")
     if config.get("pooling_mode_mean_tokens"):
         return "mean"

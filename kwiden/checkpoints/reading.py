@@ -160,10 +160,10 @@ def read_plan(
     return plan
 
 
-def holds_head(checkpoint_path, layer_name, family):
-    """Whether a checkpoint (a path or an `open_checkpoint` `Checkpoint`) holds the weights of the head
-    `layer_name` (one of the family's `heads`, outside the blocks: BERT's pooler, its MLM head), read off the
-    tensors' names without reading a value."""
+def holds_layer(checkpoint_path, layer_name, family):
+    """Whether a checkpoint (a path or an `open_checkpoint` `Checkpoint`) holds the weights of the layer
+    `layer_name`, one outside the blocks (BERT's pooler, its MLM head, its position table), read off the tensors'
+    names without reading a value."""
     family = get_family(family)
     checkpoint = open_checkpoint(checkpoint_path)
     tensors = tensors_of(checkpoint)

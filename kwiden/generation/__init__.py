@@ -11,7 +11,7 @@ import re
 
 from kwiden import naming
 from kwiden.builder import build_transformer_model
-from kwiden.checkpoints import config_beside, holds_head
+from kwiden.checkpoints import config_beside, holds_layer
 from kwiden.checkpoints.generation_config import read_generation_config, trained_max_length
 from kwiden.files import read_json
 from kwiden.generation.arguments import ArgumentError, ArgumentWarning
@@ -60,7 +60,9 @@ def load_generator(checkpoint):
     config = read_json(path, f"{path} is not JSON", "repair it")
     family = family_of_config(config)
     flags = dict(with_mlm=True, unilm=True) if "unilm" in family.flags else {}
-    if flags and holds_head(folder, naming.POOLER_DENSE, family):  # SimBERT's sentence vector, which `similar` ranks by
+    if flags and holds_layer(
+        folder, naming.POOLER_DENSE, family
+    ):  # SimBERT's sentence vector, which `similar` ranks by
         flags["with_pool"] = "linear"
     tokenizer = load_tokenizer(folder, flag="the checkpoint")
     model = build_transformer_model(checkpoint_path=folder, fresh_heads=bool(flags), **flags)

@@ -74,3 +74,21 @@ def test_the_pooler_is_the_dense_without_the_tanh_and_true_keeps_berts_tanh(goog
     tanh = kwiden.build_transformer_model(checkpoint_path=google_bert.folder, with_pool=True)
     assert_close(outputs(tanh, token_ids, segment_ids)[1], np.tanh(want))  # Google BERT's pooler
     assert np.abs(want).max() > 1.5  # where tanh would show
+
+
+def test_a_google_roformer_folder_is_read_as_one_without_being_told(google_roformer):
+    """RoFormer's and RoFormer-Sim's Google releases write BERT's names and a config without model_type: a folder
+    without a position table is a RoFormer (kwiden.SentenceEncoder, kwiden.similar and kwiden generate take no
+    model=; each read it as a BERT and failed for want of 'bert/embeddings/position_embeddings')."""
+    folder = google_roformer.folder
+    found = kwiden.build_transformer_model(checkpoint_path=folder, with_pool="linear")
+    told = kwiden.build_transformer_model(checkpoint_path=folder, model="roformer", with_pool="linear")
+    token_ids, segment_ids = batch(PAIRS)
+    assert found.family == "roformer"
+    for a, b in zip(outputs(found, token_ids, segment_ids), outputs(told, token_ids, segment_ids)):
+        np.testing.assert_array_equal(a, b)
+    encoder = kwiden.SentenceEncoder(folder)
+    assert encoder.pooling == "pooler" and encoder.model.family == "roformer"
+    token_ids, segment_ids = (np.array([row]) for row in reference.encode(VOCAB, "the cat sat"))
+    want = reference.bert(google_roformer.weights, google_roformer.config, token_ids, segment_ids, False, True)[1]
+    assert_close(encoder.encode(["the cat sat"]), want / np.linalg.norm(want, axis=1, keepdims=True))
