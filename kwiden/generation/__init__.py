@@ -60,9 +60,7 @@ def load_generator(checkpoint):
     config = read_json(path, f"{path} is not JSON", "repair it")
     family = family_of_config(config)
     flags = dict(with_mlm=True, unilm=True) if "unilm" in family.flags else {}
-    if flags and holds_layer(
-        folder, naming.POOLER_DENSE, family
-    ):  # SimBERT's sentence vector, which `similar` ranks by
+    if flags and holds_layer(folder, naming.POOLER_DENSE, family):  # SimBERT's vector, which `similar` ranks by
         flags["with_pool"] = "linear"
     tokenizer = load_tokenizer(folder, flag="the checkpoint")
     model = build_transformer_model(checkpoint_path=folder, fresh_heads=bool(flags), **flags)
