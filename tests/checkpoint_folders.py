@@ -26,3 +26,37 @@ def tensors_of(folder):
     path = folder / SAFETENSORS_INDEX if (folder / SAFETENSORS_INDEX).exists() else folder / SAFETENSORS
     tensors = read_tensors("hf", path)
     return {name: tensors[name] for name in tensors}
+
+
+def google_bert_shapes(config, positions=True):
+    """`{tensor name: shape}` of a Google BERT checkpoint of `config` (its pooler and MLM head included), under the
+    names Google's releases and bert4keras read, independently of kwiden's name table; `positions=False` leaves
+    out the position table, as RoFormer's releases do."""
+    h, f, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    shapes = {
+        "bert/embeddings/word_embeddings": (v, h),
+        "bert/embeddings/token_type_embeddings": (config.get("type_vocab_size", 2), h),
+        "bert/embeddings/LayerNorm/gamma": (h,),
+        "bert/embeddings/LayerNorm/beta": (h,),
+        "bert/pooler/dense/kernel": (h, h),
+        "bert/pooler/dense/bias": (h,),
+        "cls/predictions/transform/dense/kernel": (h, h),
+        "cls/predictions/transform/dense/bias": (h,),
+        "cls/predictions/transform/LayerNorm/gamma": (h,),
+        "cls/predictions/transform/LayerNorm/beta": (h,),
+        "cls/predictions/output_bias": (v,),
+    }
+    if positions:
+        shapes["bert/embeddings/position_embeddings"] = (config["max_position_embeddings"], h)
+    for i in range(config["num_hidden_layers"]):
+        block = f"bert/encoder/layer_{i}"
+        for name, shape in {
+            "attention/self/query": (h, h), "attention/self/key": (h, h), "attention/self/value": (h, h),
+            "attention/output/dense": (h, h), "intermediate/dense": (h, f), "output/dense": (f, h),
+        }.items():  # fmt: skip
+            shapes[f"{block}/{name}/kernel"] = shape
+            shapes[f"{block}/{name}/bias"] = shape[1:]
+        for norm in ("attention/output/LayerNorm", "output/LayerNorm"):
+            shapes[f"{block}/{norm}/gamma"] = (h,)
+            shapes[f"{block}/{norm}/beta"] = (h,)
+    return shapes

@@ -31,6 +31,7 @@ LAYERS = [
         "kwiden.backups",
         "kwiden.memory",
         "kwiden.stretch",
+        "kwiden.targets",
     ),
     ("kwiden.layers", "kwiden.optimizers", "kwiden.losses", "kwiden.metrics"),
     ("kwiden.graph",),

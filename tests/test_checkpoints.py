@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from checkpoint_folders import google_bert_shapes
 
 import kwiden
 from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
@@ -13,34 +14,8 @@ from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_
 def google_checkpoint(folder, config, layers=2, positions=True, seed=0):
     """A Google-format BERT checkpoint written with TensorFlow's own op and the
     real variable names, independently of kwiden's name table."""
-    h, f, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
-    shapes = {
-        "bert/embeddings/word_embeddings": (v, h),
-        "bert/embeddings/token_type_embeddings": (2, h),
-        "bert/embeddings/LayerNorm/gamma": (h,),
-        "bert/embeddings/LayerNorm/beta": (h,),
-        "bert/pooler/dense/kernel": (h, h),
-        "bert/pooler/dense/bias": (h,),
-        "cls/predictions/transform/dense/kernel": (h, h),
-        "cls/predictions/transform/dense/bias": (h,),
-        "cls/predictions/transform/LayerNorm/gamma": (h,),
-        "cls/predictions/transform/LayerNorm/beta": (h,),
-        "cls/predictions/output_bias": (v,),
-        "global_step": (),  # other variables in real checkpoints are ignored
-    }
-    if positions:
-        shapes["bert/embeddings/position_embeddings"] = (config["max_position_embeddings"], h)
-    for i in range(layers):
-        block = f"bert/encoder/layer_{i}"
-        for name, shape in {
-            "attention/self/query": (h, h), "attention/self/key": (h, h), "attention/self/value": (h, h),
-            "attention/output/dense": (h, h), "intermediate/dense": (h, f), "output/dense": (f, h),
-        }.items():  # fmt: skip
-            shapes[f"{block}/{name}/kernel"] = shape
-            shapes[f"{block}/{name}/bias"] = shape[1:]
-        for norm in ("attention/output/LayerNorm", "output/LayerNorm"):
-            shapes[f"{block}/{norm}/gamma"] = (h,)
-            shapes[f"{block}/{norm}/beta"] = (h,)
+    shapes = google_bert_shapes({**config, "num_hidden_layers": layers}, positions)
+    shapes["global_step"] = ()  # other variables in real checkpoints are ignored
     rng = np.random.default_rng(seed)
     arrays = {name: rng.normal(0, 0.5, shape).astype("float32") for name, shape in shapes.items()}
     folder.mkdir(parents=True, exist_ok=True)

@@ -181,15 +181,7 @@ def _pretrain(folder, corpus, options, verbose):
     family = _family(options.model or "gpt") if checkpoint is None else None
     keras.utils.set_random_seed(options.seed)  # before the heads a checkpoint lacks start fresh: a seed repeats a run
     start_model, family = _start(options, checkpoint, family)
-    objective = _objective_for(family, options.objective).made_for(
-        corpus_tokenizer, options.seq_len, options.whole_word_mask, family
-    )
-    refuse_untaken(options, objective)
-    _same_teacher(folder, options.teacher)
-    objective = objective.configured(options, corpus_tokenizer)
-    if getattr(start_model, "fresh_weights", ()):
-        folder.log(f"--from {checkpoint}: it has no weights for the heads {objective.name} trains; they start "
-                   f"freshly initialised: {', '.join(start_model.fresh_weights)}")  # fmt: skip
+    objective = _configured_objective(folder, options, family, start_model, corpus_tokenizer)
     target = None if options.config is None else _target_config(options, family, corpus_tokenizer)
     if start_model is None and not _accelerated():  # before the corpus is read (a GPU's memory is not what it reads)
         checks.memory(target, options)
@@ -227,6 +219,21 @@ def _pretrain(folder, corpus, options, verbose):
         corpus_tokenizer, verbose,
     )  # fmt: skip
     return PretrainResult(**trainer.run(), recipe=why, advice=advice)
+
+
+def _configured_objective(folder, options, family, start_model, corpus_tokenizer):
+    """The run's objective, made for its tokenizer and family and given its options (those of another objective
+    refused); the heads a `--from` checkpoint lacks, which start fresh, logged."""
+    objective = _objective_for(family, options.objective).made_for(
+        corpus_tokenizer, options.seq_len, options.whole_word_mask, family
+    )
+    refuse_untaken(options, objective)
+    _same_teacher(folder, options.teacher)
+    objective = objective.configured(options, corpus_tokenizer)
+    if getattr(start_model, "fresh_weights", ()):
+        folder.log(f"--from {options.from_checkpoint}: it has no weights for the heads {objective.name} trains; they "
+                   f"start freshly initialised: {', '.join(start_model.fresh_weights)}")  # fmt: skip
+    return objective
 
 
 def _recorded(options):

@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 import pytest
+from checkpoint_folders import google_bert_shapes
 
 # Whole words (each one WordPiece token), after BERT's special tokens at bert4keras' places.
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + (
@@ -54,32 +55,7 @@ def random_tensor(rng, name, shape):
 def google_tensors(config, seed, positions=True):
     """`{Google name: float32 array}`, random (`random_tensor`), under bert4keras' `BERT.variable_mapping`
     names."""
-    h, f, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
-    shapes = {
-        "bert/embeddings/word_embeddings": (v, h),
-        "bert/embeddings/token_type_embeddings": (config["type_vocab_size"], h),
-        "bert/embeddings/LayerNorm/gamma": (h,),
-        "bert/embeddings/LayerNorm/beta": (h,),
-        "bert/pooler/dense/kernel": (h, h),
-        "bert/pooler/dense/bias": (h,),
-        "cls/predictions/transform/dense/kernel": (h, h),
-        "cls/predictions/transform/dense/bias": (h,),
-        "cls/predictions/transform/LayerNorm/gamma": (h,),
-        "cls/predictions/transform/LayerNorm/beta": (h,),
-        "cls/predictions/output_bias": (v,),
-    }
-    if positions:  # a RoFormer's positions turn q and k: its checkpoints have no table
-        shapes["bert/embeddings/position_embeddings"] = (config["max_position_embeddings"], h)
-    for i in range(config["num_hidden_layers"]):
-        block = f"bert/encoder/layer_{i}"
-        projections = {"attention/self/query": (h, h), "attention/self/key": (h, h), "attention/self/value": (h, h),
-                       "attention/output/dense": (h, h), "intermediate/dense": (h, f), "output/dense": (f, h)}  # fmt: skip
-        for name, shape in projections.items():
-            shapes[f"{block}/{name}/kernel"] = shape
-            shapes[f"{block}/{name}/bias"] = shape[1:]
-        for norm in ("attention/output/LayerNorm", "output/LayerNorm"):
-            shapes[f"{block}/{norm}/gamma"] = (h,)
-            shapes[f"{block}/{norm}/beta"] = (h,)
+    shapes = google_bert_shapes(config, positions)  # a RoFormer's positions turn q and k: no table
     rng = np.random.default_rng(seed)
     tensors = {name: random_tensor(rng, name, shape) for name, shape in shapes.items()}
     for name, value in tensors.items():  # non-zero: a weight read as zeros, or not read, shows
