@@ -83,8 +83,9 @@ def build_transformer_model(
             biases, untied head).
         with_mlm: BERT only: add the masked-LM head (Dense with `hidden_act`,
             LayerNorm, tied logits plus a bias) as the last output, as logits.
-        with_pool: BERT only: add the pooler (tanh Dense on the first token)
-            as an output.
+        with_pool: BERT only: add the pooler as an output: True or `"tanh"`,
+            BERT's (tanh Dense on the first token); `"linear"`, its Dense
+            without the tanh (SimBERT's sentence vector).
         unilm: BERT and RoFormer: UniLM's sequence-to-sequence attention
             mask from the segment ids, as bert4keras's `application="unilm"`:
             segment 0 (the source) sees itself both ways, segment 1 (the
@@ -141,7 +142,7 @@ def build_transformer_model(
         built, checkpoint_path, keep_tokens, family=family, allow_nonfinite=allow_nonfinite, fresh_heads=fresh_heads
     )
     if keep_tokens is None:  # its tokenizer's files fit it: `save_checkpoint` copies them from here
-        loaded.checkpoint_folder = checkpoint_path.path.parent
+        loaded.checkpoint_folder = checkpoint_path.path.parent.resolve()
     return loaded
 
 

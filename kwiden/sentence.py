@@ -18,8 +18,6 @@ POOLINGS = ("cls", "pooler", "mean")
 POOLINGS_TEXT = "cls, pooler or mean"
 # The families whose models read token and segment ids both ways: the encoders a sentence vector comes from.
 ENCODERS = ("bert", "roformer")
-# sentence-transformers' modules SentenceEncoder computes: the encoder, its pooling, the unit length.
-COMPUTED_MODULES = checkpoints.WEIGHTLESS_MODULES
 # A rotary encoder has no position table to say how far it reads; BERT's own length then.
 ROTARY_MAXLEN = 512
 
@@ -83,23 +81,21 @@ class SentenceEncoder:
         if not is_count(batch_size, 1):
             raise ValueError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}.")
         self.batch_size = batch_size
+        family = _encoder_family(folder)  # a GPT's folder refused, a model given or not
+        self.pooling = _pooling_of(folder, family) if pooling is None else pooling
         if model is None:
-            family = _encoder_family(folder)
-            self.pooling = _pooling_of(folder, family) if pooling is None else pooling
             if self.pooling == "pooler" and not checkpoints.holds_layer(folder, naming.POOLER_DENSE, family):
                 raise ValueError(f"pooling='pooler' reads the pooler Dense on [CLS]; {folder} holds none (Google's "
                                  "bert/pooler/dense, Hugging Face's pooler.dense): pool by 'cls' or 'mean'.")  # fmt: skip
             with_pool = "linear" if self.pooling == "pooler" else False
-            self.model = build_transformer_model(checkpoint_path=folder, with_pool=with_pool)
-        else:
-            _check_encoder(model)
-            self.pooling = _pooling_of(folder, _encoder_family(folder)) if pooling is None else pooling
-            self.model = model
+            model = build_transformer_model(checkpoint_path=folder, with_pool=with_pool)
+        self.model = _check_encoder(model)
         self._pooler = _linear_pooler(self.model) if self.pooling == "pooler" else None
         self.maxlen = _maxlen(self.model, folder, maxlen)
         vocabulary = _vocabulary(folder, tokenizer)
-        lowercase = _lowercase_of(vocabulary.parent) if lowercase is None else lowercase
+        lowercase = _lowercase_of(vocabulary.parent, folder) if lowercase is None else lowercase
         self.tokenizer = Tokenizer(vocabulary, lowercase=lowercase, maxlen=self.maxlen)
+        _check_vocabulary_fits(self.tokenizer, self.model)
 
     def encode(self, texts):
         """A float32 array with one unit-length row a text (a text alone: one row); a warning counts the texts cut
@@ -112,7 +108,7 @@ class SentenceEncoder:
 
     def vectors_and_cut(self, texts):
         """`encode`'s vectors, and how many of the texts were cut to `maxlen` (no warning)."""
-        texts = check_texts([texts] if isinstance(texts, str) else list(texts), "SentenceEncoder.encode's text")
+        texts = check_texts(_listed(texts), "SentenceEncoder.encode's text")
         width = self.model.get_layer(naming.EMBEDDING_TOKEN).output_dim
         rows, cut = [np.zeros((0, width), "float32")], 0
         for start in range(0, len(texts), self.batch_size):
@@ -139,7 +135,13 @@ class SentenceEncoder:
             real = (token_ids != 0)[..., None]
             vectors = (keras.ops.convert_to_numpy(sequence) * real).sum(1) / real.sum(1)
         vectors = keras.ops.convert_to_numpy(vectors).astype("float64")
-        return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype("float32"), cut
+        lengths = np.linalg.norm(vectors, axis=1, keepdims=True)
+        bad = np.flatnonzero(~np.isfinite(lengths[:, 0]) | (lengths[:, 0] == 0))
+        if bad.size:
+            raise ValueError(f"The {self.pooling} vector of {texts[bad[0]]!r} is {'zero' if lengths[bad[0], 0] == 0 else 'not finite'}: "
+                             "it has no direction, and no cosine. The model's weights are not a trained encoder's "
+                             "(check them), or pool another way (pooling=).")  # fmt: skip
+        return (vectors / lengths).astype("float32"), cut
 
 
 def _encoder_family(folder):
@@ -153,10 +155,33 @@ def _encoder_family(folder):
 
 
 def _check_encoder(model):
+    """`model`, refused unless it is a Keras model reading token and segment ids (a kwiden BERT or RoFormer)."""
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"model= takes the folder's model, built (kwiden.build_transformer_model), not a "
+                         f"{type(model).__name__}.")  # fmt: skip
     inputs = {keras_internals.producer(x).name for x in model.inputs}
     if not {naming.INPUT_TOKEN, naming.INPUT_SEGMENT} <= inputs:
         raise ValueError(f"SentenceEncoder encodes with a BERT or RoFormer (inputs {naming.INPUT_TOKEN!r} and "
                          f"{naming.INPUT_SEGMENT!r}); the model {model.name!r} takes {sorted(inputs)}.")  # fmt: skip
+    return model
+
+
+def _check_vocabulary_fits(tokenizer, model):
+    """A vocabulary of more tokens than the model has rows would look up rows it has not (an error on TensorFlow's
+    CPU, NaN on JAX, zeros on a GPU)."""
+    rows = model.get_layer(naming.EMBEDDING_TOKEN).input_dim
+    if tokenizer.vocab_size > rows:
+        raise ValueError(f"The vocabulary {tokenizer.vocab_path} has {tokenizer.vocab_size:,} tokens, the model "
+                         f"{rows:,} token embeddings: give the vocab.txt the model was trained with (tokenizer=).")  # fmt: skip
+
+
+def _listed(texts):
+    """`texts` as a list: a text alone is one; bytes and what is no collection of texts refused."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, (bytes, bytearray)) or not hasattr(texts, "__iter__"):
+        raise ValueError(f"SentenceEncoder.encode takes a text or a list of texts (str), not {type(texts).__name__}.")
+    return list(texts)
 
 
 def _linear_pooler(model):
@@ -176,12 +201,12 @@ def _linear_pooler(model):
 def _pooling_of(folder, family):
     """What a sentence-transformers folder says it pools by; else "pooler" where the checkpoint holds BERT's pooler
     (the vector SimBERT and RoFormer-Sim rank by), else "cls"."""
-    modules = _sentence_modules(folder)
-    pooling_folder = next((path for kind, path in modules if kind == "Pooling"), "1_Pooling")
-    path = folder / pooling_folder / "config.json"
-    if not path.is_file():
+    _refuse_modules_not_computed(folder)
+    config, path = checkpoints.pooling_config(folder)
+    if config is None:
         return "pooler" if checkpoints.holds_layer(folder, naming.POOLER_DENSE, family) else "cls"
-    config = read_json(path, f"{path} is not the JSON sentence-transformers writes", "repair it, or pass pooling=")
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not the object of pooling modes sentence-transformers writes; pass pooling=.")
     if config.get("pooling_mode_mean_tokens"):
         return "mean"
     if config.get("pooling_mode_cls_token"):
@@ -190,16 +215,14 @@ def _pooling_of(folder, family):
     raise ValueError(f"{path} pools by {modes}; SentenceEncoder pools by {POOLINGS_TEXT}: pass pooling=.")
 
 
-def _sentence_modules(folder):
-    """`(kind, path)` of each module a sentence-transformers `modules.json` lists (none without one); a module
-    SentenceEncoder does not compute (a Dense after the pooling) is refused: its vectors would not be the folder's."""
-    modules = [(kind.rsplit(".", 1)[-1], path) for kind, path in checkpoints.sentence_modules(folder)]
-    other = checkpoints.weighted_modules(folder)
+def _refuse_modules_not_computed(folder):
+    """A sentence-transformers module SentenceEncoder does not compute (a Dense after the pooling) is refused: its
+    vectors would not be the folder's."""
+    other = [module.type for module in checkpoints.sentence_modules(folder) if module.weighted]
     if other:
         raise ValueError(f"{folder / 'modules.json'} adds {', '.join(other)} to the encoder and its pooling: "
-                         f"SentenceEncoder computes {', '.join(COMPUTED_MODULES)} alone, and its vectors would not be "
-                         "the folder's. Pass pooling= to encode with the encoder's pooling alone.")  # fmt: skip
-    return modules
+                         f"SentenceEncoder computes {', '.join(checkpoints.WEIGHTLESS_MODULES)} alone, and its vectors "
+                         "would not be the folder's. Pass pooling= to encode with the encoder's pooling alone.")  # fmt: skip
 
 
 def _maxlen(model, folder, maxlen):
@@ -236,9 +259,11 @@ def _vocabulary(folder, tokenizer):
     return path
 
 
-def _lowercase_of(folder):
-    path = folder / "tokenizer_config.json"
-    if not path.is_file():
+def _lowercase_of(*folders):
+    """`do_lower_case` of the first of `folders` with a `tokenizer_config.json` (the vocabulary's, then the
+    checkpoint's); True where none has one."""
+    found = [folder / "tokenizer_config.json" for folder in folders if (folder / "tokenizer_config.json").is_file()]
+    if not found:
         return True
-    config = read_json(path, f"{path} is not the JSON Hugging Face writes", "repair it, or pass lowercase=")
-    return bool(config.get("do_lower_case", True))
+    config = read_json(found[0], f"{found[0]} is not the JSON Hugging Face writes", "repair it, or pass lowercase=")
+    return bool(config.get("do_lower_case", True)) if isinstance(config, dict) else True

@@ -178,3 +178,31 @@ def test_a_folder_that_records_its_trained_length_is_read_no_further(tiny_folder
         encoder.encode(" ".join("abcdefghijklmnop"))
     with pytest.raises(ValueError, match=r"maxlen=20: the model was trained on 12 positions \(.*generation_config"):
         kwiden.SentenceEncoder(folder, maxlen=20)
+
+
+def test_a_vocabulary_larger_than_the_model_or_a_vector_without_direction_is_refused(pooled_folder, tiny_folder,
+                                                                                      tmp_path):  # fmt: skip
+    folder, model = pooled_folder
+    larger = tmp_path / "larger.txt"
+    larger.write_text("\n".join(VOCAB + [f"w{i}" for i in range(40)]))
+    with pytest.raises(ValueError, match=r"larger.txt has 71 tokens, the model 31 token embeddings: give the vocab"):
+        kwiden.SentenceEncoder(folder, tokenizer=larger)  # TensorFlow's CPU failed; JAX gave NaN cosines
+    zero = shutil.copytree(folder, tmp_path / "zero")
+    pooled = kwiden.build_transformer_model(checkpoint_path=zero, with_pool=True)
+    for weight in pooled.get_layer("Pooler-Dense").weights:
+        weight.assign(np.zeros(weight.shape, "float32"))
+    kwiden.save_checkpoint(pooled, zero)
+    with pytest.raises(ValueError, match=r"The pooler vector of 'a b' is zero: it has no direction, and no cosine"):
+        kwiden.SentenceEncoder(zero).encode(["a b"])
+    for texts, kind in ((b"a b", "bytes"), (None, "NoneType"), (3, "int")):
+        with pytest.raises(ValueError, match=rf"takes a text or a list of texts \(str\), not {kind}"):
+            kwiden.SentenceEncoder(tiny_folder).encode(texts)
+
+
+def test_a_vocabulary_given_alone_is_cased_as_the_checkpoint_says(tiny_folder, tmp_path):
+    folder = shutil.copytree(tiny_folder, tmp_path / "cased")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    alone = tmp_path / "words"
+    alone.mkdir()
+    shutil.copy(folder / "vocab.txt", alone / "vocab.txt")  # no tokenizer_config.json beside it
+    assert kwiden.SentenceEncoder(folder, tokenizer=alone / "vocab.txt").tokenizer.lowercase is False

@@ -16,13 +16,15 @@ before any weight is assigned.
 """
 
 from kwiden.checkpoints.companions import (
+    GROWN_REMEDY,
     TOKENIZER_FILES,
     WEIGHTLESS_MODULES,
     companion_files,
     copy_companions,
+    pooling_config,
+    refuse_stale_sentence_files,
     refuse_weighted_modules,
     sentence_modules,
-    weighted_modules,
 )
 from kwiden.checkpoints.formats import (
     CONFIG_FILES,
@@ -55,13 +57,15 @@ from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE, SafetensorsTensors, S
 from kwiden.checkpoints.saving import save_checkpoint, written_atomically, written_prefix
 
 __all__ = [
+    "GROWN_REMEDY",
     "TOKENIZER_FILES",
     "WEIGHTLESS_MODULES",
     "companion_files",
     "copy_companions",
+    "pooling_config",
+    "refuse_stale_sentence_files",
     "refuse_weighted_modules",
     "sentence_modules",
-    "weighted_modules",
     "CONFIG_FILES",
     "FORMATS",
     "GOOGLE_PREFIX",

@@ -9,7 +9,12 @@ import re
 import numpy as np
 
 from kwiden import messages, naming
-from kwiden.checkpoints.companions import copy_companions, refuse_weighted_modules
+from kwiden.checkpoints.companions import (
+    companion_files,
+    copy_companions,
+    refuse_stale_sentence_files,
+    refuse_weighted_modules,
+)
 from kwiden.checkpoints.formats import (
     CONFIG_FILES,
     FORMAT_TITLES,
@@ -118,9 +123,11 @@ def save_checkpoint(
         raise ValueError(no_place(family))
     directory = pathlib.Path(directory)
     _check_target(directory, format)
-    copy_from = getattr(model, "checkpoint_folder", None) if copy_from == "auto" else copy_from
-    if copy_from is not None:
-        refuse_weighted_modules(copy_from, "this model's width")
+    copy_from = _copy_from(model, copy_from)
+    width = model.get_layer(naming.EMBEDDING_TOKEN).output_dim
+    if copy_from is not None:  # before anything is written
+        refuse_weighted_modules(copy_from, width, SAVE_REMEDY)
+    refuse_stale_sentence_files(directory, () if copy_from is None else companion_files(copy_from))
     config = family.to_hf_config(model, format)
     if base_config is not None:
         config = {**_base_config(base_config), **config}
@@ -140,9 +147,24 @@ def save_checkpoint(
             parts.setdefault(name, [None] * layout.part[1])[layout.part[0]] = to_checkpoint(value, layout)
             if all(part is not None for part in parts[name]):
                 tensors[name] = np.ascontiguousarray(join_parts(parts[name], layout))
-    width = model.get_layer(naming.EMBEDDING_TOKEN).output_dim
     _write_atomically(directory, format, config, tensors, limit, copy_from, width)
     return directory
+
+
+SAVE_REMEDY = "Save with copy_from=None (the tokenizer's files not copied either), or from a folder without it."
+
+
+def _copy_from(model, copy_from):
+    """The folder `save_checkpoint` copies companions from: `"auto"`, the one the model was loaded from (or
+    none); else `copy_from`, which must be a folder, or None."""
+    if isinstance(copy_from, str) and copy_from == "auto":
+        return getattr(model, "checkpoint_folder", None)
+    if copy_from is None:
+        return None
+    if not isinstance(copy_from, (str, os.PathLike)) or not pathlib.Path(copy_from).is_dir():
+        raise ValueError(f"copy_from={copy_from!r}: give the folder whose tokenizer's files go beside the weights, "
+                         "'auto' (the one the model was loaded from) or None.")  # fmt: skip
+    return pathlib.Path(copy_from)
 
 
 def _base_config(base_config):
@@ -175,7 +197,7 @@ def _write_atomically(directory, format, config, tensors, limit, copy_from, widt
     `width` wide), then move it into `directory` (`save_checkpoint` says how)."""
     with written_atomically(directory, format) as temporary:
         if copy_from is not None:
-            copy_companions(copy_from, temporary, width)
+            copy_companions(copy_from, temporary, width, SAVE_REMEDY)
         (temporary / CONFIG_FILES[format]).write_text(json_text(config, CONFIG_FILES[format]), encoding="utf-8")
         if format == "hf":
             specs = [(name, value.dtype, value.shape) for name, value in tensors.items()]
@@ -188,7 +210,9 @@ def _write_atomically(directory, format, config, tensors, limit, copy_from, widt
 def written_atomically(directory, format="hf"):
     """Yield a new temporary folder beside `directory` to write a checkpoint's
     files into; once the block ends without error, `kwiden-manifest.json`
-    records every file in it and they are moved into `directory`: a new
+    records every file at its top (a sub-folder's, such as
+    sentence-transformers' `1_Pooling/`, is moved but not recorded) and they
+    are moved into `directory`: a new
     `directory` is the temporary folder renamed, in one step
     (`save_checkpoint` says how an existing one is updated). The temporary
     folder is gone after, whatever happened; one left by a killed process is

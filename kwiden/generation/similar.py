@@ -7,7 +7,7 @@ import pathlib
 from kwiden.generation import generate, load_generator, most_new_tokens
 from kwiden.generation.arguments import ArgumentError
 from kwiden.models.config import is_count
-from kwiden.sentence import SentenceEncoder
+from kwiden.sentence import ENCODERS, SentenceEncoder
 
 
 def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None, seed=None):
@@ -44,7 +44,7 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
     if not texts:
         raise ValueError("No texts: give one or more.")
     model, tokenizer = load_generator(checkpoint)
-    if model.family not in ("bert", "roformer") or not (pathlib.Path(checkpoint) / "vocab.txt").is_file():
+    if model.family not in ENCODERS or not (pathlib.Path(checkpoint) / "vocab.txt").is_file():
         raise ValueError(f"kwiden.similar reads a BERT or RoFormer trained as SimBERT, with its vocab.txt; "
                          f"{checkpoint} holds a {model.family} with {tokenizer.source}.")  # fmt: skip
     lengths = _default_lengths(model, tokenizer, texts) if max_new_tokens is None else [max_new_tokens] * len(texts)

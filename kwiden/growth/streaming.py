@@ -140,7 +140,6 @@ def grow_checkpoint(
             f"{src} holds a Google checkpoint; grow_checkpoint grows Hugging Face folders (model.safetensors). "
             "Load it with kwiden.build_transformer_model, grow it with kwiden.grow and save it."
         )
-    checkpoints.refuse_weighted_modules(src, "growth")  # before anything is written
     config_path = checkpoints.config_beside(checkpoint)
     source_config = read_config_file(config_path)
     family = _family(source_config, model, config_path)
@@ -167,6 +166,8 @@ def grow_checkpoint(
     grown_names = family.checkpoint_names(
         naming.count_blocks(layer.name for layer in big.layers), "hf", checkpoints.written_prefix(grown_config, family)
     )
+    width = big.get_layer(naming.EMBEDDING_TOKEN).output_dim
+    checkpoints.refuse_weighted_modules(src, width, checkpoints.GROWN_REMEDY)  # before anything is written
     outputs = _outputs(placed, read, grown_names)
     out_dtype = _numpy_dtype(read.dtype) if dtype is None else _dtype(dtype)
     grown_config["torch_dtype"] = out_dtype.name
@@ -180,7 +181,7 @@ def grow_checkpoint(
             json_text(grown_config, "The grown config.json"), encoding="utf-8"
         )
         _write(temporary, files, outputs, read, out_dtype, options, progress)
-        copied = checkpoints.copy_companions(src, temporary, big.get_layer(naming.EMBEDDING_TOKEN).output_dim)
+        copied = checkpoints.copy_companions(src, temporary, width)
     return GrownCheckpoint(dst, *parameters, tuple(file for file, _ in files), copied)
 
 

@@ -84,3 +84,61 @@ def test_a_module_with_weights_after_the_pooling_is_refused(sentence_folder, tmp
     with pytest.raises(ValueError, match=message):
         kwiden.save_checkpoint(big, tmp_path / "big")
     assert not (tmp_path / "big").exists()
+
+
+def with_modules(source, target, modules, pooling="1_Pooling"):
+    """A copy of `source` whose modules.json lists `modules` (its pooling folder renamed `pooling`)."""
+    folder = shutil.copytree(source, target)
+    if pooling != "1_Pooling":
+        (folder / "1_Pooling").rename(folder / pooling.rstrip("/"))
+    (folder / "modules.json").write_text(json.dumps(modules))
+    return folder
+
+
+@pytest.mark.parametrize("path", [".", "", "../victim", "/tmp"])
+def test_a_module_folder_outside_the_checkpoints_is_refused_before_anything_is_written(sentence_folder, tmp_path,
+                                                                                      path):  # fmt: skip
+    """modules.json is a user's file: a Normalize at "." had copied the small weights over the grown ones, and a
+    Pooling at "../victim" had written beside the target."""
+    modules = [*MODULES[:2], {"idx": 2, "name": "2", "path": path, "type": "sentence_transformers.models.Normalize"}]
+    folder = with_modules(sentence_folder, tmp_path / "src", modules)
+    with pytest.raises(ValueError, match=rf"Normalize's path '{path}' is not a sub-folder of .*src"):
+        kwiden.grow_checkpoint(folder, tmp_path / "big", k=2)
+    assert not (tmp_path / "big").exists()
+
+
+def test_a_pooling_folder_is_found_by_its_path_however_written(sentence_folder, tmp_path):
+    modules = [MODULES[0], {**MODULES[1], "path": "1_Pooling/"}, MODULES[2]]
+    folder = with_modules(sentence_folder, tmp_path / "slash", modules)
+    kwiden.grow_checkpoint(folder, tmp_path / "big", k=2)
+    assert json.loads((tmp_path / "big" / "1_Pooling" / "config.json").read_text())["word_embedding_dimension"] == 32
+    shutil.rmtree(folder / "1_Pooling")  # listed, but gone: not read as another pooling
+    with pytest.raises(ValueError, match=r"lists a Pooling module at '1_Pooling', but .*config.json is missing"):
+        kwiden.SentenceEncoder(folder)
+
+
+def test_a_module_with_weights_is_copied_where_the_width_stays(sentence_folder, tmp_path):
+    modules = [*MODULES[:2], {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]
+    folder = with_modules(sentence_folder, tmp_path / "dense", modules)
+    (folder / "2_Dense").mkdir()
+    (folder / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 16, "out_features": 8}))
+    kwiden.grow_checkpoint(folder, tmp_path / "deeper", k=1, ffn_factor=2)  # the width stays 16: the Dense fits
+    assert (tmp_path / "deeper" / "2_Dense" / "config.json").read_text() == (
+        folder / "2_Dense" / "config.json"
+    ).read_text()
+    kwiden.save_checkpoint(kwiden.build_transformer_model(checkpoint_path=folder), tmp_path / "saved")
+    assert (tmp_path / "saved" / "2_Dense" / "config.json").is_file()
+
+
+def test_what_is_saved_is_described_by_no_other_models_files(sentence_folder, tmp_path, monkeypatch):
+    monkeypatch.chdir(sentence_folder.parent)
+    small = kwiden.build_transformer_model(checkpoint_path=sentence_folder.name)  # a relative path
+    assert small.checkpoint_folder == sentence_folder.resolve() and small.checkpoint_folder.is_absolute()
+    kwiden.save_checkpoint(kwiden.grow(small, 2), tmp_path / "F")
+    plain = kwiden.build_transformer_model(tiny_config(vocab_size=len(WORDS)), with_pool=True)
+    with pytest.raises(ValueError, match=r"F holds modules.json, sentence_bert_config.json \(sentence-transformers'\), "
+                                         r"which this save does not write"):  # fmt: skip
+        kwiden.save_checkpoint(plain, tmp_path / "F")
+    for bad in ("nowhere", str(sentence_folder / "vocab.txt"), False):
+        with pytest.raises(ValueError, match=r"copy_from=.*: give the folder whose tokenizer's files"):
+            kwiden.save_checkpoint(plain, tmp_path / "G", copy_from=bad)
