@@ -75,6 +75,8 @@ def spearman(encoder, pairs, scores):
 
     first, second = encoder.encode([a for a, _ in pairs]), encoder.encode([b for _, b in pairs])
     cosines = np.sum(first * second, axis=1)
+    if not np.isfinite(cosines).all():
+        raise ValueError("The encoder gave a cosine that is not a number: its vectors are not finite.")
     if np.ptp(cosines) < SAME_COSINE:
         raise ValueError(f"Every pair's cosine is {cosines[0]:.6g}: the encoder gives these texts one vector, and "
                          "Spearman's correlation with cosines that do not vary is undefined.")  # fmt: skip
@@ -83,15 +85,37 @@ def spearman(encoder, pairs, scores):
 
 def retrieval(encoder, pairs):
     """`(top-1 accuracy, mean reciprocal rank)` of each side of each pair, as a query, finding its partner among
-    the pairs' other texts. A text that appears more than once (a sentence that is two pairs' partner, as adjacent
-    sentences pair) is one candidate, never its own; a tie with the partner counts against it."""
-    texts = list(dict.fromkeys(text for pair in pairs for text in pair))  # each text once, in order
-    index = {text: i for i, text in enumerate(texts)}
-    vectors = encoder.encode(texts).astype("float64")
+    the pairs' other texts. Texts the encoder reads as one (the same text, or the same but for case or spacing
+    where its tokenizer does not tell them apart) are one candidate, never their own rival: a sentence that is two
+    pairs' partner, as adjacent sentences pair, is ranked once. A tie with the partner counts against it. Refused:
+    a pair whose two sides are read as one, and fewer than 3 texts (a partner with no rival)."""
+    keys = [[_as_read(encoder, text) for text in pair] for pair in pairs]
+    for index, (a, b) in enumerate(keys):
+        if a == b:
+            raise ValueError(f"Pair {index}'s texts {pairs[index][0]!r} and {pairs[index][1]!r} are read as one text "
+                             "by the encoder: retrieval finds a text's partner among the others. Give it a partner "
+                             "of other words.")  # fmt: skip
+    texts = {}  # each text as read, once, in order
+    for pair, key_pair in zip(pairs, keys):
+        for text, key in zip(pair, key_pair):
+            texts.setdefault(key, text)
+    if len(texts) < 3:
+        raise ValueError(f"The pairs hold {len(texts)} distinct texts: a partner needs a rival for its rank to mean "
+                         "anything; give more pairs.")  # fmt: skip
+    index = {key: i for i, key in enumerate(texts)}
+    vectors = encoder.encode(list(texts.values())).astype("float64")
     cosines = vectors @ vectors.T
+    if not np.isfinite(cosines).all():
+        raise ValueError("The encoder gave a cosine that is not a number: its vectors are not finite.")
     np.fill_diagonal(cosines, -np.inf)
-    queries = np.array([index[a] for a, _ in pairs] + [index[b] for _, b in pairs])
-    partners = np.array([index[b] for _, b in pairs] + [index[a] for a, _ in pairs])
+    queries = np.array([index[a] for a, _ in keys] + [index[b] for _, b in keys])
+    partners = np.array([index[b] for _, b in keys] + [index[a] for a, _ in keys])
     partner_cosine = cosines[queries, partners]
     ranks = np.sum(cosines[queries] >= partner_cosine[:, None], axis=1)  # the partner itself counted: rank 1 up
     return float(np.mean(ranks == 1)), float(np.mean(1.0 / ranks))
+
+
+def _as_read(encoder, text):
+    """`text` as the encoder reads it: its token ids where it has a tokenizer, else the text."""
+    tokenizer = getattr(encoder, "tokenizer", None)
+    return text if tokenizer is None else tuple(tokenizer.encode(text)[0])

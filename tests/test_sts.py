@@ -99,3 +99,24 @@ def test_undefined_evaluations_are_refused(tmp_path):
     assert sts.read_pairs(scored).pairs[0] == ("c", "c")
     with pytest.raises(ValueError, match=r"Every pair's cosine is 1: the encoder gives these texts one vector"):
         sts.spearman(Fixed({"a": 10, "b": 10, "c": 50}), [("a", "b"), ("c", "c")], [1.0, 2.0])
+
+
+def test_texts_the_encoder_reads_as_one_are_one_candidate(tmp_path):
+    """With a lower-casing tokenizer, "a b" and "A B" are one text to the model: a pair of them was a free hit,
+    and such copies rivals of each other."""
+
+    class Lowercasing(Fixed):
+        class tokenizer:
+            @staticmethod
+            def encode(text):
+                return [ord(c) for c in " ".join(text.lower().split())], None
+
+        def encode(self, texts):
+            return super().encode([" ".join(t.lower().split()) for t in texts])
+
+    encoder = Lowercasing({"a b": 0, "c d": 30, "e": 75, "f": 85})
+    with pytest.raises(ValueError, match=r"Pair 0's texts 'a b' and 'A  B' are read as one text by the encoder"):
+        sts.retrieval(encoder, [("a b", "A  B"), ("e", "f")])
+    assert sts.retrieval(encoder, [("a b", "c d"), ("C D", "e"), ("E", "f")])[0] == pytest.approx(4 / 6)
+    with pytest.raises(ValueError, match=r"The pairs hold 2 distinct texts: a partner needs a rival"):
+        sts.retrieval(encoder, [("a b", "e"), ("E", "A B")])
