@@ -97,14 +97,17 @@ class PretrainOptions:
                     f"{flag} {checkpoint} {state}: give a checkpoint folder (Hugging Face: config.json and "
                     "model.safetensors; Google: bert_config.json and bert_model.ckpt.*)."
                 )
-        if values["lr"] is None:
-            values["lr"] = LR_SCRATCH if values["from_checkpoint"] is None else LR_PRETRAINED
         if values["distill_weight"] is not None and values["teacher"] is None:
             raise ValueError("--distill-weight weighs the distillation from a --teacher: give --teacher CHECKPOINT.")
         if values["teacher"] is not None and values["distill_weight"] is None:
             values["distill_weight"] = DISTILL_WEIGHT
         recipe.parse(values["grow"])
         return cls(**values)
+
+
+def default_lr(options):
+    """The peak learning rate without `--lr`: a pretrained `--from` model's, else one for random weights."""
+    return LR_SCRATCH if options.from_checkpoint is None else LR_PRETRAINED
 
 
 def flag_of(field):

@@ -59,14 +59,17 @@ class RunFolder:
         self.record = None
         self.lock = FolderLock(self.folder)
 
-    def claim(self, arguments, removed=None, free=(), computed_on=None):
+    def claim(self, arguments, removed=None, free=(), computed_on=None, defaulted=()):
         """Hold the folder and record the run's `arguments`. Refused: a folder another process
         holds, one with files kwiden did not write, and one holding a run with
         other arguments (the first that differs is named) or computed on another
         backend or precision (`computed_on`). An argument the record holds that
         kwiden no longer takes (`removed`) must hold the value at which it
         changed nothing. The arguments named in `free` change nothing the run
-        computes: they may differ, and the record takes the new ones."""
+        computes: they may differ, and the record takes the new ones. Those
+        named in `defaulted` the call took by default: a resume keeps the
+        record's (a default changed since must not make the run another).
+        Returns the arguments the run goes on with."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -80,15 +83,18 @@ class RunFolder:
             if record is not None:  # the folder is kwiden's, and held: no live writer is in here
                 sweep(self.folder, f"*{TEMPORARY}*", f"in {self.folder}")
             if record is not None and record.get("state", TRAINING) == TRAINING:
+                began = record["arguments"]
+                arguments = {**arguments, **{name: began[name] for name in defaulted if name in began}}
                 arguments = self._same_run(record, arguments, removed or {}, free, computed_on)
                 self._write_record({
                     **record, "arguments": arguments, "computed_on": record.get("computed_on") or computed_on,
                     "written": record.get("written", list(OWN)), "process": os.getpid(),
                 })  # fmt: skip
-                return
+                return arguments
             written = self._take_over(record)
             self._write_record(dict(arguments=arguments, state=CLAIMED, computed_on=computed_on, written=written,
                                     process=os.getpid()))  # fmt: skip
+            return arguments
         except BaseException:
             self.unlock()
             raise

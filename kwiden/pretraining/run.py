@@ -16,7 +16,7 @@ from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, family_of, get_family
 from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import checks, objectives, tokens, vocabulary
-from kwiden.pretraining.options import FREE_ON_RESUME, PretrainOptions, refuse_untaken
+from kwiden.pretraining.options import FREE_ON_RESUME, PretrainOptions, default_lr, refuse_untaken
 from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder, trained_length, untrained_positions
 from kwiden.pretraining.trainer import Phase, Trainer
 
@@ -157,11 +157,15 @@ def pretrain(
     given = locals()
     folder = RunFolder(output_dir, verbose=bool(verbose))
     options = _recorded(PretrainOptions.checked(**{f.name: given[f.name] for f in dataclasses.fields(PretrainOptions)}))
+    defaulted = ("lr",) if options.lr is None else ()  # a resume keeps the run's: the default may have changed since
+    options = dataclasses.replace(options, lr=default_lr(options) if options.lr is None else options.lr)
     corpus = _absolute(corpus)
     # A resume must compute as the run began: another backend or precision ends on other weights.
     computed_on = dict(backend=keras.backend.backend(), precision=_precision(precision))
     record = dict(corpus=corpus, output_dir=str(pathlib.Path(output_dir).resolve()), **dataclasses.asdict(options))
-    folder.claim(json.loads(json.dumps(record)), REMOVED, free=(*FREE_ON_RESUME, "output_dir"), computed_on=computed_on)
+    kept = folder.claim(json.loads(json.dumps(record)), REMOVED, free=(*FREE_ON_RESUME, "output_dir"),
+                        computed_on=computed_on, defaulted=defaulted)  # fmt: skip
+    options = dataclasses.replace(options, **{name: kept[name] for name in defaulted})
     policy = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy(computed_on["precision"])

@@ -4,7 +4,8 @@ pretraining is in the budget, and a seed that repeats the run though the objecti
 import json
 
 import numpy as np
-from conftest import TINY_BERT, TINY_RUN
+import pytest
+from conftest import TINY_BERT, TINY_RUN, after_update, kill
 
 import kwiden
 from kwiden.pretraining import trainer
@@ -59,3 +60,20 @@ def test_a_backup_of_another_model_is_refused_naming_the_weights_that_differ():
     assert trainer._difference(saved, wanted) == (
         "it lacks b/bias; it has, beyond the run's model, Pooler-Dense/kernel; other shapes at a/kernel"
     )
+
+
+def test_a_run_begun_at_another_default_rate_resumes_with_it(english, tmp_path, monkeypatch):
+    """A --from run begun before the default rate changed recorded 1e-3; the same command (no --lr) resumes it at
+    1e-3 rather than being refused as another run. A rate given is still compared."""
+    start = body_only(tmp_path / "start")
+    run = {key: value for key, value in TINY_RUN.items() if key != "lr"}
+    arguments = dict(from_checkpoint=str(start), grow="none", save_every=4, warmup=0, **{**run, "budget": 8})
+    with pytest.raises(SystemExit):
+        after_update(monkeypatch, 5, kill)  # after the backup at update 4
+        kwiden.pretrain(english, tmp_path / "run", lr=1e-3, **arguments)  # as the default was then
+    monkeypatch.undo()
+    resumed = kwiden.pretrain(english, tmp_path / "run", **arguments)
+    assert resumed.updates == 8 and json.loads((tmp_path / "run" / "run.json").read_text())["arguments"]["lr"] == 1e-3
+    assert "resuming from the backup at update 4" in (tmp_path / "run" / "log.txt").read_text()
+    with pytest.raises(ValueError, match=r"holds a run made with --lr 0.001, not 0.0002: run the same command"):
+        kwiden.pretrain(english, tmp_path / "run", lr=2e-4, **arguments)
