@@ -73,9 +73,12 @@ def _default_lengths(model, tokenizer, texts):
     """Each text's own default: twice its tokens and 2 more, or as many as the model's positions and its
     trained length leave its prompt (`[CLS] text [SEP]`), if fewer."""
     lengths = []
-    for ids in tokenizer.encode_lines(texts)[0]:
+    for index, ids in enumerate(tokenizer.encode_lines(texts)[0]):
         most = most_new_tokens(model, len(ids) + 2)
-        lengths.append(2 * len(ids) + 2 if most is None else max(1, min(2 * len(ids) + 2, most)))
+        if most is not None and most < 1:
+            raise ValueError(f"Text {index} has {len(ids)} tokens: with [CLS] and [SEP] they fill every position "
+                             "the model reads (or was trained on), leaving none to generate in; shorten it.")  # fmt: skip
+        lengths.append(2 * len(ids) + 2 if most is None else min(2 * len(ids) + 2, most))
     return lengths
 
 

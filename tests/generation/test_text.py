@@ -205,6 +205,9 @@ def test_similar_fits_its_own_default_length_to_the_positions(unilm_folder, caps
     assert capsys.readouterr().out == "".join(f"{cosine:.4f}\t{sentence}\n" for sentence, cosine in found)
     assert main(["similar", str(unilm_folder), text, "--max-new-tokens", "20"]) == 1
     assert "give --max-new-tokens=18 or fewer" in capsys.readouterr().err
+    full = "床前明月光疑是地上霜举头望明月低头思故乡床前明月光疑是地上霜举"  # 31 tokens: [CLS] and [SEP] pass the 32
+    with pytest.raises(ValueError, match=r"Text 1 has 31 tokens: with \[CLS\] and \[SEP\] they fill every position"):
+        kwiden.similar(unilm_folder, [text, full], n=1, candidates=2, seed=0)  # it was "prompt 0", another text
 
 
 def test_a_beam_wider_than_the_continuations_says_how_many_it_found(tmp_path):
