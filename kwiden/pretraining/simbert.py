@@ -37,10 +37,15 @@ DISTILL_WEIGHT = 100.0
 class InBatchSimilarity(keras.losses.Loss):
     """Cross-entropy of each row's partner (rows 2i and 2i + 1 are partners)
     among the batch's other rows, by the cosines of their sentence vectors
-    (`y_pred`, a row a row) times `scale`; the partners are the row order. With `distill_weight`,
-    plus that times each row's mean squared difference of its cosines to the
-    other rows from `y_true`'s (the teacher's cosines, a row a row of the
-    batch); without, `y_true` is not read."""
+    (`y_pred`, a row a row) times `scale`; the partners are the row order.
+
+    `y_true` is `(batch, 2·batch)`: the teacher's cosines (zeros without a
+    teacher), then 1 where a column holds the row's own sentence again, of
+    another record (a corpus of adjacent lines repeats sentences across
+    records): such a column is no negative, and is left out of the row's
+    softmax. A `(batch,)` `y_true` says neither. With `distill_weight`, plus
+    that times each row's mean squared difference of its cosines to the
+    other rows from the teacher's."""
 
     def __init__(self, scale=SCALE, distill_weight=0.0, name="in_batch_similarity", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -48,10 +53,21 @@ class InBatchSimilarity(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         cosines = self.cosines(y_pred)
-        loss = self.softmax_loss(cosines)
+        teacher, repeats = self.targets(y_true, cosines)
+        loss = self.softmax_loss(cosines, repeats)
         if self.distill_weight:
-            loss = loss + self.distill_weight * self.distill_loss(y_true, cosines)
+            loss = loss + self.distill_weight * self.distill_loss(teacher, cosines)
         return loss
+
+    @staticmethod
+    def targets(y_true, cosines):
+        """`(the teacher's cosines, the repeated sentences' mask)` of a `(batch, 2·batch)` `y_true`; `(None, None)`
+        of a `(batch,)` one."""
+        if len(y_true.shape) < 2:
+            return None, None
+        rows = ops.shape(cosines)[0]
+        y_true = ops.cast(y_true, cosines.dtype)
+        return y_true[:, :rows], y_true[:, rows:]
 
     @staticmethod
     def cosines(vectors):
@@ -59,9 +75,11 @@ class InBatchSimilarity(keras.losses.Loss):
         vectors = vectors / ops.sqrt(ops.sum(ops.square(vectors), axis=-1, keepdims=True) + 1e-12)
         return ops.matmul(vectors, ops.transpose(vectors))
 
-    def softmax_loss(self, cosines):
+    def softmax_loss(self, cosines, repeats=None):
         rows = ops.shape(cosines)[0]
-        scores = cosines * self.scale - ops.eye(rows, dtype=cosines.dtype) * 1e12  # a row is not its own partner
+        masked = ops.eye(rows, dtype=cosines.dtype)  # a row is not its own partner, nor its own sentence's
+        masked = masked if repeats is None else masked + repeats
+        scores = cosines * self.scale - masked * 1e12
         index = ops.arange(rows, dtype="int32")
         partners = index + 1 - 2 * (index % 2)  # 0 ↔ 1, 2 ↔ 3, …
         return keras.losses.sparse_categorical_crossentropy(partners, scores, from_logits=True)
@@ -78,14 +96,20 @@ class InBatchSimilarity(keras.losses.Loss):
         return {**super().get_config(), "scale": self.scale, "distill_weight": self.distill_weight}
 
 
-def retrieval_accuracy(vectors):
+def retrieval_accuracy(vectors, repeats=None):
     """The share of rows whose most similar other row, by the cosine of `vectors`, is their partner (rows 2i and
-    2i + 1 are partners; a tie goes to the first row)."""
+    2i + 1 are partners; a tie with the partner counts against it, as in `kwiden.sts.retrieval`); the columns
+    `repeats` marks (the row's own sentence again, of another record) are no rivals."""
     vectors = np.asarray(vectors, np.float64)
     vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     cosines = vectors @ vectors.T
     np.fill_diagonal(cosines, -np.inf)
-    return float(np.mean(np.argmax(cosines, axis=1) == (np.arange(len(vectors)) ^ 1)))
+    if repeats is not None:
+        cosines[np.asarray(repeats) > 0] = -np.inf
+    rows = np.arange(len(vectors))
+    partner = cosines[rows, rows ^ 1].copy()
+    cosines[rows, rows ^ 1] = -np.inf
+    return float(np.mean(partner > cosines.max(axis=1)))
 
 
 class Sentences:
@@ -95,9 +119,10 @@ class Sentences:
 
     def __init__(self, ids, groups, texts=None, starts=None):
         self.ids, self.groups, self.texts, self.starts = ids, groups, texts, starts
+        self.keys = [np.asarray(sentence, np.int64).tobytes() for sentence in ids]  # a sentence as the model reads it
         hashed = hashlib.sha256()
-        for sentence in ids:
-            hashed.update(np.asarray(sentence, np.int64).tobytes() + b"|")
+        for key in self.keys:
+            hashed.update(key + b"|")
         hashed.update(repr(groups).encode())
         self.digest = hashed.hexdigest()
 
@@ -143,14 +168,16 @@ class SimBERT(Seq2Seq):
         """The seq2seq loss (weighed by the targets it averages), the in-batch softmax's loss, the retrieval
         accuracy and, with a teacher, the distillation's loss (unweighted) of one validation batch."""
         _, vectors, logits = outputs
-        _, teacher, tokens = targets
+        _, similar, tokens = targets
         _, similarity, seq2seq = self.losses()
         cosines = InBatchSimilarity.cosines(ops.convert_to_tensor(vectors, "float32"))
+        teacher, repeats = InBatchSimilarity.targets(ops.convert_to_tensor(similar), cosines)
         rows = len(vectors)
+        repeated = None if repeats is None else ops.convert_to_numpy(repeats)
         measures = dict(
             seq2seq_loss=(_number(seq2seq(tokens, logits)), self.counted(targets)),
-            similarity_loss=(_number(ops.mean(similarity.softmax_loss(cosines))), rows),
-            retrieval_accuracy=(retrieval_accuracy(np.asarray(vectors)), rows),
+            similarity_loss=(_number(ops.mean(similarity.softmax_loss(cosines, repeats))), rows),
+            retrieval_accuracy=(retrieval_accuracy(np.asarray(vectors), repeated), rows),
         )
         if self.teacher is not None:
             measures["distill_loss"] = (_number(ops.mean(similarity.distill_loss(teacher, cosines))), rows)
@@ -227,10 +254,22 @@ class SimBERT(Seq2Seq):
             starts = source_starts([sentences.starts[i] for i in sources], segment_ids)
             token_ids = self.corrupted(token_ids, segment_ids, starts, rng)
         (inputs, segments), (_, targets) = self.examples(token_ids, segment_ids)
-        if self.teacher is None:
-            return (inputs, segments), (None, np.zeros(len(inputs), np.int32), targets)
-        vectors, _ = self.teacher.vectors_and_cut([sentences.texts[i] for i in sources])  # cut as the log counts
-        return (inputs, segments), (None, (vectors @ vectors.T).astype(np.float32), targets)
+        rows = len(inputs)
+        teacher = np.zeros((rows, rows), np.float32)
+        if self.teacher is not None:
+            vectors, _ = self.teacher.vectors_and_cut([sentences.texts[i] for i in sources])  # cut as the log counts
+            teacher = (vectors @ vectors.T).astype(np.float32)
+        return (inputs, segments), (None, np.concatenate([teacher, _repeats(sentences, sources)], axis=1), targets)
+
+
+def _repeats(sentences, sources):
+    """`(rows, rows)`: 1 where row j's source is row i's sentence again (by its token ids), j neither i nor its
+    partner: the same sentence, of another record, is no negative."""
+    keys = np.array([sentences.keys[i] for i in sources], dtype=object)
+    same = (keys[:, None] == keys[None, :]).astype(np.float32)
+    rows = np.arange(len(sources))
+    same[rows, rows] = same[rows, rows ^ 1] = 0
+    return same
 
 
 def _check_records(records, pairs):

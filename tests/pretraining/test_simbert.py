@@ -41,7 +41,8 @@ def test_the_distillation_term_is_the_mean_squared_cosine_difference_off_the_dia
     rng = np.random.default_rng(1)
     vectors = rng.normal(size=(6, 5)).astype("float32")
     teacher = cosines_of(rng.normal(size=(6, 4)))
-    loss = float(InBatchSimilarity(scale=20.0, distill_weight=100.0)(teacher.astype("float32"), vectors))
+    targets = np.concatenate([teacher, np.zeros((6, 6))], axis=1).astype("float32")  # no sentence repeated
+    loss = float(InBatchSimilarity(scale=20.0, distill_weight=100.0)(targets, vectors))
     off_diagonal = ~np.eye(6, dtype=bool)
     distilled = np.mean((teacher - cosines_of(vectors))[off_diagonal] ** 2)
     assert loss == pytest.approx(softmax_reference(vectors, 20.0) + 100 * distilled, rel=1e-5)
@@ -67,7 +68,7 @@ def test_the_validation_measures_are_the_losses_parts_and_the_accuracy():
     logits = rng.normal(size=(4, 8, 7)).astype("float32")
     tokens = np.full((4, 8), IGNORED)
     tokens[:, 3:6] = rng.integers(0, 7, (4, 3))
-    measures = objective.measures([sequences, vectors, logits], (None, np.zeros(4), tokens))
+    measures = objective.measures([sequences, vectors, logits], (None, np.zeros((4, 8)), tokens))
     assert set(measures) == set(objective.measured) == {"seq2seq_loss", "similarity_loss", "retrieval_accuracy"}
     log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     picked = np.take_along_axis(log_softmax, np.maximum(tokens, 0)[..., None], -1)[..., 0]
@@ -184,3 +185,29 @@ def test_a_batch_of_one_pair_or_of_a_record_twice_is_refused(similar, tmp_path):
     with pytest.raises(ValueError, match=r"--batch-size 16 holds 8 pairs, .* but 5 record\(s\) are left for training"):
         kwiden.pretrain(few, tmp_path / "run", **{**run, "batch_size": 16})
     assert kwiden.pretrain(few, tmp_path / "run", **{**run, "batch_size": 10}).updates > 0
+
+
+def test_a_sentence_two_records_share_is_no_negative_of_itself():
+    """A corpus of adjacent lines (line i with lines i+1 and i+2 as its synonyms) repeats sentences across records:
+    a row whose sentence another row holds again (not its partner) would be pushed away from itself."""
+    objective = SimBERT(seq_len=8, vocab_size=50, cls=2, separator=3)
+    ids = [np.array([10]), np.array([11]), np.array([11]), np.array([12]), np.array([13]), np.array([14])]
+    sentences = Sentences(ids, [[0, 1], [2, 3], [4, 5]])  # records 0 and 1 share the sentence [11]
+    (_, _), (_, similar, _) = objective._batch(sentences, [(0, 1), (2, 3), (4, 5)])
+    teacher, repeats = similar[:, :6], similar[:, 6:]
+    assert not teacher.any() and repeats.tolist() == [[0] * 6, [0, 0, 1, 0, 0, 0], [0, 1, 0, 0, 0, 0], *[[0] * 6] * 3]
+    vectors = np.random.default_rng(3).normal(size=(6, 5)).astype("float32")
+    vectors[2] = vectors[1]  # one sentence, one vector
+    scores = SCALE * cosines_of(vectors)
+    scores[np.eye(6, dtype=bool) | (repeats > 0)] = -np.inf  # neither itself nor its repeat
+    log_softmax = scores - np.log(np.exp(scores - scores.max(1, keepdims=True)).sum(1, keepdims=True)) - scores.max(
+        1, keepdims=True)  # fmt: skip
+    expected = -np.mean([log_softmax[i, i ^ 1] for i in range(6)])
+    assert float(InBatchSimilarity()(similar, vectors)) == pytest.approx(expected, rel=1e-5)
+    assert float(InBatchSimilarity()(np.zeros(6), vectors)) > expected + 1  # unmasked: its repeat wins rows 1 and 2
+    assert retrieval_accuracy(vectors, repeats) > retrieval_accuracy(vectors)
+
+
+def test_a_tie_with_the_partner_counts_against_it():
+    vectors = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # row 0's partner and row 2 tie
+    assert retrieval_accuracy(vectors) == 0.0  # row 1 ties too; rows 2 and 3 find others first
