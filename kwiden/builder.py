@@ -4,6 +4,7 @@ a checkpoint (`kwiden.checkpoints`). It sits above both."""
 
 from kwiden import checkpoints, naming
 from kwiden.family_model import recording
+from kwiden.messages import warn
 from kwiden.models import blocks
 from kwiden.models.config import config_sources
 from kwiden.models.family import FAMILIES, family_of_config, family_of_model_type, get_family
@@ -164,9 +165,14 @@ def _family_of_weights(checkpoint):
     if checkpoint.format != "google":
         return None
     bert = get_family("bert")
-    if checkpoints.holds_layer(checkpoint, naming.EMBEDDING_TOKEN, bert):
-        return None if checkpoints.holds_layer(checkpoint, naming.EMBEDDING_POSITION, bert) else get_family("roformer")
-    return None
+    if not checkpoints.holds_layer(checkpoint, naming.EMBEDDING_TOKEN, bert):
+        return None
+    if checkpoints.holds_layer(checkpoint, naming.EMBEDDING_POSITION, bert):
+        return None
+    warn(f"{checkpoint.path}: BERT's names without a position table, and a config that names no model_type: read "
+         "as a RoFormer (its Google releases are so). Pass model='roformer' to say so, or model='bert' if it is a "
+         "BERT missing bert/embeddings/position_embeddings.")  # fmt: skip
+    return get_family("roformer")
 
 
 def _flags(family, **flags):

@@ -313,8 +313,13 @@ def teacher_for(folder, tokenizer, seq_len):
     if positions is not None and positions.input_dim < seq_len:
         raise ValueError(f"--teacher {folder}: its model reads {positions.input_dim} positions, fewer than --seq-len "
                          f"{seq_len}; give a shorter --seq-len or a teacher of more positions.")  # fmt: skip
-    # Its texts cut to --seq-len, as the student's are: the same model and pooling, read once.
-    return SentenceEncoder(folder, teacher.pooling, MAX_VALID_ROWS, seq_len, model=teacher.model)
+    try:  # its texts cut to --seq-len, as the student's are: the same model and pooling, read once
+        return SentenceEncoder(folder, teacher.pooling, MAX_VALID_ROWS, seq_len, model=teacher.model)
+    except ValueError as error:  # a length it was not trained on
+        raise ValueError(
+            f"--teacher {folder} cannot read --seq-len {seq_len} tokens ({error}); give a shorter "
+            "--seq-len or a teacher trained on more."
+        ) from None
 
 
 def _first_difference(theirs, ours):

@@ -81,13 +81,15 @@ def test_a_google_roformer_folder_is_read_as_one_without_being_told(google_rofor
     without a position table is a RoFormer (kwiden.SentenceEncoder, kwiden.similar and kwiden generate take no
     model=; each read it as a BERT and failed for want of 'bert/embeddings/position_embeddings')."""
     folder = google_roformer.folder
-    found = kwiden.build_transformer_model(checkpoint_path=folder, with_pool="linear")
+    with pytest.warns(UserWarning, match=r"without a position table, .* read as a RoFormer .* Pass model='roformer'"):
+        found = kwiden.build_transformer_model(checkpoint_path=folder, with_pool="linear")
     told = kwiden.build_transformer_model(checkpoint_path=folder, model="roformer", with_pool="linear")
     token_ids, segment_ids = batch(PAIRS)
     assert found.family == "roformer"
     for a, b in zip(outputs(found, token_ids, segment_ids), outputs(told, token_ids, segment_ids)):
         np.testing.assert_array_equal(a, b)
-    encoder = kwiden.SentenceEncoder(folder)
+    with pytest.warns(UserWarning, match="read as a RoFormer"):
+        encoder = kwiden.SentenceEncoder(folder)
     assert encoder.pooling == "pooler" and encoder.model.family == "roformer"
     token_ids, segment_ids = (np.array([row]) for row in reference.encode(VOCAB, "the cat sat"))
     want = reference.bert(google_roformer.weights, google_roformer.config, token_ids, segment_ids, False, True)[1]

@@ -218,3 +218,8 @@ def test_bad_options_are_named_before_training(similar, tmp_path):
         ValueError, match=rf"--teacher {teacher}: its model reads 32 positions, fewer than --seq-len 40"
     ):
         pretrain(teacher=str(teacher), config=longer, seq_len=40)
+    short = shutil.copytree(teacher, tmp_path / "short")
+    (short / "generation_config.json").write_text('{"max_length": 20}')  # trained on 20 positions of its 32
+    with pytest.raises(ValueError, match=rf"--teacher {short} cannot read --seq-len 24 tokens \(maxlen=24: the model "
+                                         r"was trained on 20 positions"):  # fmt: skip
+        pretrain(teacher=str(short))
