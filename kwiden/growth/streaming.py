@@ -146,7 +146,7 @@ def grow_checkpoint(
     tensors = checkpoints.tensors_of(checkpoint)
     checkpoints.check_config(family, family.config(config_path=config_path), checkpoint)  # before building, as loading
     with keras.StatelessScope(initialize_variables=False):  # shapes only: no weight is allocated
-        small = _skeleton(family, config_path, tensors)
+        small = _skeleton(family, config_path, checkpoint)
         options = resolve(
             small, k=k, ffn_factor=ffn_factor, heads=heads, rope=rope, spread=spread, seed=seed, depth=depth,
             num_layers=num_layers, allow_approximate=allow_approximate, hidden_size=hidden_size,
@@ -229,16 +229,13 @@ def _family(config, model, config_path):
     return family
 
 
-def _skeleton(family, config_path, tensors):
+def _skeleton(family, config_path, checkpoint):
     """The model `config_path` describes, with its task heads where the
     checkpoint has their tensors; built under a `StatelessScope`, so that
     its variables have shapes and no values."""
-    blocks = family.config(config_path=config_path)["num_hidden_layers"]
-    prefix = checkpoints.read_prefix(family, tensors, blocks)
-    names = family.checkpoint_names(blocks, "hf", prefix)
 
     def holds(layer):
-        return any(name == layer and checkpoints.find_tensor(t, tensors, family) for (name, _), (t, _) in names.items())
+        return checkpoints.holds_layer(checkpoint, layer, family)
 
     flags = {"with_mlm": holds(naming.MLM_DENSE), "with_pool": holds(naming.POOLER_DENSE)}
     flags = {flag: value for flag, value in flags.items() if flag in family.flags}
