@@ -166,8 +166,7 @@ def grow_checkpoint(
     grown_names = family.checkpoint_names(
         naming.count_blocks(layer.name for layer in big.layers), "hf", checkpoints.written_prefix(grown_config, family)
     )
-    width = big.get_layer(naming.EMBEDDING_TOKEN).output_dim
-    checkpoints.refuse_weighted_modules(src, width, checkpoints.GROWN_REMEDY)  # before anything is written
+    width = _grown_width(src, big)  # before anything is written
     outputs = _outputs(placed, read, grown_names)
     out_dtype = _numpy_dtype(read.dtype) if dtype is None else _dtype(dtype)
     grown_config["torch_dtype"] = out_dtype.name
@@ -183,6 +182,13 @@ def grow_checkpoint(
         _write(temporary, files, outputs, read, out_dtype, options, progress)
         copied = checkpoints.copy_companions(src, temporary, width)
     return GrownCheckpoint(dst, *parameters, tuple(file for file, _ in files), copied)
+
+
+def _grown_width(src, big):
+    """The grown model's width; `src`'s sentence-transformers modules with weights that cannot read it refused."""
+    width = big.get_layer(naming.EMBEDDING_TOKEN).output_dim
+    checkpoints.refuse_weighted_modules(src, width, checkpoints.GROWN_REMEDY)
+    return width
 
 
 def _paths(src, dst):
