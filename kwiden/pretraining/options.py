@@ -24,7 +24,8 @@ PRECISIONS = ("auto", "float32", "mixed_bfloat16")
 # and the precision it resolves to is compared apart).
 SAME, FREE = "same", "free"
 # The peak learning rates without --lr: from scratch, and from a pretrained --from model, which a rate made for
-# random weights throws off (SimBERT from all-MiniLM-L6-v2: held-out top-1 0.245 → 0.148 at 1e-3, 0.230 at 5e-5).
+# random weights throws off (SimBERT from all-MiniLM-L6-v2, 150 updates, held-out top-1 by its pooler: 0.050 at
+# 1e-3, 0.252 at 5e-5, the best of 1e-5 to 1e-3: benchmarks/results/simbert_en_lr.md).
 LR_SCRATCH, LR_PRETRAINED = 1e-3, 5e-5
 
 
