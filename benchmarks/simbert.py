@@ -1,24 +1,30 @@
 """SimBERT on real text: retrieval of held-out pairs (issue 39, item 5).
 
-Each held-out text's partner is looked for among all the other held-out
-texts (`kwiden.sts.retrieval`: top-1 and MRR, a tie counted against it),
-for each arm on the same split:
+Each held-out text's partner is looked for among all the other distinct
+held-out texts (`kwiden.sts.retrieval`: top-1 and MRR, a tie counted against
+it), for each arm on the same split:
 
 - Chinese (fortunes-zh: two adjacent lines of one poem are a pair, as
   RoFormer-Sim's same-passage pairs): character TF-IDF; a small BERT
   pretrained here with `kwiden.pretrain(model="bert")` (MLM) on the training
-  poems, mean pooling; that BERT trained further with
+  poems, mean and [CLS] pooling; that BERT trained further with
   `objective="simbert", from_checkpoint=its final/` on the training pairs.
 - English (the Python docs' reST sources: two adjacent sentences of one
   paragraph): character TF-IDF; all-MiniLM-L6-v2 as shipped (mean pooling,
-  as its 1_Pooling says); MiniLM trained further with `objective="simbert"`.
+  as its 1_Pooling says, and [CLS]; and its pooler, which its similarity
+  training never used); MiniLM trained further with `objective="simbert"`.
 
-The split is by poem / by docs file, so no held-out pair's passage is
-trained on; it is fixed (seed 0), and `--seeds` are the training runs'
-seeds. Generated paraphrases are not measured here.
+A SimBERT arm is measured by the vector SimBERT trains (`"pooler"`: the
+pooler Dense on [CLS], no tanh), by [CLS] and by the mean of the tokens. The
+split is by poem / by docs file, so no held-out pair's passage is trained on;
+it is fixed (seed 0), and `--seeds` are the training runs' seeds. Several
+`--en-lr` (or `--zh-lr`) values give one SimBERT arm a rate, on the same
+split. Generated paraphrases are not measured here.
 
     python benchmarks/simbert.py --out benchmarks/results/simbert.md
     python benchmarks/simbert.py --quick            # a check that it runs, ~2 minutes
+    python benchmarks/simbert.py --languages english --seeds 0 \\
+        --en-lr 1e-5 3e-5 5e-5 1e-4 3e-4 1e-3 --out benchmarks/results/simbert_en_lr.md   # the rate check
 """
 
 import argparse
@@ -257,6 +263,12 @@ def character_vocabulary(passages, path):
 
 # ---- the trained arms, through `kwiden.pretrain` as a user calls it ----
 
+# The poolings measured: a masked LM's and a SimBERT's; a shipped MiniLM's pooler is labelled as untrained for
+# similarity (sentence-transformers pools by the mean, and never trains it).
+MLM_POOLINGS = ("mean", "cls")
+SIMBERT_POOLINGS = ("pooler", "cls", "mean")
+SHIPPED_POOLINGS = {"mean": "mean", "cls": "cls", "pooler": "pooler, untrained for similarity"}
+
 ZH_BERT = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=2, intermediate_size=512,
                max_position_embeddings=128)  # fmt: skip
 
@@ -273,15 +285,6 @@ def train_simbert(pairs, start, folder, seed, updates, lr, batch_size):
     return kwiden.pretrain(pairs, folder, objective="simbert", from_checkpoint=start, budget=updates, seq_len=64,
                            batch_size=batch_size, lr=lr, grow="none", seed=seed, eval_every=max(1, updates // 4),
                            verbose=0)  # fmt: skip
-
-
-def with_vocabulary(final, source):
-    """`final` with `source`'s vocab.txt and tokenizer_config.json beside it: a run `--from` a folder whose
-    tokenizer is a tokenizer.json writes only that, and `SentenceEncoder` reads vocab.txt (see the notes)."""
-    for name in ("vocab.txt", "tokenizer_config.json"):
-        if (source / name).is_file() and not (final / name).exists():
-            (final / name).write_bytes((source / name).read_bytes())
-    return final
 
 
 def minilm_folder():
@@ -303,6 +306,20 @@ def record(results, arm, pooling, encoder, pairs, seconds=0.0):
     row["seconds"].append(seconds)
 
 
+def simbert_arm(name, lr, rates):
+    """The arm's name, with its rate where several are measured."""
+    return f"{name}, lr {lr:g}" if len(rates) > 1 else name
+
+
+def record_simbert(results, defaults, arm, final, pairs, seconds, batch_size=32):
+    """Each of `SIMBERT_POOLINGS` of a SimBERT run's folder; the pooling SentenceEncoder takes without `pooling=`
+    added to `defaults`."""
+    for pooling in SIMBERT_POOLINGS:
+        encoder = kwiden.SentenceEncoder(final, pooling=pooling, batch_size=batch_size)
+        record(results, arm, pooling, encoder, pairs, seconds)
+    defaults[arm] = kwiden.SentenceEncoder(final).pooling
+
+
 def record_validation(validation, language, seed, result):
     """A SimBERT run's own validation (its held-out 1% of the training pairs) at its start and its end:
     the in-batch similarity loss and retrieval accuracy from metrics.jsonl, where it writes them."""
@@ -312,8 +329,9 @@ def record_validation(validation, language, seed, result):
         validation.append([language, seed, *(f"{row[key]:.3f}" for key in keys for row in (first, last))])
 
 
-def run_chinese(args, work, validation):
-    """The Chinese arms: `(results, what was trained on)`; the SimBERT runs' validation added to `validation`."""
+def run_chinese(args, work, validation, defaults):
+    """The Chinese arms: `(results, what was trained on)`; the SimBERT runs' validation added to `validation`, their
+    folders' default pooling to `defaults`."""
     train, pairs, evaluated = chinese_data(args)
     poems = work / "poems.txt"
     poems.write_text("\n".join("".join(passage) for passage in train) + "\n", encoding="utf-8")
@@ -325,36 +343,45 @@ def run_chinese(args, work, validation):
     )
     for seed in args.seeds:
         mlm = pretrain_chinese_bert(poems, vocab, work / f"zh_mlm_{seed}", seed, args)
-        for pooling in ("mean", "cls"):
+        for pooling in MLM_POOLINGS:
             encoder = kwiden.SentenceEncoder(mlm.final, pooling=pooling, batch_size=64)
             record(results, "BERT 128×4, MLM only", pooling, encoder, evaluated, mlm.seconds)
-        sim = train_simbert(records, mlm.final, work / f"zh_simbert_{seed}", seed, args.zh_updates, args.zh_lr, 64)
-        record_validation(validation, "Chinese", seed, sim)
-        for pooling in ("cls", "mean"):
-            encoder = kwiden.SentenceEncoder(sim.final, pooling=pooling, batch_size=64)
-            record(results, "BERT 128×4, MLM + SimBERT", pooling, encoder, evaluated, mlm.seconds + sim.seconds)
-    trained = dict(passages=len(train), pairs=len(pairs), evaluated=len(evaluated), vocabulary=vocab_size(vocab))
+        for lr in args.zh_lr:
+            folder = work / f"zh_simbert_{seed}_{lr:g}"
+            sim = train_simbert(records, mlm.final, folder, seed, args.zh_updates, lr, 64)
+            record_validation(validation, simbert_arm("Chinese", lr, args.zh_lr), seed, sim)
+            arm = simbert_arm("BERT 128×4, MLM + SimBERT", lr, args.zh_lr)
+            record_simbert(results, defaults, arm, sim.final, evaluated, mlm.seconds + sim.seconds, 64)
+    trained = dict(passages=len(train), pairs=len(pairs), evaluated=len(evaluated), texts=distinct(evaluated),
+                   vocabulary=vocab_size(vocab))  # fmt: skip
     return results, trained
 
 
-def run_english(args, work, validation):
-    """The English arms: `(results, what was trained on)`; the SimBERT runs' validation added to `validation`."""
+def run_english(args, work, validation, defaults):
+    """The English arms: `(results, what was trained on)`; the SimBERT runs' validation added to `validation`, their
+    folders' default pooling to `defaults`."""
     pairs, evaluated = english_data(args)
     records = write_records(pairs, work / "en_pairs.jsonl")
     minilm = minilm_folder()
     results = {}
     texts = [t for p in pairs for t in p]
     record(results, "TF-IDF, characters 2–4", "—", CharacterTfidf(texts, (2, 3, 4), True), evaluated)
-    record(results, "all-MiniLM-L6-v2 as shipped", "mean", kwiden.SentenceEncoder(minilm), evaluated)
-    record(results, "all-MiniLM-L6-v2 as shipped", "cls", kwiden.SentenceEncoder(minilm, pooling="cls"), evaluated)
+    for pooling, label in SHIPPED_POOLINGS.items():
+        encoder = kwiden.SentenceEncoder(minilm, pooling=pooling)
+        record(results, "all-MiniLM-L6-v2 as shipped", label, encoder, evaluated)
+    defaults["all-MiniLM-L6-v2 as shipped"] = kwiden.SentenceEncoder(minilm).pooling
     for seed in args.seeds:
-        sim = train_simbert(records, minilm, work / f"en_simbert_{seed}", seed, args.en_updates, args.en_lr, 32)
-        record_validation(validation, "English", seed, sim)
-        final = with_vocabulary(sim.final, minilm)
-        for pooling in ("cls", "mean"):
-            encoder = kwiden.SentenceEncoder(final, pooling=pooling)
-            record(results, "all-MiniLM-L6-v2 + SimBERT", pooling, encoder, evaluated, sim.seconds)
-    return results, dict(pairs=len(pairs), evaluated=len(evaluated))
+        for lr in args.en_lr:
+            sim = train_simbert(records, minilm, work / f"en_simbert_{seed}_{lr:g}", seed, args.en_updates, lr, 32)
+            record_validation(validation, simbert_arm("English", lr, args.en_lr), seed, sim)
+            arm = simbert_arm("all-MiniLM-L6-v2 + SimBERT", lr, args.en_lr)
+            record_simbert(results, defaults, arm, sim.final, evaluated, sim.seconds)
+    return results, dict(pairs=len(pairs), evaluated=len(evaluated), texts=distinct(evaluated))
+
+
+def distinct(pairs):
+    """The distinct texts of the pairs: `kwiden.sts.retrieval`'s candidates."""
+    return len({text for pair in pairs for text in pair})
 
 
 def vocab_size(path):
@@ -399,38 +426,46 @@ def against_tfidf(language, results):
     return lines
 
 
-def settings_text(args, chinese, english):
-    lines = [f"Held-out pairs: Chinese {chinese['evaluated']}, English {english['evaluated']} (each text's partner "
-             "ranked among all the other held-out texts: 2 × pairs − 1 candidates); split by poem / by docs file, "
-             f"{HELD_OUT_SHARE:.0%} of them held out, seed {SPLIT_SEED}.",
-             f"Chinese: {chinese['passages']:,} training poems for the masked LM (a character vocab.txt of "
-             f"{chinese['vocabulary']:,} tokens), {chinese['pairs']:,} training pairs; BERT "
-             f"{ZH_BERT['hidden_size']}×{ZH_BERT['num_hidden_layers']}, MLM {args.mlm_updates} updates of 32 × 64 "
-             f"tokens (lr 1e-3), then SimBERT {args.zh_updates} updates of 64 rows (32 pairs both ways), seq 64, "
-             f"lr {args.zh_lr:g}.",
-             f"English: {english['pairs']:,} training pairs; all-MiniLM-L6-v2 (22.7M parameters) trained as SimBERT "
-             f"for {args.en_updates} updates of 32 rows (16 pairs both ways), seq 64, lr {args.en_lr:g}.",
-             "All runs: `kwiden.pretrain(..., grow=\"none\")`, wsd schedule, warmup 5%; seeds "
-             f"{' '.join(str(s) for s in args.seeds)} (the training seed; the split and the held-out pairs do not "
-             "change with it). TF-IDF's idf comes from the training pairs' texts."]  # fmt: skip
+def rates(values):
+    return " ".join(f"{value:g}" for value in values)
+
+
+def settings_text(args, trained):
+    chinese, english = trained.get("Chinese"), trained.get("English")
+    held = ", ".join(f"{language} {done['evaluated']} ({done['texts']} distinct texts)" for language, done in
+                     trained.items())  # fmt: skip
+    lines = [f"Held-out pairs: {held}; each text's partner ranked among all the other distinct held-out texts; split "
+             f"by poem / by docs file, {HELD_OUT_SHARE:.0%} of them held out, seed {SPLIT_SEED}."]  # fmt: skip
+    if chinese:
+        lines.append(f"Chinese: {chinese['passages']:,} training poems for the masked LM (a character vocab.txt of "
+                     f"{chinese['vocabulary']:,} tokens), {chinese['pairs']:,} training pairs; BERT "
+                     f"{ZH_BERT['hidden_size']}×{ZH_BERT['num_hidden_layers']}, MLM {args.mlm_updates} updates of "
+                     f"32 × 64 tokens (lr 1e-3), then SimBERT {args.zh_updates} updates of 64 rows (32 pairs both "
+                     f"ways), seq 64, lr {rates(args.zh_lr)}.")  # fmt: skip
+    if english:
+        lines.append(f"English: {english['pairs']:,} training pairs; all-MiniLM-L6-v2 (22.7M parameters) trained as "
+                     f"SimBERT for {args.en_updates} updates of 32 rows (16 pairs both ways), seq 64, lr "
+                     f"{rates(args.en_lr)}.")  # fmt: skip
+    lines.append("All runs: `kwiden.pretrain(..., grow=\"none\")`, wsd schedule, warmup 5%; seeds "
+                 f"{' '.join(str(s) for s in args.seeds)} (the training seed; the split and the held-out pairs do "
+                 "not change with it). TF-IDF's idf comes from the training pairs' texts.")  # fmt: skip
     return "\n".join(f"- {line}" for line in lines)
 
 
 NOTES = """Notes on the method:
 
+- "pooler" is the vector SimBERT trains: BERT's pooler Dense on [CLS] without its tanh (`with_pool="linear"`).
+  all-MiniLM-L6-v2's folder holds a pooler too, which sentence-transformers' training (mean pooling) never used:
+  its row is labelled "untrained for similarity".
 - The Chinese BERT's vocabulary is a vocab.txt of every character of the training poems, given as `tokenizer=`.
-  `build_vocab=` would keep only the 1,000 most frequent characters (the `tokenizers` WordPiece trainer's
-  default alphabet limit): 18% of the held-out poems' characters would be [UNK].
-- MiniLM's SimBERT run writes `final/` with the tokenizer.json only; `SentenceEncoder` reads a vocab.txt, so the
-  script copies MiniLM's vocab.txt and tokenizer_config.json beside it.
 - MiniLM's MLM head is not in the shipped folder: `kwiden.pretrain` starts it fresh (it says so in log.txt).
-- Generated paraphrases are not measured here."""
+- Generated paraphrases: `benchmarks/simbert_paraphrases.py`, `benchmarks/results/simbert_paraphrases.md`."""
 
 
-def report(args, results, validation, seconds):
-    (chinese, zh_trained), (english, en_trained) = results
+def report(args, results, validation, defaults, seconds):
     header = ["language", "arm", "pooling", "seeds", "top-1", "MRR", "top-1 by seed", "training s"]
-    rows = table_rows("Chinese", chinese) + table_rows("English", english)
+    rows = [row for language, (scores, _) in results.items() for row in table_rows(language, scores)]
+    verdicts = [line for language, (scores, _) in results.items() for line in against_tfidf(language, scores)]
     # The command as typed, with the folder it was typed in (paths such as --out are relative to it).
     folder = pathlib.Path.cwd().resolve()
     where = "" if folder == common.CHECKOUT else f"(in {folder.relative_to(common.CHECKOUT)}/) "
@@ -439,10 +474,12 @@ def report(args, results, validation, seconds):
         "# SimBERT: retrieval of held-out pairs (issue 39, item 5)", "",
         f"{command}: {seconds / 60:.1f} minutes in all, on a CPU shared with other work.", "",
         "```", environment(keras, np), "```", "",
-        settings_text(args, zh_trained, en_trained), "",
+        settings_text(args, {language: trained for language, (_, trained) in results.items()}), "",
         "```", table(rows, header), "```", "",
         "Against TF-IDF (a model \"beats\" it where every seed's top-1 is above it):", "",
-        *against_tfidf("Chinese", chinese), *against_tfidf("English", english), "",
+        *verdicts, "",
+        "`kwiden.SentenceEncoder(folder)` without `pooling=` pools by: "
+        + "; ".join(f"{arm}: {pooling}" for arm, pooling in defaults.items()) + ".", "",
         "The SimBERT runs' own validation (their held-out 1% of the training pairs, in batches as they train):", "",
         "```", table(validation, ["language", "seed", "similarity loss, start", "end", "in-batch top-1, start",
                                   "end"]), "```", "",
@@ -450,19 +487,24 @@ def report(args, results, validation, seconds):
     ])  # fmt: skip
 
 
+RUNS = {"chinese": ("Chinese", run_chinese), "english": ("English", run_english)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tiny run, to check that the script works")
     parser.add_argument("--seeds", type=int, nargs="+", help="training seeds (default 0 1 2; --quick: 0)")
+    parser.add_argument("--languages", nargs="+", choices=list(RUNS), default=list(RUNS), help="default: both")
     parser.add_argument("--out", type=pathlib.Path, help="also write the report here")
     parser.add_argument("--eval-pairs", type=int, help="held-out pairs at most, a language (default 500)")
     parser.add_argument("--train-pairs", type=int, help="training pairs at most, a language (default 4000)")
     parser.add_argument("--mlm-updates", type=int, help="the Chinese BERT's masked-LM updates (default 1000)")
     parser.add_argument("--zh-updates", type=int, help="SimBERT updates of the Chinese BERT (default 200)")
     parser.add_argument("--en-updates", type=int, help="SimBERT updates of MiniLM (default 150)")
-    parser.add_argument("--zh-lr", type=float, default=5e-4, help="the Chinese SimBERT's peak rate")
-    # 5e-5 for 150 updates did better than 1e-5 (100 updates) and 1e-4 (100) in a probe on seed 0.
-    parser.add_argument("--en-lr", type=float, default=5e-5, help="MiniLM's SimBERT peak rate (a fine-tuning rate)")
+    parser.add_argument("--zh-lr", type=float, nargs="+", default=[5e-4], help="the Chinese SimBERT's peak rate(s)")
+    # 5e-5, kwiden pretrain's default --from rate: see the rate check in docs/similarity.md.
+    parser.add_argument("--en-lr", type=float, nargs="+", default=[5e-5],
+                        help="MiniLM's SimBERT peak rate(s) (a fine-tuning rate)")  # fmt: skip
     args = parser.parse_args()
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:
@@ -470,9 +512,9 @@ def main():
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         work = pathlib.Path(folder)
-        validation = []
-        results = run_chinese(args, work, validation), run_english(args, work, validation)
-    text = report(args, results, validation, time.perf_counter() - start)
+        validation, defaults = [], {}
+        results = {RUNS[name][0]: RUNS[name][1](args, work, validation, defaults) for name in args.languages}
+    text = report(args, results, validation, defaults, time.perf_counter() - start)
     print(text)
     if args.out:
         args.out.write_text(text)
