@@ -1,7 +1,6 @@
 """Growth during training: `GrowthSchedule` says when and how to grow,
 `fit_growing` trains, grows at those updates and trains on."""
 
-import numbers
 import weakref
 
 import keras
@@ -13,6 +12,7 @@ from kwiden.compute import flops_per_token
 from kwiden.growth.options import GROW, names
 from kwiden.keras_internals import compile_arguments, inner_optimizer
 from kwiden.models import get_family
+from kwiden.models.config import is_count
 from kwiden.optimizers import AccumulatingOptimizer
 from kwiden.stretch import fit_stretch
 
@@ -109,7 +109,7 @@ class GrowthSchedule:
 def _update(value):
     if isinstance(value, str) and value.isdigit():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    if not is_count(value, 1):
         raise ValueError(f"GrowthSchedule updates must be integers >= 1, got {value!r}.")
     return int(value)
 
@@ -269,7 +269,7 @@ def _iterations(model):
 
 
 def _steps(value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+    if not is_count(value, 0):
         raise ValueError(f"`steps` must be an integer >= 0 (parameter updates), got steps={value!r}.")
     return int(value)
 
