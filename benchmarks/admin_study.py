@@ -3,7 +3,7 @@
 A GPT-style decoder (`kwiden.build_transformer_model(model="gpt", residual=...)`)
 on the Python tutorial that ships with kwiden (or any text, `--text`), Xavier-
 scale weights (std 1/√hidden), no dropout. Admin's ω are profiled on one batch
-(`kwiden.admin.initialize`).
+(`kwiden.training.admin.initialize`).
 
 1. Output change: E‖F(x, w) − F(x, w + δ)‖² at initialisation, F the final
    normalised hidden states, δ Gaussian with 1% of each kernel's std, mean over
@@ -30,8 +30,9 @@ import numpy as np
 from common import environment, table
 
 import kwiden
-from kwiden import corpus, optimizers
+from kwiden import optimizers
 from kwiden.files import replaced_atomically
+from kwiden.text import corpus
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 RESIDUALS = ("post_ln", "pre_ln", "admin")
@@ -45,7 +46,7 @@ def build(residual, depth, args, profile_batch):
     )
     model = kwiden.build_transformer_model(config, model="gpt", residual=residual)
     if residual == "admin":
-        kwiden.admin.initialize(model, profile_batch)
+        kwiden.training.admin.initialize(model, profile_batch)
     return model
 
 

@@ -30,8 +30,8 @@ import numpy as np
 from common import environment, table
 
 import kwiden
-from kwiden.decoding import compiled
 from kwiden.generation import Search, generate_ids
+from kwiden.generation.cache import compiled
 from kwiden.testing import randomize_weights
 
 VOCABULARY = 258

@@ -42,8 +42,8 @@ def make_checkpoint(folder, sizes):
 
     import kwiden
     from kwiden import checkpoints
-    from kwiden.layout import Layout, checkpoint_shape
     from kwiden.models import llama
+    from kwiden.models.layout import Layout, checkpoint_shape
 
     config = {"model_type": "llama", "rms_norm_eps": 1e-5, "tie_word_embeddings": False, **sizes}
     with keras.StatelessScope(initialize_variables=False):  # shapes only

@@ -12,7 +12,7 @@ of English, for targets the 256 kB tutorial would repeat too often); or text
 files and folders.
 
 Compute is what `kwiden.pretrain` counts: training FLOPs, Kaplan et al.'s
-estimate (`kwiden.compute.flops_per_token`), 6·N + 6·L·T·d per token, with the
+estimate (`kwiden.training.compute.flops_per_token`), 6·N + 6·L·T·d per token, with the
 small models charged at their own cost. Every run gets `--budget` updates of
 the target from scratch: a grown run makes more, cheaper updates until it has
 spent as much. The benchmark checks that every run of a table spent the

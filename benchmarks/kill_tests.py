@@ -24,7 +24,8 @@ PRELUDE = f"""
 import sys; sys.path.insert(0, {str(CHECKOUT)!r})
 import json, os, pathlib, signal
 import numpy as np, keras, kwiden
-from kwiden import backups, training
+from kwiden.training import backups
+from kwiden.training import fit as training
 from kwiden.testing import padded_batch, randomize_weights, tiny_config
 
 def kill():
@@ -188,8 +189,9 @@ def save_checkpoint_killed(root, where):
 
 
 PRETRAIN = """
-from kwiden import corpus
-from kwiden.pretraining import outputs, tokens
+from kwiden.text import corpus
+from kwiden.pretraining import outputs
+from kwiden.text import tokens
 pathlib.Path("corpus.txt").write_text(corpus.load_text()[:40000], encoding="utf-8")
 CONFIG = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
               max_position_embeddings=32, layer_norm_eps=1e-3)

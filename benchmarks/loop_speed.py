@@ -29,8 +29,8 @@ import numpy as np
 from common import environment, table
 
 import kwiden
-from kwiden import corpus
-from kwiden.compute import flops_per_token
+from kwiden.text import corpus
+from kwiden.training.compute import flops_per_token
 
 SEQ_LEN, BATCH_SIZE, STEPS_PER_EXECUTION = 128, 16, 32
 TOKENS_PER_UPDATE = SEQ_LEN * BATCH_SIZE

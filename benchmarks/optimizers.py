@@ -31,7 +31,8 @@ import numpy as np
 from common import environment, table
 
 import kwiden
-from kwiden import corpus, optimizers
+from kwiden import optimizers
+from kwiden.text import corpus
 
 
 def print_table(title, header, rows):

@@ -1,7 +1,7 @@
 """SimBERT on real text: retrieval of held-out pairs (issue 39, item 5).
 
 Each held-out text's partner is looked for among all the other distinct
-held-out texts (`kwiden.sts.retrieval`: top-1 and MRR, a tie counted against
+held-out texts (`kwiden.similarity.sts.retrieval`: top-1 and MRR, a tie counted against
 it), for each arm on the same split:
 
 - Chinese (fortunes-zh: two adjacent lines of one poem are a pair, as
@@ -41,7 +41,7 @@ import numpy as np
 from common import environment, table
 
 import kwiden
-from kwiden.sts import retrieval
+from kwiden.similarity.sts import retrieval
 
 FORTUNES = pathlib.Path("/usr/share/games/fortunes")
 PYTHON_DOCS = pathlib.Path("/usr/share/doc/python3.11/html/_sources")
@@ -199,7 +199,7 @@ def write_records(pairs, path):
 
 class CharacterTfidf:
     """Character n-gram TF-IDF rows (sublinear tf, smoothed idf from the training texts, L2-normalised), with
-    `encode` as `kwiden.SentenceEncoder`'s, so that `kwiden.sts.retrieval` measures it as it measures a model."""
+    `encode` as `kwiden.SentenceEncoder`'s, so that `kwiden.similarity.sts.retrieval` measures it as it measures a model."""
 
     def __init__(self, training_texts, sizes, lowercase):
         self.sizes, self.lowercase = sizes, lowercase
@@ -300,7 +300,7 @@ def minilm_folder():
 
 
 def record(results, arm, pooling, encoder, pairs, seconds=0.0):
-    """`kwiden.sts.retrieval`'s `(top-1, MRR)` of `encoder` on the held-out pairs, added to the arm's row."""
+    """`kwiden.similarity.sts.retrieval`'s `(top-1, MRR)` of `encoder` on the held-out pairs, added to the arm's row."""
     row = results.setdefault((arm, pooling), {"scores": [], "seconds": []})
     row["scores"].append(retrieval(encoder, pairs))
     row["seconds"].append(seconds)
@@ -380,7 +380,7 @@ def run_english(args, work, validation, defaults):
 
 
 def distinct(pairs):
-    """The distinct texts of the pairs: `kwiden.sts.retrieval`'s candidates."""
+    """The distinct texts of the pairs: `kwiden.similarity.sts.retrieval`'s candidates."""
     return len({text for pair in pairs for text in pair})
 
 

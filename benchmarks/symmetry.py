@@ -20,7 +20,8 @@ import numpy as np
 from common import CHECKOUT  # noqa: F401  (puts this checkout's kwiden first)
 
 import kwiden
-from kwiden import corpus, optimizers
+from kwiden import optimizers
+from kwiden.text import corpus
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 WATCHED = "Transformer-1-FeedForward/inner_kernel"

@@ -13,7 +13,8 @@ import keras
 import numpy as np
 
 import kwiden
-from kwiden import corpus, optimizers
+from kwiden import optimizers
+from kwiden.text import corpus
 
 
 def dataset(ids, count, rng, length=64):

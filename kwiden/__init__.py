@@ -9,20 +9,21 @@ if _pathlib.Path(_sys.argv[0]).name == "kwiden":
 
     start_quietly()
 
-from kwiden import admin, layers, losses, metrics, models, optimizers, testing
-from kwiden.builder import build_transformer_model
+from kwiden import layers, losses, metrics, models, optimizers, testing
 from kwiden.checkpoints import save_checkpoint
-from kwiden.distribution import layout_map
-from kwiden.expansion import IN, OUT, Growth, GrowthError, Space
 from kwiden.generation import generate
-from kwiden.generation.similar import similar
-from kwiden.growth import GrowthResult, grow, growth_scales
+from kwiden.growth.expansion import IN, OUT, Growth, GrowthError, Space
+from kwiden.growth.pipeline import GrowthResult, grow, growth_scales
 from kwiden.growth.streaming import GrownCheckpoint, grow_checkpoint
+from kwiden.growth.verify import VerifyReport, verify
+from kwiden.models.builder import build_transformer_model
 from kwiden.pretraining import PretrainResult, pretrain
-from kwiden.sentence import SentenceEncoder
-from kwiden.tokenizer import Tokenizer
-from kwiden.training import GrowthSchedule, fit_growing
-from kwiden.verify import VerifyReport, verify
+from kwiden.similarity.sentence import SentenceEncoder
+from kwiden.similarity.similar import similar
+from kwiden.text.tokenizer import Tokenizer
+from kwiden.training import admin
+from kwiden.training.distribution import layout_map
+from kwiden.training.fit import GrowthSchedule, fit_growing
 
 __version__ = "0.1.0"
 

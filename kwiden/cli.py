@@ -24,7 +24,7 @@ def _grow(args):
     import keras
 
     import kwiden
-    from kwiden.verify import sample_inputs
+    from kwiden.growth.verify import sample_inputs
 
     src, dst = _source_path(args.src), _destination_path(args.dst, args.src)
     small = keras.saving.load_model(src)
@@ -130,7 +130,7 @@ def _demo(args):
 
 def _eval_sts(args):
     import kwiden
-    from kwiden import sts
+    from kwiden.similarity import sts
 
     pairs = sts.read_pairs(args.file)  # before the model loads: a bad file is named at once
     encoder = kwiden.SentenceEncoder(args.checkpoint, pooling=args.pooling, batch_size=args.batch_size)
@@ -145,8 +145,8 @@ def _eval_sts(args):
 
 
 def _generate(args):
-    from kwiden import naming
     from kwiden.generation import generate, load_generator
+    from kwiden.models import naming
 
     model, tokenizer = load_generator(args.checkpoint)
     with _flag_warnings(args):

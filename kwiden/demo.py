@@ -10,8 +10,8 @@ import pathlib
 import tempfile
 from importlib import resources
 
-from kwiden import corpus
 from kwiden.pretraining import pretrain
+from kwiden.text import corpus
 
 TEXT = "python_tutorial.txt.gz"
 SEQ_LEN, BATCH_SIZE, LEARNING_RATE = 64, 16, 2e-3

@@ -18,9 +18,9 @@ import keras
 import numpy as np
 from keras import tree
 
-from kwiden.expansion import UNCHANGED, Growth, Space
+from kwiden.growth.expansion import UNCHANGED, Growth, Space
+from kwiden.growth.verify import verify
 from kwiden.layers.expandable import Expandable, axes_in_order
-from kwiden.verify import verify
 
 # Growth is exact when it is within float32 rounding.
 RTOL = 1e-5

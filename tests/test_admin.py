@@ -1,4 +1,4 @@
-"""Admin residuals: the layer, builders, `kwiden.admin.initialize` and `fold` (docs/admin.md)."""
+"""Admin residuals: the layer, builders, `kwiden.training.admin.initialize` and `fold` (docs/admin.md)."""
 
 import math
 
@@ -102,7 +102,7 @@ def test_profiled_omega_equals_numpy_from_the_branch_outputs():
             source = admin.get_layer(layer.name)
             layer.set_weights([w for w, v in zip(source.get_weights(), source.weights) if v.name != "omega"])
     batch = padded_batch()
-    omegas = kwiden.admin.initialize(admin, batch)
+    omegas = kwiden.training.admin.initialize(admin, batch)
     variances = branch_variances(plain, batch, blocks=3)
     expected = np.sqrt(np.cumsum(variances[:-1]))
     np.testing.assert_allclose(list(omegas.values()), expected, rtol=1e-5)
@@ -114,14 +114,14 @@ def test_profiled_omega_grows_with_depth():
     # Weights of unit scale (std ≈ 1/√hidden), so that branches matter as much as the stream.
     config = tiny_config(num_hidden_layers=6, initializer_range=0.25)
     model = kwiden.build_transformer_model(config, residual="admin")
-    omegas = list(kwiden.admin.initialize(model, padded_batch()).values())
+    omegas = list(kwiden.training.admin.initialize(model, padded_batch()).values())
     assert all(a < b for a, b in zip(omegas, omegas[1:]))
     assert omegas[-1] > 2 * omegas[0]
 
 
 def test_closed_form_omega():
     model = admin_model(num_hidden_layers=3)
-    omegas = kwiden.admin.initialize(model, method="closed_form")
+    omegas = kwiden.training.admin.initialize(model, method="closed_form")
     np.testing.assert_allclose(list(omegas.values()), [math.sqrt(7 / math.log(7) - 1)] * 6)
     np.testing.assert_allclose(
         model.get_layer("Transformer-0-FeedForward-Norm").omega.numpy(), omegas["Transformer-0-FeedForward-Norm"]
@@ -131,14 +131,14 @@ def test_closed_form_omega():
 def test_initialize_errors():
     plain = kwiden.build_transformer_model(tiny_config())
     with pytest.raises(ValueError, match=r"Model 'bert' has no AdminResidual layers; build it with .*residual='admin'"):
-        kwiden.admin.initialize(plain, padded_batch())
+        kwiden.training.admin.initialize(plain, padded_batch())
     model = admin_model()
     with pytest.raises(ValueError, match=r"`batch` is empty"):
-        kwiden.admin.initialize(model, [np.zeros((0, 4), "int32"), np.zeros((0, 4), "int32")])
+        kwiden.training.admin.initialize(model, [np.zeros((0, 4), "int32"), np.zeros((0, 4), "int32")])
     with pytest.raises(ValueError, match=r"`batch` is empty"):
-        kwiden.admin.initialize(model)
+        kwiden.training.admin.initialize(model)
     with pytest.raises(ValueError, match=r"`method` must be one of \('profile', 'closed_form'\)"):
-        kwiden.admin.initialize(model, padded_batch(), method="fixup")
+        kwiden.training.admin.initialize(model, padded_batch(), method="fixup")
 
 
 @pytest.mark.backends
@@ -147,7 +147,7 @@ def test_fold_is_exact_with_per_channel_omega(model):
     admin = admin_model(model, with_mlm=True) if model == "bert" else admin_model(model)
     inputs = padded_batch(segments=model == "bert")
     before = [w.copy() for w in admin.get_weights()]
-    plain = kwiden.admin.fold(admin)
+    plain = kwiden.training.admin.fold(admin)
     assert not any(isinstance(layer, AdminResidual) for layer in plain.layers)
     assert isinstance(plain.get_layer("Transformer-0-FeedForward-Add"), keras.layers.Add)
     for a, b in zip(numpy_outputs(admin, inputs), numpy_outputs(plain, inputs)):
@@ -168,7 +168,7 @@ def branch_model(omega):
 
 def test_fold_with_uniform_omega_rescales_the_branch():
     model = branch_model(np.full(8, 2.5, "float32"))
-    plain = kwiden.admin.fold(model)
+    plain = kwiden.training.admin.fold(model)
     norm = plain.get_layer("Block-FeedForward-Norm")
     assert isinstance(norm, ExpandableLayerNormalization) and norm.epsilon == pytest.approx(EPS / 2.5**2)
     x = np.random.default_rng(2).normal(size=(2, 5, 8)).astype("float32")
@@ -182,10 +182,10 @@ def test_fold_refuses_per_channel_omega_it_cannot_fold_and_reports_the_approxima
         ValueError,
         match=r"AdminResidual 'Block-FeedForward-Norm': ω differs from channel to channel.*allow_approximate=True",
     ):
-        kwiden.admin.fold(model)
+        kwiden.training.admin.fold(model)
     x = np.random.default_rng(2).normal(size=(2, 5, 8)).astype("float32")
     with pytest.warns(UserWarning, match=r"folded approximately") as caught:
-        plain = kwiden.admin.fold(model, allow_approximate=True, check=x)
+        plain = kwiden.training.admin.fold(model, allow_approximate=True, check=x)
     assert {w.filename for w in caught if "folded" in str(w.message)} == {__file__}
     report = plain.fold_report
     assert not report.ok and 1e-3 < report.outputs[0].max_relative_error < 2.0, str(report)
@@ -203,7 +203,7 @@ def test_admin_depth_growth_is_approximate_and_says_so():
 
 def test_fold_with_negative_uniform_omega_flips_gamma():
     model = branch_model(np.full(8, -1.5, "float32"))
-    plain = kwiden.admin.fold(model)
+    plain = kwiden.training.admin.fold(model)
     x = np.random.default_rng(2).normal(size=(2, 5, 8)).astype("float32")
     a, b = numpy_outputs(model, x)[0], numpy_outputs(plain, x)[0]
     assert np.max(np.abs(a - b)) <= RTOL * np.max(np.abs(a))
@@ -213,9 +213,9 @@ def test_fold_names_zero_omega_and_refuses_a_zero_mean():
     omega = np.ones(8, "float32")
     omega[[2, 5]] = 0.0
     with pytest.raises(ValueError, match=r"ω is 0 in channels \[2, 5\], where the layer ignores its stream"):
-        kwiden.admin.fold(branch_model(omega))
+        kwiden.training.admin.fold(branch_model(omega))
     with pytest.raises(ValueError, match=r"ω averages 0"):
-        kwiden.admin.fold(branch_model(np.array([1, -1] * 4, "float32")), allow_approximate=True)
+        kwiden.training.admin.fold(branch_model(np.array([1, -1] * 4, "float32")), allow_approximate=True)
 
 
 def test_fold_refuses_to_rescale_outputs_read_elsewhere():
@@ -225,7 +225,7 @@ def test_fold_refuses_to_rescale_outputs_read_elsewhere():
     model = randomize_weights(keras.Model(x, [out, y]))
     model.get_layer("Block-FeedForward-Norm").omega.assign(np.full(8, 2.5, "float32"))
     with pytest.raises(ValueError, match=r"the output of 'Block-FeedForward' is also read elsewhere"):
-        kwiden.admin.fold(model)
+        kwiden.training.admin.fold(model)
 
 
 def test_fold_does_not_divide_kernels_of_layers_called_twice():
@@ -237,7 +237,7 @@ def test_fold_does_not_divide_kernels_of_layers_called_twice():
     out = AdminResidual(epsilon=EPS, name="Block-FeedForward-Norm")([h, shared(h)])
     model = randomize_weights(keras.Model(x, [out, shared(x)]))
     with pytest.raises(ValueError, match=r"ω differs from channel to channel"):
-        kwiden.admin.fold(model)
+        kwiden.training.admin.fold(model)
 
 
 def test_builders_called_directly_keep_their_defaults():

@@ -16,36 +16,62 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "kwiden"
 LAYERS = [
     (
         "kwiden.messages",
-        "kwiden.expansion",
-        "kwiden.naming",
         "kwiden.keras_internals",
         "kwiden.files",
-        "kwiden.corpus",
-        "kwiden.tokenizer",
-        "kwiden.compute",
-        "kwiden.distribution",
-        "kwiden.layout",
-        "kwiden.messages",
-        "kwiden.family_model",
-        "kwiden.quiet",
-        "kwiden.backups",
         "kwiden.memory",
-        "kwiden.stretch",
-        "kwiden.targets",
+        "kwiden.quiet",
+        "kwiden.growth",
+        "kwiden.growth.expansion",
+        "kwiden.models.naming",
+        "kwiden.models.layout",
+        "kwiden.models.family_model",
+        "kwiden.text",
+        "kwiden.training",
+        "kwiden.training.compute",
+        "kwiden.training.distribution",
+        "kwiden.training.backups",
+        "kwiden.training.stretch",
+        "kwiden.ner",
+        "kwiden.ner.targets",
+        "kwiden.similarity",
     ),
-    ("kwiden.layers", "kwiden.optimizers", "kwiden.losses", "kwiden.metrics"),
-    ("kwiden.graph",),
-    ("kwiden.walk", "kwiden.depth", "kwiden.decoding"),
-    ("kwiden.verify", "kwiden.models.config", "kwiden.models.family"),
+    (
+        "kwiden.layers",
+        "kwiden.optimizers",
+        "kwiden.ner.losses",
+        "kwiden.ner.metrics",
+        "kwiden.similarity.losses",
+        "kwiden.similarity.retrieval",
+    ),
+    ("kwiden.growth.graph",),
+    ("kwiden.growth.walk", "kwiden.growth.depth", "kwiden.generation.cache"),
+    ("kwiden.growth.verify", "kwiden.models.config", "kwiden.models.family"),
     ("kwiden.models",),
     ("kwiden.checkpoints",),
-    ("kwiden.builder",),
-    ("kwiden.hub",),
-    ("kwiden.growth",),
-    ("kwiden.admin", "kwiden.testing", "kwiden.training", "kwiden.recipe", "kwiden.sentence", "kwiden.sts"),
+    ("kwiden.models.builder",),
+    ("kwiden.growth.hub",),
+    (
+        "kwiden.growth.check",
+        "kwiden.growth.optimizer",
+        "kwiden.growth.options",
+        "kwiden.growth.pipeline",
+        "kwiden.growth.plan",
+        "kwiden.growth.rebuild",
+        "kwiden.growth.streaming",
+        "kwiden.growth.transfer",
+    ),
+    (
+        "kwiden.training.admin",
+        "kwiden.training.fit",
+        "kwiden.training.recipe",
+        "kwiden.testing",
+        "kwiden.similarity.sentence",
+        "kwiden.similarity.sts",
+    ),
     ("kwiden.pretraining",),
     ("kwiden.generation",),
-    ("kwiden",),
+    ("kwiden.similarity.similar",),
+    ("kwiden", "kwiden.losses", "kwiden.metrics"),
     ("kwiden.cli", "kwiden.demo"),
 ]
 
@@ -275,12 +301,12 @@ def test_no_function_is_longer_than_a_thought():
 
 
 def test_layer_names_are_spelled_only_in_naming():
-    """Block and layer names ("Transformer-0-FeedForward", "Embedding-Token", …) come from `kwiden.naming`: a
+    """Block and layer names ("Transformer-0-FeedForward", "Embedding-Token", …) come from `kwiden.models.naming`: a
     second spelling would part from it silently. Docstrings may show them."""
     prefixes = ("Transformer-", "Embedding-", "MLM-", "Output-", "Input-", "Pooler")
     spelled = []
     for name, path in modules():
-        if name == "kwiden.naming":
+        if name == "kwiden.models.naming":
             continue
         tree = ast.parse(path.read_text())
         documented = {
@@ -295,7 +321,7 @@ def test_layer_names_are_spelled_only_in_naming():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in documented:
                 if any(prefix in node.value for prefix in prefixes):
                     spelled.append(f"{path}:{node.lineno} {node.value[:50]!r}")
-    assert not spelled, "use kwiden.naming's names:\n" + "\n".join(spelled)
+    assert not spelled, "use kwiden.models.naming's names:\n" + "\n".join(spelled)
 
 
 def test_pretrain_options_are_declared_once():
@@ -331,8 +357,9 @@ def test_growth_options_are_declared_once():
     import re
 
     import kwiden
-    from kwiden import cli, training
+    from kwiden import cli
     from kwiden.growth import options
+    from kwiden.training import fit as training
 
     def declared(entry):
         return [(option.name, option.default_for(entry)) for option in options.taken_by(entry)]
@@ -402,3 +429,72 @@ def test_the_paths_the_docs_name_are_there():
             elif test and not re.search(rf"^def {test}\b", (root / path).read_text(), re.MULTILINE):
                 missing.append(f"{doc.name}: {path}::{test}")
     assert not missing, missing
+
+
+def test_every_module_is_listed_in_its_folder_in_architecture_md():
+    """docs/architecture.md's table names each module in the row of its folder."""
+    table = {}
+    folder = None
+    for line in (PACKAGE.parent / "docs" / "architecture.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.split("|")[1:-1]]
+        if len(cells) != 3 or cells[0] in ("folder", "---"):
+            continue
+        folder = cells[0].strip("`") or folder
+        table.setdefault(folder, set()).update(re.findall(r"`(\w+)`", cells[1]))
+    unlisted = []
+    for _, path in modules():
+        if path.stem == "__init__":
+            continue  # a folder's own docstring says what it holds
+        folder_path = path.parent.relative_to(PACKAGE.parent).as_posix()
+        folder_name = "kwiden/" if folder_path == "kwiden" else folder_path.removeprefix("kwiden/") + "/"
+        listed = table.get(folder_name, set())
+        if path.stem not in listed:
+            unlisted.append(f"{folder_name}{path.stem}")
+    assert not unlisted, f"docs/architecture.md's table does not list: {unlisted}"
+
+
+def test_every_folder_of_the_package_is_in_the_docs_index():
+    index = (PACKAGE.parent / "docs" / "README.md").read_text()
+    folders = sorted({p.parent.relative_to(PACKAGE.parent).as_posix() for _, p in modules()} - {"kwiden"})
+    top = sorted({"/".join(f.split("/")[:2]) for f in folders})
+    assert [f for f in top if f"`{f}/`" not in index] == []
+
+
+def node(name):
+    return name.replace(".", "_")
+
+
+def drawing():
+    """docs/imports.md: every module a box in its folder's box, every import an arrow (mermaid)."""
+    folders = {}
+    for name, path in modules():
+        folders.setdefault(path.parent.relative_to(PACKAGE.parent).as_posix(), []).append(name)
+    lines = ["flowchart LR"]
+    for folder, names in sorted(folders.items()):
+        lines.append(f'  subgraph folder_{node(folder.replace("/", "."))}["{folder}/"]')
+        lines.extend(
+            f'    {node(name)}["{name.rsplit(".", 1)[-1] if name != folder.replace("/", ".") else "__init__"}"]'
+            for name in names
+        )
+        lines.append("  end")
+    arrows = sorted(
+        {(m, t) for m, deps in GRAPH.items() for t, _, _ in deps if t != m and t in GRAPH and not m.startswith(t + ".")}
+    )
+    lines.extend(f"  {node(m)} --> {node(t)}" for m, t in arrows)
+    return (
+        "# kwiden's imports\n\n"
+        "Every module of the package is a box inside its folder's box; an arrow goes from a module to each\n"
+        f"kwiden module it imports ({len(GRAPH)} modules, {len(arrows)} imports). Generated by\n"
+        "`python tests/test_architecture.py`; `test_the_drawing_of_the_imports_is_current` fails when it is\n"
+        "stale. [architecture.md](architecture.md) says what each module knows.\n\n"
+        "```mermaid\n" + "\n".join(lines) + "\n```\n"
+    )
+
+
+def test_the_drawing_of_the_imports_is_current():
+    drawn = (PACKAGE.parent / "docs" / "imports.md").read_text()
+    assert drawn == drawing(), "docs/imports.md is stale: run `python tests/test_architecture.py`."
+
+
+if __name__ == "__main__":
+    (PACKAGE.parent / "docs" / "imports.md").write_text(drawing())

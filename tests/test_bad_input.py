@@ -111,7 +111,7 @@ def test_fold_refuses_non_finite_omega():
     model = kwiden.build_transformer_model(tiny_config(), model="gpt", residual="admin")
     model.get_layer("Transformer-0-FeedForward-Norm").omega.assign(np.full(16, np.nan, "float32"))
     with pytest.raises(ValueError, match=r"'Transformer-0-FeedForward-Norm': ω is not finite in channels \[0, 1"):
-        kwiden.admin.fold(model)
+        kwiden.training.admin.fold(model)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from test_tokenizer import VOCAB
 
 import kwiden
-from kwiden.tokenizer import read_vocabulary
+from kwiden.text.tokenizer import read_vocabulary
 
 
 def written(tmp_path, text):

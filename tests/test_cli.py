@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import kwiden
-from kwiden import corpus
 from kwiden.cli import main
+from kwiden.growth.verify import sample_inputs
 from kwiden.testing import padded_batch, randomize_weights
-from kwiden.verify import sample_inputs
+from kwiden.text import corpus
 
 
 def test_grow_command_writes_an_exact_model(bert, tmp_path, capsys):

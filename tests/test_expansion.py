@@ -3,7 +3,7 @@ import fractions
 import numpy as np
 import pytest
 
-from kwiden.expansion import IN, OUT, UNCHANGED, Space, expand
+from kwiden.growth.expansion import IN, OUT, UNCHANGED, Space, expand
 
 
 def test_space_source_interleaves_copies():
@@ -58,7 +58,7 @@ def test_expand_keeps_dtype_and_rejects_wrong_axes(rng):
 
 
 def test_spread_keeps_sums_and_needs_a_generator():
-    from kwiden.expansion import spread_weights
+    from kwiden.growth.expansion import spread_weights
 
     source = np.repeat(np.arange(2), 3)
     alpha = spread_weights((6, 4), 0, source, spread=2.0, rng=np.random.default_rng(0))
@@ -69,7 +69,7 @@ def test_spread_keeps_sums_and_needs_a_generator():
 
 
 def test_spread_over_unequal_copies_keeps_sums():
-    from kwiden.expansion import spread_weights
+    from kwiden.growth.expansion import spread_weights
 
     source = np.array([0, 0, 1, 2, 2, 2, 3])
     alpha = spread_weights((4, 7), 1, source, spread=1.5, rng=np.random.default_rng(0))
@@ -89,7 +89,7 @@ def test_expand_with_spread_is_exact(rng, spread):
 
 @pytest.mark.parametrize("k, spread", [(2, 2.0), (3, 1.0)])
 def test_spread_variance_factor_is_what_the_split_adds_to_a_copys_mean_square_signal(k, spread):
-    from kwiden.expansion import spread_variance_factor
+    from kwiden.growth.expansion import spread_variance_factor
 
     rng = np.random.default_rng(0)
     rows, outputs = 4000, 64
@@ -109,7 +109,7 @@ def test_spread_variance_factor_is_what_the_split_adds_to_a_copys_mean_square_si
 
 
 def test_spread_variance_factor_raises_only_the_tensors_that_write_a_split_space():
-    from kwiden.expansion import spread_variance_factor
+    from kwiden.growth.expansion import spread_variance_factor
 
     stream, copies = Space.stream(2), Space.copy(2)
     assert spread_variance_factor([(stream, IN), None], (4, 3), 2.0) == 1.0  # reads it: gradients unchanged

@@ -1,4 +1,4 @@
-"""`kwiden.recipe`: the `--grow` spec, the small model found by undoing it, growths placed at equal FLOPs, and
+"""`kwiden.training.recipe`: the `--grow` spec, the small model found by undoing it, growths placed at equal FLOPs, and
 the advice on a budget."""
 
 import fnmatch
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from kwiden import recipe
+from kwiden.training import recipe
 
 
 def test_the_growth_spec_and_undoing_it():

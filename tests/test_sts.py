@@ -4,7 +4,8 @@ as defined (checked on vectors set by hand), and the command on a real sentence 
 import numpy as np
 import pytest
 
-from kwiden import cli, sts
+from kwiden import cli
+from kwiden.similarity import sts
 
 
 class Fixed:

@@ -57,7 +57,7 @@ def test_two_growths_train_and_carry_the_optimizer(gpt):
     width = small.get_layer("Embedding-Token").output_dim
     big, history = kwiden.fit_growing(small, batches(), SCHEDULE, steps=8, verbose=0)
     assert big.get_layer("Embedding-Token").output_dim == 2 * width
-    assert kwiden.naming.count_blocks(layer.name for layer in big.layers) == 4  # 2 blocks, doubled
+    assert kwiden.models.naming.count_blocks(layer.name for layer in big.layers) == 4  # 2 blocks, doubled
     assert int(big.optimizer.iterations) == 16 and int(big.optimizer.updates_done) == 8
     # The learning-rate schedule went on counting updates across both growths.
     assert big.optimizer.get_config()["learning_rate"] == small.optimizer.get_config()["learning_rate"]
@@ -74,7 +74,7 @@ def test_several_steps_a_call_reach_every_growth_and_train_the_same_weights(gpt)
     several.compile(several.optimizer, several.loss, metrics=["accuracy"], steps_per_execution=4)
     several, _ = kwiden.fit_growing(several, batches(), SCHEDULE, steps=9, verbose=0)
     assert int(several.optimizer.updates_done) == 9
-    assert kwiden.naming.count_blocks(layer.name for layer in several.layers) == 4
+    assert kwiden.models.naming.count_blocks(layer.name for layer in several.layers) == 4
     for a, b in zip(one.get_weights(), several.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -193,7 +193,7 @@ def test_custom_losses_numpy_arguments_and_early_stopping(gpt, tmp_path):
     schedule = {2: dict(k=np.int64(2)), 4: dict(depth=2)}  # a numpy int, written to the backup as text
     big, history = kwiden.fit_growing(model, batches(), schedule, 8, callbacks=[stop], backup_dir=tmp_path, verbose=0)
     assert len(history["loss"]) == 2 and int(big.optimizer.iterations) == 4 and stop.epochs == [0, 1]
-    assert kwiden.naming.count_blocks(layer.name for layer in big.layers) == 2  # the depth growth never came
+    assert kwiden.models.naming.count_blocks(layer.name for layer in big.layers) == 2  # the depth growth never came
     assert big.loss is my_loss
 
 
@@ -223,7 +223,7 @@ def test_auto_schedule_starts_small_grows_to_the_target_and_spends_the_budget(mo
     target = kwiden.build_transformer_model(AUTO_TARGET, model=model, **build)
     assert sorted((w.path, w.shape) for w in big.weights) == sorted((w.path, w.shape) for w in target.weights)
     # equal FLOPs: the small model's updates and the target's after growth cost what 200 of the target's do
-    small_cost, target_cost = (kwiden.compute.flops_per_token(m, 32) for m in (small, target))
+    small_cost, target_cost = (kwiden.training.compute.flops_per_token(m, 32) for m in (small, target))
     spent = update * small_cost + (schedule.steps - update) * target_cost
     assert 200 * target_cost - target_cost < spent <= 200 * target_cost
 

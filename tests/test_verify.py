@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import kwiden
+from kwiden.growth.verify import infer_factor
 from kwiden.testing import padded_batch
-from kwiden.verify import infer_factor
 
 
 def test_report_of_an_exact_growth(bert):

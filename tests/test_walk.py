@@ -1,4 +1,4 @@
-"""How `kwiden.walk.walk` treats each kind of layer: Keras glue layers, heads, and what it refuses."""
+"""How `kwiden.growth.walk.walk` treats each kind of layer: Keras glue layers, heads, and what it refuses."""
 
 import keras
 import numpy as np

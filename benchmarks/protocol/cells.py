@@ -5,11 +5,12 @@ order."""
 import dataclasses
 
 import kwiden
-from kwiden import corpus, recipe
-from kwiden.compute import flops_per_token
 from kwiden.models import get_family
 from kwiden.pretraining.run import default_warmup
-from kwiden.pretraining.vocabulary import byte_tokenizer
+from kwiden.text import corpus
+from kwiden.text.vocabulary import byte_tokenizer
+from kwiden.training import recipe
+from kwiden.training.compute import flops_per_token
 
 from .arms import bert_spec, pretrain_options
 from .corpora import text_bytes

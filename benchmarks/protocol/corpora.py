@@ -4,7 +4,7 @@ import gzip
 import pathlib
 from importlib import resources
 
-from kwiden.pretraining.tokens import corpus_files
+from kwiden.text.tokens import corpus_files
 
 SHIPPED = "python_tutorial.txt.gz"
 ZH_FILES = ("chinese", "song100", "tang300")

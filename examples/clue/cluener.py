@@ -317,7 +317,7 @@ def build_ner_model(args, types):
         scorer = pointer(len(types), HEAD_SIZE, dtype="float32", name="Pointer")
         return scorer(sequence, mask=keras.ops.not_equal(token_ids, 0))
 
-    return snippets.build_model(args, head, f"ner_{args.head}"), kwiden.losses.global_pointer_crossentropy
+    return snippets.build_model(args, head, f"ner_{args.head}"), kwiden.ner.losses.global_pointer_crossentropy
 
 
 def predicted_spans(model, windows, texts, types, args):

@@ -20,11 +20,12 @@ import numpy as np
 from keras import ops
 
 import kwiden
-from kwiden import naming, optimizers
+from kwiden import optimizers
 from kwiden.files import replaced_atomically
 from kwiden.growth.plan import hidden_size_of
 from kwiden.layers.expandable import default_space
-from kwiden.tokenizer import check_json_texts, read_vocabulary
+from kwiden.models import naming
+from kwiden.text.tokenizer import check_json_texts, read_vocabulary
 
 # Fields that carry a line's id: CLUE 1.1 names it `id`, CLUEWSC2020 `idx`.
 ID_FIELDS = ("id", "idx")

@@ -15,12 +15,13 @@ import re
 
 import numpy as np
 
-from kwiden import messages, naming
+from kwiden import messages
 from kwiden.checkpoints.formats import FORMAT_TITLES, SAFETENSORS_INDEX, open_checkpoint
 from kwiden.checkpoints.google import read_google
 from kwiden.checkpoints.safetensors import SAFETENSORS_DTYPES, SafetensorsTensors
-from kwiden.layout import Layout, checkpoint_shape, to_kwiden
+from kwiden.models import naming
 from kwiden.models.family import FAMILIES, family_of, get_family
+from kwiden.models.layout import Layout, checkpoint_shape, to_kwiden
 
 # The dtypes of the weights kwiden loads.
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")

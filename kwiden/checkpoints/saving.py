@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from kwiden import messages, naming
+from kwiden import messages
 from kwiden.checkpoints.companions import (
     companion_files,
     copy_companions,
@@ -31,8 +31,9 @@ from kwiden.checkpoints.manifest import MANIFEST, write_manifest
 from kwiden.checkpoints.reading import check_format, family_for, no_place, nonfinite, placed
 from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE, shard_bytes, shards, write_shards
 from kwiden.files import give_mode, json_text, temporary_beside
-from kwiden.layout import Layout, join_parts, to_checkpoint
+from kwiden.models import naming
 from kwiden.models.config import read_config_file
+from kwiden.models.layout import Layout, join_parts, to_checkpoint
 
 
 def save_checkpoint(

@@ -2,15 +2,13 @@
 Mistral, Qwen2) continue a prompt; a UniLM (a BERT or RoFormer trained with
 `--objective seq2seq` or `simbert`) is given the first segment and writes
 the second. Prompts and samples decode together in one batch, with a
-key/value cache (`kwiden.decoding`)."""
+key/value cache (`kwiden.generation.cache`)."""
 
 import collections.abc
 import dataclasses
 import pathlib
 import re
 
-from kwiden import naming
-from kwiden.builder import build_transformer_model
 from kwiden.checkpoints import config_beside, holds_layer
 from kwiden.checkpoints.generation_config import read_generation_config, trained_max_length
 from kwiden.files import read_json
@@ -19,10 +17,11 @@ from kwiden.generation.footprint import check_memory
 from kwiden.generation.rollout import Decoder, check_positions
 from kwiden.generation.search import Search, beam_rows, decode_rows
 from kwiden.messages import warn
-from kwiden.models import family_of_config
+from kwiden.models import family_of_config, naming
+from kwiden.models.builder import build_transformer_model
 from kwiden.models.config import is_count
-from kwiden.pretraining.vocabulary import CorpusTokenizer, load_tokenizer
-from kwiden.tokenizer import check_text
+from kwiden.text.tokenizer import check_text
+from kwiden.text.vocabulary import CorpusTokenizer, load_tokenizer
 
 __all__ = ["Search", "generate", "generate_ids", "load_generator", "most_new_tokens"]
 

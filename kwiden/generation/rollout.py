@@ -4,8 +4,8 @@ buffer's key/value cache, and the masks and positions each call needs."""
 import numpy as np
 from keras import ops
 
-from kwiden.decoding import CachedModel, compiled
 from kwiden.generation.arguments import ArgumentError
+from kwiden.generation.cache import CachedModel, compiled
 
 # Prompt lengths are padded up to a multiple of this: fewer shapes to compile (TensorFlow traces each).
 PROMPT_BUCKET = 16

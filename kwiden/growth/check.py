@@ -1,10 +1,10 @@
 """Stage 6 of `grow`: measure the grown model against the small one."""
 
-from kwiden import hub
-from kwiden.expansion import GrowthError
-from kwiden.graph import is_keras_hub
+from kwiden.growth import hub
+from kwiden.growth.expansion import GrowthError
+from kwiden.growth.graph import is_keras_hub
+from kwiden.growth.verify import sample_inputs, verify
 from kwiden.messages import warn
-from kwiden.verify import sample_inputs, verify
 
 ROUNDING = {"float16": 1e-2, "bfloat16": 5e-2}
 

@@ -5,7 +5,7 @@ import typing
 
 import keras
 
-from kwiden.expansion import (
+from kwiden.growth.expansion import (
     GrowthError,
     copy_count,
     expand_gradient_like,

@@ -6,7 +6,7 @@ default, type, allowed values and one line of help, and which entry points take
 it: `kwiden.grow` (a model in memory), `kwiden.grow_checkpoint` (a Hugging Face
 folder grown tensor by tensor) or both. From it come `resolve`'s defaults, the
 `kwiden grow` command's flags (`kwiden.cli`) and the arguments a
-`GrowthSchedule` may set (`kwiden.training`); `grow`'s and `grow_checkpoint`'s
+`GrowthSchedule` may set (`kwiden.training.fit`); `grow`'s and `grow_checkpoint`'s
 signatures spell the same names and defaults so that readers and IDEs see
 them, and tests/test_architecture.py fails when they part from `OPTIONS`.
 """
@@ -17,11 +17,11 @@ import fractions
 import numpy as np
 
 from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE
-from kwiden.expansion import HEAD_MODES, ROPE_MODES, Growth
+from kwiden.growth.expansion import HEAD_MODES, ROPE_MODES, Growth
 from kwiden.growth.optimizer import DEFAULT_RELAX, DEFAULT_STATE, STATES
 from kwiden.growth.plan import hidden_size_of, intermediate_size_of
+from kwiden.growth.verify import check_inputs
 from kwiden.optimizers import arguments
-from kwiden.verify import check_inputs
 
 # What depth growth's new blocks are: the block with its residual branches ending in zeros (exact), the
 # whole block again (G_stack, arXiv 2405.15319), or a newly initialised block (Bu, arXiv 2511.04981).

@@ -2,7 +2,7 @@
 
 `GrowthPlan` records how the model was grown: the `Growth` (factor, FFN
 factor, head mode, RoPE mode), the plan of every call and the space of every
-tensor (`kwiden.walk.walk`), the blocks and their new indices for depth
+tensor (`kwiden.growth.walk.walk`), the blocks and their new indices for depth
 growth, and what was accepted as approximate. The later stages read it. The
 grown model keeps its `GrowthRecord` as `big.growth_record`, which
 `kwiden.verify` reads instead of guessing (`keep_record`).
@@ -13,20 +13,20 @@ import weakref
 
 import numpy as np
 
-from kwiden import depth as depth_growth
-from kwiden import hub
-from kwiden.expansion import GrowthError, Space
-from kwiden.graph import is_keras_hub
+from kwiden.growth import depth as depth_growth
+from kwiden.growth import hub
+from kwiden.growth.expansion import GrowthError, Space
+from kwiden.growth.graph import is_keras_hub
+from kwiden.growth.walk import walk
 from kwiden.layers.feed_forward import FeedForward
 from kwiden.memory import available_memory
-from kwiden.walk import walk
 
 
 @dataclasses.dataclass
 class GrowthPlan:
     source: object  # the small model
     growth: object  # the Growth
-    walk: object  # kwiden.walk.Walk of the small model
+    walk: object  # kwiden.growth.walk.Walk of the small model
     blocks: list = dataclasses.field(default_factory=list)  # depth.Block, when deepening
     indices: list = dataclasses.field(default_factory=list)  # new block indices per source block
     renames: dict = dataclasses.field(default_factory=dict)  # small block layer name -> its grown name

@@ -9,8 +9,8 @@ import dataclasses
 
 import keras
 
-from kwiden.depth import renamed
-from kwiden.graph import Rebuild
+from kwiden.growth.depth import renamed
+from kwiden.growth.graph import Rebuild
 from kwiden.layers.expandable import Expandable
 
 
@@ -19,7 +19,7 @@ class Placed:
     """A layer of the grown model and where its weights come from."""
 
     layer: object
-    plan: object  # the kwiden.walk.LayerPlan of its source layer
+    plan: object  # the kwiden.growth.walk.LayerPlan of its source layer
     source_name: str
     zeroed: bool = False  # a copied block's branch end: output weights start at zero
     copy: bool = False  # a layer of a copied block

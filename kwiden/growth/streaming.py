@@ -22,20 +22,20 @@ import pathlib
 import keras
 import numpy as np
 
-from kwiden import checkpoints, messages, naming
-from kwiden.builder import build_transformer_model
+from kwiden import checkpoints, messages
 from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE, shard_bytes, shards, write_shards
-from kwiden.expansion import GrowthError
 from kwiden.files import json_text
+from kwiden.growth.expansion import GrowthError
 from kwiden.growth.options import resolve
 from kwiden.growth.plan import plan_growth
 from kwiden.growth.rebuild import rebuild
 from kwiden.growth.transfer import grown_value
-from kwiden.layout import Layout, checkpoint_shape, join_parts, to_checkpoint
 from kwiden.memory import available_memory
 from kwiden.messages import warn
-from kwiden.models import family_of_config, get_family
+from kwiden.models import family_of_config, get_family, naming
+from kwiden.models.builder import build_transformer_model
 from kwiden.models.config import read_config_file
+from kwiden.models.layout import Layout, checkpoint_shape, join_parts, to_checkpoint
 
 # The dtypes a grown checkpoint may be written in.
 DTYPES = ("float32", "bfloat16", "float16", "float64")

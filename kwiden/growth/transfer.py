@@ -12,7 +12,7 @@ import hashlib
 import keras
 import numpy as np
 
-from kwiden.expansion import expand
+from kwiden.growth.expansion import expand
 
 
 def transfer(placed, spread=0.0, seed=0):

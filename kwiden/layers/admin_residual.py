@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import OUT, Space
+from kwiden.growth.expansion import OUT, Space
 from kwiden.layers.expandable_layer_normalization import ExpandableLayerNormalization
 
 
@@ -11,9 +11,9 @@ class AdminResidual(ExpandableLayerNormalization):
     (Liu et al., 2020): `LN(ω ⊙ x + f(x))`.
 
     Called on `[x, f(x)]`: the stream and its residual branch's output. With
-    ω = 1 it is Post-LN's `LN(x + f(x))`; `kwiden.admin.initialize` sets ω
+    ω = 1 it is Post-LN's `LN(x + f(x))`; `kwiden.training.admin.initialize` sets ω
     from one profiled batch so that no layer leans too hard on its branch,
-    and `kwiden.admin.fold` turns a trained Admin model back into plain
+    and `kwiden.training.admin.fold` turns a trained Admin model back into plain
     Post-LN. The normalisation is `ExpandableLayerNormalization`'s, with all
     its arguments.
 

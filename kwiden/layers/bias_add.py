@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import OUT
+from kwiden.growth.expansion import OUT
 from kwiden.layers.expandable import Expandable, default_space
 
 

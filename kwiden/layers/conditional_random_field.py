@@ -1,11 +1,11 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import UNCHANGED, GrowthError
+from kwiden.growth.expansion import UNCHANGED, GrowthError
 from kwiden.layers.expandable import Expandable
 from kwiden.layers.spans import MASKED, check_positive_int
-from kwiden.losses import ConditionalRandomFieldLoss
-from kwiden.targets import nan_unless, refuse_where_concrete
+from kwiden.ner.losses import ConditionalRandomFieldLoss
+from kwiden.ner.targets import nan_unless, refuse_where_concrete
 
 # A position whose every tag scores at or below this is padding (bert4keras's test on `y_pred`).
 PADDED_BELOW = -1e6
@@ -171,7 +171,7 @@ class ConditionalRandomField(Expandable, keras.layers.Layer):
     @property
     def loss(self):
         """The negative log-likelihood as a Keras loss, for `model.compile(loss=crf.loss)`
-        on a model whose output is this layer's (`kwiden.losses.ConditionalRandomFieldLoss`):
+        on a model whose output is this layer's (`kwiden.ner.losses.ConditionalRandomFieldLoss`):
         `y_true` holds tag ids `(batch, seq)`; padding is read from `y_pred`'s marks."""
         return self.crf_loss
 

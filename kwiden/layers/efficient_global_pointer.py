@@ -3,7 +3,7 @@ import math
 import keras
 from keras import ops
 
-from kwiden.expansion import IN
+from kwiden.growth.expansion import IN
 from kwiden.layers.spans import SpanScores, check_sequence_input, mask_spans
 
 

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from kwiden.expansion import Growth, GrowthError, Space, expand
+from kwiden.growth.expansion import Growth, GrowthError, Space, expand
 
 
 class Expandable:
@@ -11,7 +11,7 @@ class Expandable:
 
     The walker (`kwiden.grow`) hands each layer the `Space` its input lives in
     and asks three questions; a layer answers them and does no math of its
-    own (`kwiden.expansion` does; docs/extending.md has a worked example):
+    own (`kwiden.growth.expansion` does; docs/extending.md has a worked example):
 
     - `get_expanded_config(k, input_space)`: the config of the bigger layer.
     - `get_expanded_output_space(k, input_space, **call_kwargs)`: the space
@@ -49,7 +49,7 @@ class Expandable:
         """`{weight name: axes}` for every weight of the layer.
 
         `axes` has one entry per axis of the weight: `None` (left as it is)
-        or `(space, IN)` / `(space, OUT)`, as `kwiden.expansion.expand` takes
+        or `(space, IN)` / `(space, OUT)`, as `kwiden.growth.expansion.expand` takes
         them. A Dense kernel reading the stream and writing a pure copy is
         `{"kernel": [(input_space, IN), (Space.copy(k), OUT)]}`.
         """

@@ -1,6 +1,6 @@
 import keras
 
-from kwiden.expansion import IN, OUT, Growth, Space, check_elementwise, grown_size, is_positively_homogeneous
+from kwiden.growth.expansion import IN, OUT, Growth, Space, check_elementwise, grown_size, is_positively_homogeneous
 from kwiden.layers import activations
 from kwiden.layers.expandable import Expandable
 

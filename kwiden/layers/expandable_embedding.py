@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import OUT, Growth, Space, grown_size
+from kwiden.growth.expansion import OUT, Growth, Space, grown_size
 from kwiden.layers.expandable import Expandable
 
 MODES = ("lookup", "position")

@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import ISOMETRY, OUT, Growth, GrowthError, Space
+from kwiden.growth.expansion import ISOMETRY, OUT, Growth, GrowthError, Space
 from kwiden.layers.expandable import Expandable, default_space
 
 

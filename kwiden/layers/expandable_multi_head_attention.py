@@ -2,7 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from kwiden.expansion import IN, OUT, Growth, GrowthError, Space, grown_size, query_head_space
+from kwiden.growth.expansion import IN, OUT, Growth, GrowthError, Space, grown_size, query_head_space
 from kwiden.layers.expandable import Expandable, default_space
 from kwiden.layers.rotary_embedding import RotaryEmbedding
 

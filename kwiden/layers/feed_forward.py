@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from kwiden.expansion import IN, OUT, Growth, Space, check_elementwise, grown_size
+from kwiden.growth.expansion import IN, OUT, Growth, Space, check_elementwise, grown_size
 from kwiden.layers import activations
 from kwiden.layers.expandable import Expandable, default_space
 

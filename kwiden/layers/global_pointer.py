@@ -3,7 +3,7 @@ import math
 import keras
 from keras import ops
 
-from kwiden.expansion import IN
+from kwiden.growth.expansion import IN
 from kwiden.layers.spans import SpanScores, check_sequence_input, mask_spans
 
 
@@ -16,7 +16,7 @@ class GlobalPointer(SpanScores):
     position (`RotaryEmbedding`), so a score depends on the span's length as
     well as its tokens. The span `[i, j]` of type `h` scores
     `q_hi · k_hj / √head_size`; entities are the spans scoring above 0
-    (train with `kwiden.losses.global_pointer_crossentropy`).
+    (train with `kwiden.ner.losses.global_pointer_crossentropy`).
 
     Spans touching padding and, with `tril_mask`, spans ending before they
     start score `MASKED` (-1e12). Padding comes from the Keras mask of the

@@ -3,7 +3,7 @@ import dataclasses
 import keras
 from keras import ops
 
-from kwiden.expansion import OUT, Growth, Space, query_head_space
+from kwiden.growth.expansion import OUT, Growth, Space, query_head_space
 from kwiden.layers.expandable import Expandable
 
 
@@ -27,7 +27,7 @@ class RelativePositionBias(Expandable, keras.layers.Layer):
         bidirectional: encoder (True) or decoder (False) buckets.
         key_value_heads: the attention's key/value heads under grouped-query
             attention, so that growth copies the biases as it copies the
-            query heads (`kwiden.expansion.query_head_space`).
+            query heads (`kwiden.growth.expansion.query_head_space`).
         embeddings_initializer: initializer of the `(num_buckets, heads)` table.
 
     Example:

@@ -5,7 +5,7 @@ reach."""
 import keras
 from keras import ops
 
-from kwiden.expansion import UNCHANGED
+from kwiden.growth.expansion import UNCHANGED
 from kwiden.layers.expandable import Expandable
 from kwiden.layers.rotary_embedding import RotaryEmbedding
 

@@ -8,11 +8,11 @@ from and save to Hugging Face folders and Google TensorFlow checkpoints
 
 import keras
 
-from kwiden import layers, naming
-from kwiden.family_model import FamilyModel
+from kwiden import layers
 from kwiden.messages import warn
-from kwiden.models import blocks, hf
+from kwiden.models import blocks, hf, naming
 from kwiden.models.family import ALTERNATIVE_NAMES, HEADS, Family
+from kwiden.models.family_model import FamilyModel
 
 DEFAULTS = dict(residual="post_ln", causal=False)
 FLAGS = ("with_mlm", "with_pool", "unilm")
@@ -237,7 +237,7 @@ def checkpoint_names(num_blocks, format, prefix=""):
     """`{(layer, weight): (checkpoint tensor name, kind)}` for a BERT of
     `num_blocks` blocks; `prefix` replaces `bert.` in Hugging Face names.
 
-    >>> from kwiden import naming
+    >>> from kwiden.models import naming
     >>> checkpoint_names(1, "google")[naming.block(0, naming.FEED_FORWARD), "inner_kernel"]
     ('bert/encoder/layer_0/intermediate/dense/kernel', 'linear')
     >>> checkpoint_names(1, "hf", "bert.")[naming.EMBEDDING_NORM, "gamma"]

@@ -3,13 +3,14 @@ feed-forward, norms, the three residual layouts and the stack of blocks.
 
 Each reads the sizes it needs from a complete config
 (`kwiden.models.config.complete_config`) and names its layer with
-`kwiden.naming`, so checkpoint maps, depth growth and `kwiden.grow` find it.
+`kwiden.models.naming`, so checkpoint maps, depth growth and `kwiden.grow` find it.
 """
 
 import keras
 from keras import ops
 
-from kwiden import layers, naming
+from kwiden import layers
+from kwiden.models import naming
 
 RESIDUALS = ("post_ln", "pre_ln", "admin")
 

@@ -6,14 +6,14 @@ to kwiden's keys and back, and, for the families kwiden reads and writes
 checkpoints of, which checkpoint tensor holds each weight. `kwiden.checkpoints`
 takes the last two from the family and knows only the file formats.
 
-This module imports only `kwiden.naming` and `kwiden.models.config`, below
+This module imports only `kwiden.models.naming` and `kwiden.models.config`, below
 `kwiden.checkpoints`, which reads the family from here.
 """
 
 import dataclasses
 from typing import Callable, Optional
 
-from kwiden import naming
+from kwiden.models import naming
 from kwiden.models.config import complete_config, config_sources
 
 # The layers whose rows are the vocabulary (`keep_tokens` selects them).
@@ -49,7 +49,7 @@ class Family:
             written.
         checkpoint_names: `checkpoint_names(num_blocks, format, prefix)`:
             `{(layer name, weight name): (tensor name, kind)}`, `kind` a
-            `kwiden.layout.Layout` or a short name `Layout.of` reads;
+            `kwiden.models.layout.Layout` or a short name `Layout.of` reads;
             `prefix` goes before the base model's names in Hugging Face
             files (`"bert."` in `BertForMaskedLM`'s). None where the family
             has no checkpoint format.
@@ -88,7 +88,7 @@ class Family:
     Example: BERT with RMSNorm, built without registering it:
 
     >>> import kwiden
-    >>> from kwiden import naming
+    >>> from kwiden.models import naming
     >>> from kwiden.models import bert
     >>> rms_bert = Family("rms-bert", bert.build_bert, defaults={**bert.DEFAULTS, "norm": "rms"}, flags=bert.FLAGS)
     >>> model = kwiden.build_transformer_model(
@@ -201,7 +201,7 @@ def family_of_model_type(model_type):
 def family_of(model):
     """The family of a built keras `model`: the one it records
     (`model.family` of a `kwiden.models.FamilyModel`, which kwiden's builders
-    return and growth, `kwiden.admin.fold`, `.keras` files and renames keep).
+    return and growth, `kwiden.training.admin.fold`, `.keras` files and renames keep).
 
     A model without a record (a plain `keras.Model` built by hand, or one
     saved to a `.keras` file before kwiden recorded families) is found, as

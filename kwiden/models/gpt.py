@@ -10,12 +10,11 @@ padding; one read from a GPT-2 config does neither.
 
 import keras
 
-from kwiden import naming
-from kwiden.family_model import FamilyModel
-from kwiden.layout import Layout
-from kwiden.models import blocks, hf
+from kwiden.models import blocks, hf, naming
 from kwiden.models.config import renamed
 from kwiden.models.family import Family
+from kwiden.models.family_model import FamilyModel
+from kwiden.models.layout import Layout
 
 DEFAULTS = dict(residual="pre_ln", causal=True)
 

@@ -10,8 +10,9 @@ like any other), so a model read from their config is built with
 
 import collections
 
-from kwiden import layers, naming
+from kwiden import layers
 from kwiden.messages import warn
+from kwiden.models import naming
 
 # Hugging Face's activation names → kwiden's (`FeedForward` takes these).
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "swish": "silu"}

@@ -9,11 +9,10 @@ Qwen2 (`kwiden.models.mistral`, `kwiden.models.qwen2`) are LLaMA's shape
 under other names.
 """
 
-from kwiden import naming
-from kwiden.layout import Layout
-from kwiden.models import gpt, hf
+from kwiden.models import gpt, hf, naming
 from kwiden.models.config import renamed
 from kwiden.models.family import Family
+from kwiden.models.layout import Layout
 
 DEFAULTS = dict(
     gpt.DEFAULTS, norm="rms", glu=True, use_bias=False, hidden_act="silu", hidden_dropout_prob=0.0,

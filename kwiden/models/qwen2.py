@@ -4,8 +4,7 @@ tied head. Read from and written to Hugging Face folders (`Qwen2ForCausalLM`)
 with LLaMA's tensor names.
 """
 
-from kwiden import naming
-from kwiden.models import llama
+from kwiden.models import llama, naming
 from kwiden.models.family import Family
 
 DEFAULTS = {**llama.DEFAULTS, "attention_bias": True, "attention_output_bias": False, "mlp_bias": False}

@@ -7,8 +7,7 @@ Face's (`roformer.encoder.layer.0…`, `RoFormerModel` and
 `RoFormerForMaskedLM`), whose rotary base is fixed at 10000.
 """
 
-from kwiden import naming
-from kwiden.models import bert, hf
+from kwiden.models import bert, hf, naming
 from kwiden.models.family import Family
 
 DEFAULTS = {**bert.DEFAULTS, "rotary_base": 10000.0}

@@ -7,11 +7,11 @@ sizes. Its GeLU is kwiden's exact one; Hugging Face's `gated-gelu` uses the
 tanh approximation.
 """
 
-from kwiden import layers, naming
-from kwiden.family_model import FamilyModel
-from kwiden.models import blocks
+from kwiden import layers
+from kwiden.models import blocks, naming
 from kwiden.models.config import renamed
 from kwiden.models.family import Family
+from kwiden.models.family_model import FamilyModel
 
 STRUCTURE = dict(residual="pre_ln", causal=False)
 DEFAULTS = dict(

@@ -2,9 +2,9 @@
 (`kwiden.pretrain`, the `kwiden pretrain` command)."""
 
 from kwiden.pretraining.objectives import CausalLM, MaskedLM, Objective, register_objective
+from kwiden.pretraining.objectives.seq2seq import Seq2Seq
+from kwiden.pretraining.objectives.simbert import SimBERT
 from kwiden.pretraining.run import PretrainResult, pretrain
-from kwiden.pretraining.seq2seq import Seq2Seq
-from kwiden.pretraining.simbert import SimBERT
 
 __all__ = [
     "CausalLM",

@@ -2,9 +2,9 @@
 options' own checks (`kwiden.pretraining.options`): a target whose training
 would not fit in memory."""
 
-from kwiden.compute import parameters_of, training_memory
 from kwiden.memory import available_memory
 from kwiden.memory import readable_size as _gb
+from kwiden.training.compute import parameters_of, training_memory
 
 
 def memory(target, options):

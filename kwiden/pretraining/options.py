@@ -12,11 +12,11 @@ import math
 import numbers
 import pathlib
 
-from kwiden import recipe
 from kwiden.models.config import is_count
 from kwiden.optimizers.schedules import SCHEDULES
 from kwiden.pretraining.objectives import OBJECTIVES
-from kwiden.pretraining.simbert import DISTILL_WEIGHT, SCALE
+from kwiden.similarity.losses import DISTILL_WEIGHT, SCALE
+from kwiden.training import recipe
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")
 # Whether a resume may give another value: "same" (it would compute another run), "free" (how often it

@@ -8,17 +8,19 @@ import pathlib
 
 import keras
 
-from kwiden import naming, recipe
-from kwiden.builder import build_transformer_model
-from kwiden.distribution import layout_map
 from kwiden.files import file_digest
+from kwiden.models import naming
+from kwiden.models.builder import build_transformer_model
 from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, family_of, get_family
 from kwiden.optimizers import WarmupDecay
-from kwiden.pretraining import checks, objectives, tokens, vocabulary
+from kwiden.pretraining import checks, objectives
 from kwiden.pretraining.options import FREE_ON_RESUME, PretrainOptions, default_lr, refuse_untaken
 from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder, trained_length, untrained_positions
 from kwiden.pretraining.trainer import Phase, Trainer
+from kwiden.text import tokens, vocabulary
+from kwiden.training import recipe
+from kwiden.training.distribution import layout_map
 
 
 def default_warmup(budget):
@@ -86,7 +88,7 @@ def pretrain(
     The target model (`config`, Hugging Face keys, and `model`, a family
     name; or `from_checkpoint`) gets the compute of `budget` updates from
     scratch, whatever `grow` says: a grown run trains its smaller models
-    for more updates, charged at their own FLOPs (`kwiden.compute`), so that
+    for more updates, charged at their own FLOPs (`kwiden.training.compute`), so that
     two runs of one budget end at equal compute. Decoders (gpt, llama, qwen2,
     mistral) learn the next token; encoders (bert, roformer) masked tokens.
 
@@ -120,7 +122,7 @@ def pretrain(
             "wsd" holds it, then decays linearly to 0 over the last
             `decay_fraction` of the updates; "cosine" decays to a tenth of it;
             "constant" holds it. Counted in updates across growths.
-        grow: "auto" (`kwiden.recipe.auto`: depth ×2 at 80% of the updates
+        grow: "auto" (`kwiden.training.recipe.auto`: depth ×2 at 80% of the updates
             for Pre-LN targets of an even number of blocks, else width ×2 at
             80%), "none" (the target from scratch), or growths as
             "0.33:k=2 0.67:depth=2": fractions of the run's updates, each
@@ -148,7 +150,7 @@ def pretrain(
     Example (seconds on a CPU):
 
     >>> import tempfile, kwiden
-    >>> from kwiden import corpus
+    >>> from kwiden.text import corpus
     >>> text = tempfile.mktemp(suffix=".txt")
     >>> _ = open(text, "w").write(corpus.load_text()[:20000])
     >>> result = kwiden.pretrain(text, tempfile.mkdtemp(), model="gpt", config=corpus.gpt_config(16, 1, 32),

@@ -12,17 +12,18 @@ import zipfile
 import keras
 import numpy as np
 
-from kwiden import naming, recipe
-from kwiden.backups import SavedModel
-from kwiden.builder import build_transformer_model
-from kwiden.compute import flops_per_token
-from kwiden.growth import grow
+from kwiden.growth.pipeline import grow
 from kwiden.keras_internals import seed_generator_states
+from kwiden.models import naming
+from kwiden.models.builder import build_transformer_model
 from kwiden.models.config import is_count
 from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
 from kwiden.pretraining.outputs import BACKUP, trained_length
-from kwiden.stretch import train_stretch
+from kwiden.training import recipe
+from kwiden.training.backups import SavedModel
+from kwiden.training.compute import flops_per_token
+from kwiden.training.stretch import train_stretch
 
 STATE_FILE = "state.json"
 EVALUATIONS = 20
@@ -170,7 +171,7 @@ class Trainer:
 
     # Backups
     def save(self, model, update, growths_done, seconds):
-        """A backup to resume from (`kwiden.backups.SavedModel`: the model with its optimizer, Dropout's
+        """A backup to resume from (`kwiden.training.backups.SavedModel`: the model with its optimizer, Dropout's
         generators), with the position and the training losses since the last metrics row (the next row
         averages them, resumed or not)."""
         if self.folder.will_write(BACKUP).is_symlink():

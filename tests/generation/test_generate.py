@@ -33,7 +33,7 @@ def full_logits(model, rows):
     out = []
     for prompt, tokens in rows:
         ids = np.array([[*prompt, *tokens]], np.int32)
-        if any(layer.name == kwiden.naming.INPUT_SEGMENT for layer in model.layers):
+        if any(layer.name == kwiden.models.naming.INPUT_SEGMENT for layer in model.layers):
             segments = np.array([[0] * len(prompt) + [1] * len(tokens)], np.int32)
             logits = model([ids, segments])[-1]
         else:
@@ -76,7 +76,7 @@ def test_greedy_equals_an_argmax_rollout_and_beam_one_equals_greedy(family):
 def test_a_grown_model_generates_what_the_small_one_does():
     small = built("gpt", seed=3)
     big = kwiden.grow(small, 2)
-    assert big.get_layer(kwiden.naming.EMBEDDING_TOKEN).output_dim == 32
+    assert big.get_layer(kwiden.models.naming.EMBEDDING_TOKEN).output_dim == 32
     search = Search(greedy=True)
     assert generate_ids(big, PROMPTS, 5, search) == generate_ids(small, PROMPTS, 5, search)
 

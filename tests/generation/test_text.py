@@ -9,8 +9,8 @@ import pytest
 import kwiden
 from kwiden.cli import main
 from kwiden.generation import Search, generate_ids, load_generator
-from kwiden.pretraining.vocabulary import byte_tokenizer, load_tokenizer
 from kwiden.testing import randomize_weights, tiny_config
+from kwiden.text.vocabulary import byte_tokenizer, load_tokenizer
 
 CHINESE = list("床前明月光疑是地上霜举头望低思故乡")
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CHINESE]
@@ -234,7 +234,7 @@ def test_ctrl_c_stops_a_command_in_one_line(command, gpt_folder, unilm_folder, c
         raise KeyboardInterrupt
 
     monkeypatch.setattr(kwiden.generation, "generate", interrupted)
-    monkeypatch.setattr(kwiden.generation.similar, "generate", interrupted)
+    monkeypatch.setattr(kwiden.similarity.similar, "generate", interrupted)
     folder = gpt_folder if command == "generate" else unilm_folder
     assert main([command, str(folder), "床前"]) == 130
     assert capsys.readouterr().err == f"kwiden {command}: interrupted\n"

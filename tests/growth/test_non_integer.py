@@ -8,12 +8,12 @@ import pytest
 
 import kwiden
 from kwiden import GrowthError, Space
-from kwiden.expansion import IN, OUT, expand, expand_gradient_like, spread_variance_factor
-from kwiden.growth import weight_axes
+from kwiden.growth.expansion import IN, OUT, expand, expand_gradient_like, spread_variance_factor
+from kwiden.growth.pipeline import weight_axes
+from kwiden.growth.verify import infer_factor
 from kwiden.optimizers import Adam
 from kwiden.testing import NOTICEABLE_EPSILON as EPS
 from kwiden.testing import assert_exact, padded_batch, randomize_weights, tiny_config
-from kwiden.verify import infer_factor
 
 
 def test_unequal_copies_are_consecutive_and_an_isometry():

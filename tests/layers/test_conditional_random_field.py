@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kwiden import GrowthError, Space, layers
-from kwiden.expansion import UNCHANGED
+from kwiden.growth.expansion import UNCHANGED
 from kwiden.testing import RTOL, randomize_weights
 
 TAGS, STEPS = 3, 4

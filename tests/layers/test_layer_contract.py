@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kwiden import Growth, layers, testing
-from kwiden.expansion import UNCHANGED
+from kwiden.growth.expansion import UNCHANGED
 
 pytestmark = pytest.mark.backends
 

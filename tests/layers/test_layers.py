@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from kwiden import layers
-from kwiden.expansion import UNCHANGED, Growth, Space
+from kwiden.growth.expansion import UNCHANGED, Growth, Space
 from kwiden.testing import assert_grows_exactly, randomize_weights
 
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from test_conditional_random_field import compiled
 
-from kwiden import layers, losses, metrics
+from kwiden import layers
 from kwiden.layers.spans import MASKED
+from kwiden.ner import losses, metrics
 from kwiden.testing import RTOL
 
 

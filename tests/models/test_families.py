@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import kwiden
-from kwiden import naming
-from kwiden.models import FAMILIES, Family, bert, family_of, get_family, register_family
+from kwiden.models import FAMILIES, Family, bert, family_of, get_family, naming, register_family
 from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 CONFIGS = {

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import kwiden
-from kwiden.family_model import recording
 from kwiden.models import FAMILIES, Family, FamilyModel, bert, family_of
+from kwiden.models.family_model import recording
 from kwiden.testing import numpy_outputs, padded_batch, randomize_weights, tiny_config
 
 SMALL = dict(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=12)
@@ -121,7 +121,7 @@ def test_the_record_wins_over_the_name():
 
 def test_admin_fold_keeps_the_family():
     admin = renamed(randomize_weights(kwiden.build_transformer_model(CONFIGS["gpt"], model="gpt", residual="admin")))
-    plain = kwiden.admin.fold(admin)
+    plain = kwiden.training.admin.fold(admin)
     assert isinstance(plain, FamilyModel) and (plain.name, plain.family) == ("chat", "gpt")
     np.testing.assert_allclose(numpy_outputs(plain, IDS)[0], numpy_outputs(admin, IDS)[0], rtol=1e-4, atol=1e-5)
 

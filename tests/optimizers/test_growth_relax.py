@@ -9,7 +9,7 @@ import pytest
 
 import kwiden
 from kwiden import optimizers
-from kwiden.expansion import GrowthError
+from kwiden.growth.expansion import GrowthError
 
 pytestmark = pytest.mark.backends
 

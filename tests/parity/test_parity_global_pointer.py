@@ -18,7 +18,8 @@ import parity_reference as reference
 import pytest
 from parity_checkpoints import assert_close
 
-from kwiden import layers, losses
+from kwiden import layers
+from kwiden.ner import losses
 
 HEADS, HEAD_SIZE, WIDTH = 3, 6, 10
 # Row 0 whole, row 1 padded at the end, as a BERT batch's padding (token id 0).

@@ -14,7 +14,8 @@ import pytest
 from parity_checkpoints import VOCAB, assert_close, checkpoint_fixture
 
 import kwiden
-from kwiden.pretraining.simbert import InBatchSimilarity, Sentences, SimBERT
+from kwiden.pretraining.objectives.simbert import Sentences, SimBERT
+from kwiden.similarity.losses import InBatchSimilarity
 
 # The session's Google checkpoints (parity_checkpoints.checkpoint_fixture).
 google_bert_fixture = checkpoint_fixture("bert")

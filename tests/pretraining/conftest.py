@@ -3,7 +3,7 @@ import pathlib
 
 import pytest
 
-from kwiden import corpus
+from kwiden.text import corpus
 
 FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures" / "clue"
 # A tiny target: every weight trained, LayerNorm ε large enough that a wrong one shows.

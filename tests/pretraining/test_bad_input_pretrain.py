@@ -143,7 +143,7 @@ def test_a_full_disk_mid_run_keeps_the_last_backup_and_writes_no_final(english, 
 
 
 def test_a_failed_final_leaves_no_half_written_folder(english, tmp_path, monkeypatch):
-    from kwiden.pretraining import vocabulary
+    from kwiden.text import vocabulary
 
     def fail(self, folder):
         raise OSError(28, "No space left on device")

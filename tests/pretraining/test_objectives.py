@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from conftest import TINY_GPT, TINY_RUN, chinese_lines
 
-from kwiden import corpus
-from kwiden.pretraining import objectives, tokens, vocabulary
+from kwiden.pretraining import objectives
+from kwiden.text import corpus, tokens, vocabulary
 
 
 def test_the_byte_tokenizer_is_the_shipped_corpus_encoding_and_a_real_tokenizer_json(tmp_path):

@@ -238,7 +238,7 @@ import os, sys
 os.environ["KERAS_BACKEND"] = "jax"
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 import kwiden
-from kwiden import corpus
+from kwiden.text import corpus
 config = corpus.gpt_config(8, 1, 16)
 config.pop("vocab_size")
 result = kwiden.pretrain(sys.argv[1], sys.argv[2], model="gpt", config=config, budget=4, seq_len=16,

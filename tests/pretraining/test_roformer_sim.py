@@ -13,10 +13,10 @@ import pytest
 from conftest import TINY_BERT, TINY_RUN, after_update, chinese_lines, kill
 
 import kwiden
-from kwiden.pretraining import vocabulary
+from kwiden.pretraining.objectives.seq2seq import Rows, Seq2Seq, source_starts
+from kwiden.pretraining.objectives.simbert import SimBERT
 from kwiden.pretraining.options import PretrainOptions
-from kwiden.pretraining.seq2seq import Rows, Seq2Seq, source_starts
-from kwiden.pretraining.simbert import SimBERT
+from kwiden.text import vocabulary
 
 RUN = {**TINY_RUN, "seq_len": 24, "batch_size": 8}
 MASK = 4

@@ -20,7 +20,8 @@ from conftest import TINY_BERT, TINY_GPT, TINY_RUN, after_update, kill
 
 import kwiden
 from kwiden.files import FolderLock
-from kwiden.pretraining import checks, outputs, run, tokens
+from kwiden.pretraining import checks, outputs, run
+from kwiden.text import tokens
 
 
 def pretrain(corpus, folder, **changes):

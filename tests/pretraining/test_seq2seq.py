@@ -8,8 +8,9 @@ import pytest
 from conftest import TINY_BERT, TINY_RUN
 
 import kwiden
-from kwiden.pretraining import objectives, vocabulary
-from kwiden.pretraining.seq2seq import Seq2Seq
+from kwiden.pretraining import objectives
+from kwiden.pretraining.objectives.seq2seq import Seq2Seq
+from kwiden.text import vocabulary
 
 RUN = {**TINY_RUN, "seq_len": 24, "build_vocab": 300}
 

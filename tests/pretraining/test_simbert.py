@@ -8,9 +8,11 @@ import pytest
 from conftest import TINY_BERT, TINY_RUN
 
 import kwiden
-from kwiden.pretraining import vocabulary
 from kwiden.pretraining.objectives import IGNORED
-from kwiden.pretraining.simbert import SCALE, InBatchSimilarity, Sentences, SimBERT, retrieval_accuracy
+from kwiden.pretraining.objectives.simbert import Sentences, SimBERT
+from kwiden.similarity.losses import SCALE, InBatchSimilarity
+from kwiden.similarity.retrieval import retrieval_accuracy
+from kwiden.text import vocabulary
 
 RUN = {**TINY_RUN, "seq_len": 24, "build_vocab": 300}
 

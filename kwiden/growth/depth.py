@@ -8,7 +8,7 @@ Dropouts and activations that keep zeros. The merges, in graph order, fall
 into blocks by the longest run of one repeated pattern of branch kinds
 (attention, feed-forward, attention, …); merges outside the run (an adapter,
 a residual head) are not blocks. Names only serve to renumber copied layers
-(`kwiden.naming`). In a Pre-LN block the stream only passes through plain
+(`kwiden.models.naming`). In a Pre-LN block the stream only passes through plain
 `Add`s, so with the branches' output projections at zero the new block is
 an exact identity. Where a LayerNorm sits on the stream (Post-LN, Admin) no
 weights make it the identity: depth growth there is approximate.
@@ -18,11 +18,11 @@ import dataclasses
 
 import keras
 
-from kwiden import naming
-from kwiden.expansion import POSITIVELY_HOMOGENEOUS, GrowthError
-from kwiden.graph import Graph
+from kwiden.growth.expansion import POSITIVELY_HOMOGENEOUS, GrowthError
+from kwiden.growth.graph import Graph
 from kwiden.layers.admin_residual import AdminResidual
 from kwiden.layers.expandable_layer_normalization import ExpandableLayerNormalization
+from kwiden.models import naming
 
 # Where a residual branch joins the stream.
 RESIDUAL_MERGES = (keras.layers.Add, AdminResidual)
@@ -51,7 +51,7 @@ def new_indices(counts):
 
 def renamed(name, source_index, index, copy=False):
     """A block layer's name in block `index`: renumbered where the name says
-    its block (`kwiden.naming.block`); otherwise kept by the source block and
+    its block (`kwiden.models.naming.block`); otherwise kept by the source block and
     suffixed with the new index in its copies."""
     if naming.block_index(name) == source_index:
         return naming.renumbered(name, index)
@@ -170,7 +170,7 @@ def _periodic_runs(kinds):
 
 def _best_run(runs, merges):
     """The blocks: the run repeated most often, then the one whose layer names
-    agree with it (`kwiden.naming`, where the model has such names), then the
+    agree with it (`kwiden.models.naming`, where the model has such names), then the
     longest, the shortest pattern, the earliest. Merges outside it (an adapter,
     a residual head) are not blocks."""
     named = any(naming.block_index(end.name) is not None for m in merges for end in m.ends)

@@ -1,7 +1,7 @@
 """A functional Transformer run a few positions at a time, with a key/value
 cache: what `kwiden.generate` decodes with.
 
-`CachedModel(model)` follows the model's graph (`kwiden.graph`) from its
+`CachedModel(model)` follows the model's graph (`kwiden.growth.graph`) from its
 token (and segment) input to its token logits and runs it on the new
 positions only. Each attention layer attends, through `call_cached`, to the
 keys and values kept for every earlier position; a learned position table
@@ -17,8 +17,9 @@ import collections
 import keras
 from keras import ops
 
-from kwiden import keras_internals, layers, naming
-from kwiden.graph import is_keras_hub, nodes_in_order
+from kwiden import keras_internals, layers
+from kwiden.growth.graph import is_keras_hub, nodes_in_order
+from kwiden.models import naming
 
 # Layers that treat each position alone, whatever the sequence around it.
 POSITIONWISE = (

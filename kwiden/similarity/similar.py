@@ -7,7 +7,7 @@ import pathlib
 from kwiden.generation import generate, load_generator, most_new_tokens
 from kwiden.generation.arguments import ArgumentError
 from kwiden.models.config import is_count
-from kwiden.sentence import ENCODERS, SentenceEncoder
+from kwiden.similarity.sentence import ENCODERS, SentenceEncoder
 
 
 def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None, seed=None):

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 from keras import tree
 
-from kwiden.expansion import (
+from kwiden.growth.expansion import (
     IN,
     ISOMETRY,
     UNCHANGED,
@@ -23,7 +23,7 @@ from kwiden.expansion import (
     check_elementwise,
     is_positively_homogeneous,
 )
-from kwiden.graph import nodes_in_order
+from kwiden.growth.graph import nodes_in_order
 from kwiden.layers.expandable import Expandable, axes_in_order, expand_weights
 
 

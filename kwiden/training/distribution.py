@@ -29,7 +29,7 @@ shard, built or loaded on one device, or any model of the same sizes) and
 
 import keras
 
-from kwiden import naming
+from kwiden.models import naming
 
 EMBEDDINGS = ("hidden", "vocabulary")
 

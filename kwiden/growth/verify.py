@@ -8,13 +8,13 @@ import keras
 import numpy as np
 from keras import tree
 
-from kwiden import naming
-from kwiden.depth import copies_per_block, new_indices, renamed
-from kwiden.expansion import Growth, GrowthError, as_factor
-from kwiden.graph import is_keras_hub, nodes_in_order, probe
+from kwiden.growth.depth import copies_per_block, new_indices, renamed
+from kwiden.growth.expansion import Growth, GrowthError, as_factor
+from kwiden.growth.graph import is_keras_hub, nodes_in_order, probe
+from kwiden.growth.walk import walk
 from kwiden.keras_internals import all_layers, producer
 from kwiden.layers import ExpandableEmbedding, ExpandableMultiHeadAttention
-from kwiden.walk import walk
+from kwiden.models import naming
 
 
 @dataclasses.dataclass

@@ -2,14 +2,14 @@
 the family it was built as, in its config.
 
 `kwiden.models.family_of` reads the record first, so a LLaMA stays a LLaMA
-under any name. Growth, depth growth and `kwiden.admin.fold` rebuild through
+under any name. Growth, depth growth and `kwiden.training.admin.fold` rebuild through
 `functional_like`, which keeps the class and the record; `model.save` and
 `keras.saving.load_model` keep it in the config (with kwiden imported, which
 registers the class). A plain `keras.Model`, built by hand or saved before
 kwiden recorded families, has no record; `family_of` falls back to its name.
 
 This module imports only Keras (and `kwiden.keras_internals`), so
-`kwiden.graph` can use it.
+`kwiden.growth.graph` can use it.
 """
 
 import keras

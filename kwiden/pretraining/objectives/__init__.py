@@ -6,7 +6,7 @@ positions only, optionally whole words)."""
 import keras
 import numpy as np
 
-from kwiden.pretraining import tokens
+from kwiden.text import tokens
 
 MASKED = 0.15
 # Of the masked positions: [MASK], a random token, the token itself.
@@ -31,7 +31,7 @@ class Objective:
     many targets a batch's loss averages over (evaluations weigh batches so).
 
     Its data: `read(corpus, tokenizer, folder, verbose)` makes it from the
-    corpus files (by default the token stream, `kwiden.pretraining.tokens`;
+    corpus files (by default the token stream, `kwiden.text.tokens`;
     whatever it returns has a length and a `digest`, which a resume compares),
     `split(data, valid_fraction)` holds the end out, and `training_batch` and
     `validation_batches` draw from the parts. An objective that reads records

@@ -2,12 +2,12 @@
 families (`kwiden.models.FAMILIES`): a model built, and its weights read from
 a checkpoint (`kwiden.checkpoints`). It sits above both."""
 
-from kwiden import checkpoints, naming
-from kwiden.family_model import recording
+from kwiden import checkpoints
 from kwiden.messages import warn
-from kwiden.models import blocks
+from kwiden.models import blocks, naming
 from kwiden.models.config import config_sources
 from kwiden.models.family import FAMILIES, family_of_config, family_of_model_type, get_family
+from kwiden.models.family_model import recording
 
 RESIDUALS = blocks.RESIDUALS
 
@@ -95,7 +95,7 @@ def build_transformer_model(
             default for BERT and RoFormer), `"pre_ln"` (`x + f(LN(x))` and a
             final norm (`naming.OUTPUT_NORM`), the default for GPT, LLaMA and T5) or
             `"admin"` (Post-LN with `AdminResidual`'s `LN(ω ⊙ x + f(x))`,
-            which trains deep stacks once `kwiden.admin.initialize` has set
+            which trains deep stacks once `kwiden.training.admin.initialize` has set
             ω). Post-LN and Admin decoders normalise their embeddings
             (`naming.EMBEDDING_NORM`) as BERT does.
         **overrides: config keys, e.g. `hidden_dropout_prob=0.0`.

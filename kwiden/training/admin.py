@@ -14,8 +14,8 @@ import keras
 import numpy as np
 from keras import tree
 
-from kwiden import naming
-from kwiden.graph import Graph, Rebuild, nodes_in_order, probe
+from kwiden.growth.graph import Graph, Rebuild, nodes_in_order, probe
+from kwiden.growth.verify import sample_inputs, verify
 from kwiden.layers import (
     AdminResidual,
     ExpandableDense,
@@ -24,7 +24,7 @@ from kwiden.layers import (
     FeedForward,
 )
 from kwiden.messages import warn
-from kwiden.verify import sample_inputs, verify
+from kwiden.models import naming
 
 METHODS = ("profile", "closed_form")
 
@@ -55,7 +55,7 @@ def initialize(model, batch=None, method="profile"):
     >>> model = kwiden.build_transformer_model(
     ...     dict(vocab_size=50, hidden_size=8, num_hidden_layers=3, num_attention_heads=2),
     ...     model="gpt", residual="admin")
-    >>> omegas = kwiden.admin.initialize(model, np.array([[5, 6, 7, 8]]))
+    >>> omegas = kwiden.training.admin.initialize(model, np.array([[5, 6, 7, 8]]))
     >>> values = list(omegas.values())
     >>> len(values), values == sorted(values)
     (6, True)
@@ -127,8 +127,8 @@ def fold(model, allow_approximate=False, check=None):
     >>> admin = kwiden.build_transformer_model(
     ...     dict(vocab_size=50, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
     ...          hidden_dropout_prob=0.0), residual="admin")
-    >>> _ = kwiden.admin.initialize(admin, [np.array([[5, 6, 7]]), np.zeros((1, 3), "int32")])
-    >>> plain = kwiden.admin.fold(admin)
+    >>> _ = kwiden.training.admin.initialize(admin, [np.array([[5, 6, 7]]), np.zeros((1, 3), "int32")])
+    >>> plain = kwiden.training.admin.fold(admin)
     >>> any(isinstance(layer, kwiden.layers.AdminResidual) for layer in plain.layers)
     False
     """
@@ -145,7 +145,7 @@ def fold(model, allow_approximate=False, check=None):
             raise ValueError(
                 f"AdminResidual '{layer.name}': ω is not finite in channels "
                 f"{np.flatnonzero(~np.isfinite(omega)).tolist()[:8]}; folding it would give NaN weights. "
-                "Re-initialise ω (kwiden.admin.initialize) or train with a lower learning rate."
+                "Re-initialise ω (kwiden.training.admin.initialize) or train with a lower learning rate."
             )
         stream, branch = node.input_tensors
         if np.all(omega != 0) and _fold_into_norm(node, stream, omega, weights, graph):
@@ -171,7 +171,7 @@ def fold(model, allow_approximate=False, check=None):
     if approximate:
         report = verify(model, folded, sample_inputs(model) if check is None else check, k=1)
         folded.fold_report = report
-        warn(f"kwiden.admin.fold: {approximate} folded approximately.\n{report}")
+        warn(f"kwiden.training.admin.fold: {approximate} folded approximately.\n{report}")
     return folded
 
 

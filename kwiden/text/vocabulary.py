@@ -8,8 +8,8 @@ import pathlib
 
 import numpy as np
 
-from kwiden import tokenizer as wordpiece
 from kwiden.files import replaced_atomically
+from kwiden.text import tokenizer as wordpiece
 
 BYTES = "bytes"
 # The tokens a BERT vocabulary has, in Google's order after [PAD].

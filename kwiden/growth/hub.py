@@ -15,7 +15,8 @@ a save and reload of the KerasHub model would put back to the class default
 import keras
 import numpy as np
 
-from kwiden.expansion import GrowthError, Space, expand, grown_size
+from kwiden.growth.expansion import GrowthError, Space, expand, grown_size
+from kwiden.growth.verify import VerifyReport, compare_output
 from kwiden.keras_internals import all_layers
 from kwiden.layers import (
     ExpandableDense,
@@ -24,7 +25,6 @@ from kwiden.layers import (
     ExpandableMultiHeadAttention,
     FeedForward,
 )
-from kwiden.verify import VerifyReport, compare_output
 
 BACKBONES = ("BertBackbone", "RobertaBackbone", "GPT2Backbone")
 TASKS = ("GPT2CausalLM", "BertMaskedLM")

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from kwiden import naming
+from kwiden.models import naming
 
 
 def flops_per_token(model, length):

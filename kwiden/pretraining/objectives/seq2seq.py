@@ -16,7 +16,6 @@ import json
 import keras
 import numpy as np
 
-from kwiden.pretraining import tokens
 from kwiden.pretraining.objectives import (
     IGNORED,
     LEAST_VALID_WINDOWS,
@@ -27,7 +26,8 @@ from kwiden.pretraining.objectives import (
     first_of,
     register_objective,
 )
-from kwiden.tokenizer import check_json_texts
+from kwiden.text import tokens
+from kwiden.text.tokenizer import check_json_texts
 
 MAX_VALID_ROWS = 256
 

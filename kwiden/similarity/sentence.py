@@ -5,14 +5,15 @@ import pathlib
 import keras
 import numpy as np
 
-from kwiden import checkpoints, keras_internals, naming
-from kwiden.builder import build_transformer_model
+from kwiden import checkpoints, keras_internals
 from kwiden.checkpoints.generation_config import trained_max_length
 from kwiden.files import read_json
 from kwiden.messages import warn
+from kwiden.models import naming
+from kwiden.models.builder import build_transformer_model
 from kwiden.models.config import is_count, read_config_file
 from kwiden.models.family import family_of_config
-from kwiden.tokenizer import Tokenizer, check_texts
+from kwiden.text.tokenizer import Tokenizer, check_texts
 
 POOLINGS = ("cls", "pooler", "mean")
 POOLINGS_TEXT = "cls, pooler or mean"

@@ -11,8 +11,8 @@ import json
 import math
 from importlib import resources
 
-from kwiden.growth import grow
 from kwiden.growth.options import GROW, taken_by
+from kwiden.growth.pipeline import grow
 from kwiden.keras_internals import compile_arguments, inner_optimizer
 
 # What `auto` does, chosen from the sweep of benchmarks/grow_vs_scratch.py (docs/growth-that-pays.md#the-sweep):

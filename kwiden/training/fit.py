@@ -5,16 +5,16 @@ import weakref
 
 import keras
 
-from kwiden import recipe
-from kwiden.backups import Backup
-from kwiden.builder import build_transformer_model
-from kwiden.compute import flops_per_token
 from kwiden.growth.options import GROW, names
 from kwiden.keras_internals import compile_arguments, inner_optimizer
 from kwiden.models import get_family
+from kwiden.models.builder import build_transformer_model
 from kwiden.models.config import is_count
 from kwiden.optimizers import AccumulatingOptimizer
-from kwiden.stretch import fit_stretch
+from kwiden.training import recipe
+from kwiden.training.backups import Backup
+from kwiden.training.compute import flops_per_token
+from kwiden.training.stretch import fit_stretch
 
 # The growth options a schedule may set: `kwiden.grow`'s (`growth.options.OPTIONS`) but its optimizer, which
 # the trainer passes with the model.
@@ -58,7 +58,7 @@ class GrowthSchedule:
         """The growths `kwiden pretrain --grow auto` makes for a target, in
         updates: training to `schedule.steps` spends the FLOPs of `budget`
         updates of the target from scratch, each model charged its own cost
-        (`kwiden.compute.flops_per_token` at `seq_len`, by default the
+        (`kwiden.training.compute.flops_per_token` at `seq_len`, by default the
         config's `max_position_embeddings`).
 
         `config` is the target's (a dict, or a config.json path) for the

@@ -1,7 +1,7 @@
 """Functional graphs: walk one in order, know who makes and who reads each
 tensor, and rebuild it with other layers.
 
-Growth, depth growth, `kwiden.admin.fold` and `kwiden.verify` all follow a
+Growth, depth growth, `kwiden.training.admin.fold` and `kwiden.verify` all follow a
 model's graph node by node; they share this module.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 from keras import tree
 
 from kwiden import keras_internals
-from kwiden.family_model import functional_like
+from kwiden.models.family_model import functional_like
 
 
 def is_keras_hub(model):

@@ -8,6 +8,7 @@ import pathlib
 import numpy as np
 
 from kwiden.files import read_text
+from kwiden.similarity.retrieval import partner_ranks
 
 # Cosines closer than this differ by float32 rounding alone: ranked, they would order the pairs at random.
 SAME_COSINE = 1e-6
@@ -107,11 +108,9 @@ def retrieval(encoder, pairs):
     cosines = vectors @ vectors.T
     if not np.isfinite(cosines).all():
         raise ValueError("The encoder gave a cosine that is not a number: its vectors are not finite.")
-    np.fill_diagonal(cosines, -np.inf)
     queries = np.array([index[a] for a, _ in keys] + [index[b] for _, b in keys])
     partners = np.array([index[b] for _, b in keys] + [index[a] for a, _ in keys])
-    partner_cosine = cosines[queries, partners]
-    ranks = np.sum(cosines[queries] >= partner_cosine[:, None], axis=1)  # the partner itself counted: rank 1 up
+    ranks = partner_ranks(cosines, queries, partners)
     return float(np.mean(ranks == 1)), float(np.mean(1.0 / ranks))
 
 
