@@ -1,7 +1,10 @@
-"""The memory a process may still use: what growth and pretraining check
-before they build a model that would not fit."""
+"""The memory a process may still use, on the host and on the accelerator:
+what growth, pretraining and generation check before they build what would
+not fit."""
 
 import pathlib
+import shutil
+import subprocess
 
 
 def available_memory(proc="/proc", cgroups="/sys/fs/cgroup"):
@@ -73,6 +76,70 @@ def _lines(path):
             return [line for line in file if line.strip()]
     except (OSError, UnicodeDecodeError):
         return []
+
+
+def accelerated():
+    """Whether Keras computes on a GPU or TPU (its memory, not the host's, holds the model)."""
+    import keras  # here, not at the top: the command line reads its arguments before a backend loads
+
+    devices = keras.distribution.list_devices()
+    return any(kind in device.lower() for device in devices for kind in ("gpu", "tpu", "cuda"))
+
+
+def device_memory(backend=None):
+    """Bytes free on the first accelerator the backend computes on, or None
+    on a CPU or where the backend does not say: JAX's `bytes_limit` less
+    `bytes_in_use`; PyTorch's free CUDA memory plus what its cache holds
+    unused; TensorFlow's device total (from `nvidia-smi`, which TensorFlow
+    has no call for) less what TensorFlow holds, the device taken as this
+    process's alone."""
+    import keras
+
+    backend = backend or keras.backend.backend()
+    try:
+        return {"jax": _jax_free, "torch": _torch_free, "tensorflow": _tensorflow_free}.get(backend, _unknown)()
+    except (RuntimeError, ValueError, KeyError, OSError, AttributeError, subprocess.SubprocessError):
+        return None
+
+
+def _unknown():
+    return None
+
+
+def _jax_free():
+    import jax
+
+    device = jax.devices()[0]
+    stats = device.memory_stats() if device.platform != "cpu" else None
+    return None if not stats or "bytes_limit" not in stats else stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+
+
+def _torch_free():
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    free, _ = torch.cuda.mem_get_info()
+    return free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+
+
+def _tensorflow_free():
+    import tensorflow as tf
+
+    if not tf.config.list_logical_devices("GPU"):
+        return None
+    total = nvidia_total_memory()
+    return None if total is None else max(0, total - tf.config.experimental.get_memory_info("GPU:0")["current"])
+
+
+def nvidia_total_memory(run=subprocess.run):
+    """The first NVIDIA GPU's memory in bytes, as `nvidia-smi` reports it, or None without it."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    query = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "--id=0"]
+    result = run(query, capture_output=True, text=True, timeout=10)
+    text = result.stdout.strip() if result.returncode == 0 else ""
+    return int(float(text)) * 2**20 if text.replace(".", "", 1).isdigit() else None  # MiB
 
 
 UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}

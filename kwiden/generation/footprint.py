@@ -3,12 +3,11 @@ anything is allocated: a `max_new_tokens` of a billion on a rotary model
 (no position table to refuse it) would otherwise allocate its whole
 key/value cache at once and die, or be killed by the kernel."""
 
-import keras
 import numpy as np
 
 from kwiden.generation.arguments import ArgumentError
 from kwiden.generation.rollout import buffer_length
-from kwiden.memory import available_memory, readable_size
+from kwiden.memory import accelerated, available_memory, device_memory, readable_size
 
 # Bytes of the float32 attention scores and their softmax, for each query, head and key.
 SCORE_BYTES = 2 * 4
@@ -54,12 +53,12 @@ def check_memory(decoder, prompts, max_new_tokens, repeats, rows_name):
     """Refuse decoding that would not fit in the memory available now,
     naming `max_new_tokens` and `rows_name` (the argument that gives
     `repeats`: `num_samples`, `beam`) and the most of each that would fit.
-    On a GPU only the host's part is checked: the backend refuses what its
-    device cannot hold."""
-    available = available_memory()
-    if available is None:
-        return
-    fits = _fits(decoder, prompts, available)
+    On a GPU or TPU the cache and the attention are held to the device's
+    free memory where the backend says it (`kwiden.memory.device_memory`),
+    the rest to the host's."""
+    host_room = available_memory()
+    device_room = device_memory() if accelerated() else None
+    fits = _fits(decoder, prompts, host_room, device_room)
     if fits(repeats, max_new_tokens):
         return
     device, host = decoding_bytes(decoder, prompts, repeats, max_new_tokens)
@@ -69,23 +68,27 @@ def check_memory(decoder, prompts, max_new_tokens, repeats, rows_name):
         [f"{{rows}}={most_rows} (with {{max_new_tokens}}={max_new_tokens})"] if most_rows else []
     )
     advice = f"the most that fit: {', or '.join(options)}" if options else "fewer prompts"
+    on_device = device_room is not None and device > device_room
+    available, where = (device_room, "free on the accelerator") if on_device else (host_room, "available")
     raise ArgumentError(
         "Decoding {prompts} prompt(s), {rows}={repeats} rows each, to {max_new_tokens}={value} needs about {need} "
         "(a key/value cache of {per_token} a row a token, the attention's scores, the logits), and {available} is "
-        "available: " + advice + (", or fewer prompts" if options and len(prompts) > 1 else "") + ".",
+        "{where}: " + advice + (", or fewer prompts" if options and len(prompts) > 1 else "") + ".",
         names={"rows": rows_name}, prompts=len(prompts), repeats=repeats, value=max_new_tokens,
         need=readable_size(device + host, "kB"), per_token=readable_size(_cache_per_token(decoder), "B"),
-        available=readable_size(available, "kB"),
+        available=readable_size(available, "kB"), where=where,
     )  # fmt: skip
 
 
-def _fits(decoder, prompts, available):
-    """Whether `(repeats, max_new_tokens)` fit in `available` bytes (only the host's part on a GPU)."""
-    on_cpu = not _accelerated()
+def _fits(decoder, prompts, host_room, device_room):
+    """Whether `(repeats, max_new_tokens)` fit: on a CPU the whole in `host_room` bytes; on an accelerator the
+    device's part in `device_room` (where known) and the host's in `host_room`. None: unknown, not checked."""
+    on_cpu = not accelerated()
 
     def fits(repeats, max_new_tokens):
         device, host = decoding_bytes(decoder, prompts, repeats, max_new_tokens)
-        return host + (device if on_cpu else 0) <= available
+        on_host = host + (device if on_cpu else 0)
+        return (host_room is None or on_host <= host_room) and (device_room is None or device <= device_room)
 
     return fits
 
@@ -108,10 +111,3 @@ def _cache_per_token(decoder):
 
 def _itemsize(dtype):
     return 2 if dtype in ("bfloat16", "float16") else np.dtype(dtype).itemsize
-
-
-def _accelerated():
-    """Whether a GPU or TPU decodes (its memory, not the host's, holds the cache)."""
-    return any(
-        kind in device.lower() for device in keras.distribution.list_devices() for kind in ("gpu", "tpu", "cuda")
-    )

@@ -284,3 +284,18 @@ def test_the_most_that_fits_in_memory_is_what_the_refusal_names(monkeypatch):
     with pytest.raises(ValueError, match=r"the most that fit: max_new_tokens=20 \(with beam=3\)"):
         generate_ids(model, [[1, 2, 3]], 21, Search(beam=3))
     assert len(generate_ids(model, [[1, 2, 3]], 20, num_samples=3, seed=0)[0]) == 3  # what it named runs
+
+
+def test_on_an_accelerator_the_cache_is_held_to_the_devices_free_memory(monkeypatch):
+    from kwiden.generation import footprint
+
+    model = built("llama")
+    device, host = footprint.decoding_bytes(Decoder(model), [[1, 2, 3]], repeats=3, max_new_tokens=20)
+    monkeypatch.setattr(footprint, "accelerated", lambda: True)
+    monkeypatch.setattr(footprint, "available_memory", lambda: host * 100)  # the host has room for all of it
+    monkeypatch.setattr(footprint, "device_memory", lambda: device)
+    with pytest.raises(ValueError, match=r"is free on the accelerator: the most that fit: max_new_tokens=20 "):
+        footprint.check_memory(Decoder(model), [[1, 2, 3]], 21, 3, "num_samples")
+    footprint.check_memory(Decoder(model), [[1, 2, 3]], 20, 3, "num_samples")  # what it named fits
+    monkeypatch.setattr(footprint, "device_memory", lambda: None)  # a backend that does not say: the host's part only
+    footprint.check_memory(Decoder(model), [[1, 2, 3]], 1000, 3, "num_samples")
