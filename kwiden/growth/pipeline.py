@@ -13,6 +13,8 @@
 
 import typing
 
+import keras
+
 from kwiden.growth import hub
 from kwiden.growth.check import check as check_growth
 from kwiden.growth.check import needs_check
@@ -217,6 +219,27 @@ def grow(
     return GrowthResult(big, grown)
 
 
+def grown_skeleton(model, **arguments):
+    """The model `grow(model, **arguments)` would return, its weights shaped
+    but never allocated (`keras.StatelessScope`), after the same checks and
+    refusals: what a schedule of growths is planned on before any memory is
+    spent. A skeleton grows again into the next. Functional models only; the
+    optimizer's arguments are `grow`'s to use, not a skeleton's.
+
+    >>> import kwiden
+    >>> small = kwiden.build_transformer_model(
+    ...     dict(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+    ...          num_attention_heads=2), model="gpt")
+    >>> grown_skeleton(grown_skeleton(small, k=2), depth=2).count_params()
+    15584
+    """
+    _require_functional(model)
+    with keras.StatelessScope(initialize_variables=False):
+        plan = plan_growth(model, resolve(model, **arguments), check_memory=False)
+        big, _ = rebuild(plan)
+    return big
+
+
 def _grow_keras_hub(model, options):
     """KerasHub models: the same class, wider (`kwiden.growth.hub`); width only."""
     hub.check_options(optimizer=options.optimizer, depth=options.depth, num_layers=options.num_layers)
@@ -249,4 +272,4 @@ def growth_scales(model, k, ffn_factor=None, heads="size"):
     return {path: growth_scale(axes) for path, axes in weight_axes(model, growth).items()}
 
 
-__all__ = ["GrowthOptions", "GrowthPlan", "GrowthRecord", "GrowthResult", "grow", "growth_scales", "weight_axes"]
+__all__ = ["GrowthOptions", "GrowthPlan", "GrowthRecord", "GrowthResult", "grow", "grown_skeleton", "growth_scales", "weight_axes"]

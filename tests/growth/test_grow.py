@@ -1,5 +1,7 @@
 """`kwiden.grow` on whole models: exact, new, trainable, saveable, and loud on bad input."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -328,3 +330,30 @@ def test_t5_grows_exactly_by_a_fraction():
     big = kwiden.grow(small, hidden_size=24, heads="count")
     assert big.get_layer("Embedding-Relative-Position").heads == 6
     assert_exact(small, big, padded_batch(segments=False, lengths=(12, 5, 9)))
+
+
+@pytest.mark.parametrize(
+    "growths",
+    [[dict(k=2)], [dict(depth=2, allow_approximate=True)], [dict(k=2, heads="count")], [dict(k=2), dict(depth=2, new_blocks="fresh", allow_approximate=True)]],
+    ids=["wider", "deeper", "more heads", "wider then deeper"],
+)
+@pytest.mark.parametrize("family", ["gpt", "bert"])
+def test_a_skeleton_has_the_shapes_grow_gives(family, growths):
+    from kwiden.growth.pipeline import grown_skeleton
+
+    real = skeleton = kwiden.build_transformer_model(tiny_config(), model=family)
+    for arguments in growths:
+        real, skeleton = kwiden.grow(real, seed=0, **arguments), grown_skeleton(skeleton, **arguments)
+    assert [(w.path, tuple(w.shape)) for w in skeleton.weights] == [(w.path, tuple(w.shape)) for w in real.weights]
+    assert skeleton.count_params() == real.count_params()
+
+
+def test_a_skeleton_refuses_what_grow_refuses():
+    from kwiden.growth.pipeline import grown_skeleton
+
+    rotary = kwiden.build_transformer_model(tiny_config(), model="llama")
+    for refused in (dict(k=2, rope="standard"), dict(k=0), dict(depth=2, num_layers=4)):
+        with pytest.raises(ValueError) as real:
+            kwiden.grow(rotary, **refused)
+        with pytest.raises(ValueError, match=re.escape(str(real.value))):
+            grown_skeleton(rotary, **refused)
