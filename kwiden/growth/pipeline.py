@@ -272,4 +272,13 @@ def growth_scales(model, k, ffn_factor=None, heads="size"):
     return {path: growth_scale(axes) for path, axes in weight_axes(model, growth).items()}
 
 
-__all__ = ["GrowthOptions", "GrowthPlan", "GrowthRecord", "GrowthResult", "grow", "grown_skeleton", "growth_scales", "weight_axes"]
+__all__ = [
+    "GrowthOptions",
+    "GrowthPlan",
+    "GrowthRecord",
+    "GrowthResult",
+    "grow",
+    "grown_skeleton",
+    "growth_scales",
+    "weight_axes",
+]

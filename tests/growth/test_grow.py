@@ -334,7 +334,12 @@ def test_t5_grows_exactly_by_a_fraction():
 
 @pytest.mark.parametrize(
     "growths",
-    [[dict(k=2)], [dict(depth=2, allow_approximate=True)], [dict(k=2, heads="count")], [dict(k=2), dict(depth=2, new_blocks="fresh", allow_approximate=True)]],
+    [
+        [dict(k=2)],
+        [dict(depth=2, allow_approximate=True)],
+        [dict(k=2, heads="count")],
+        [dict(k=2), dict(depth=2, new_blocks="fresh", allow_approximate=True)],
+    ],
     ids=["wider", "deeper", "more heads", "wider then deeper"],
 )
 @pytest.mark.parametrize("family", ["gpt", "bert"])
