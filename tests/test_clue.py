@@ -3,6 +3,7 @@ hand-written fixtures in CLUE 1.1's format, with a tiny BERT."""
 
 import json
 import pathlib
+import re
 import runpy
 import shutil
 import subprocess
@@ -192,11 +193,10 @@ def test_bad_input_names_file_and_line_and_writes_nothing(case, model_files, tmp
     task, file, edit, line, message = BAD_INPUTS[case]
     data_dir = broken_copy(task, tmp_path, file, edit)
     output_dir = tmp_path / "out"
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match=re.escape(message)) as error:
         run(task, model_files, output_dir, data_dir)
     assert str(data_dir / file) in str(error.value)
     assert f"line {line}:" in str(error.value)
-    assert message in str(error.value)
     assert not output_dir.exists()
 
 
