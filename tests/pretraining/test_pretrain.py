@@ -87,7 +87,13 @@ def test_a_masked_run_with_its_own_vocabulary_fine_tunes_on_clue(chinese, tmp_pa
     done = tnews(["--data-dir", str(fixtures), "--checkpoint", str(result.final), "--vocab",
                   str(result.final / "vocab.txt"), "--output-dir", str(tmp_path / "tnews"), "--epochs", "1",
                   "--batch-size", "4", "--maxlen", "32"])  # fmt: skip
-    assert done["predictions"].is_file() and 0 <= done["dev_accuracy"] <= 1
+    # every test id once, in order, each with a label of labels.json; the dev accuracy, of dev.json's 2 lines
+    lines = {name: [json.loads(line) for line in (fixtures / f"{name}.json").read_text("utf-8").splitlines()]
+             for name in ("test", "labels", "dev")}  # fmt: skip
+    predictions = [json.loads(line) for line in done["predictions"].read_text("utf-8").splitlines()]
+    assert [p["id"] for p in predictions] == [t["id"] for t in lines["test"]]
+    assert {p["label"] for p in predictions} <= {label["label"] for label in lines["labels"]}
+    assert len(lines["dev"]) == 2 and done["dev_accuracy"] in (0.0, 0.5, 1.0)
 
 
 # A resume may evaluate and back up at other intervals: neither changes an update.
