@@ -138,7 +138,7 @@ def test_a_batch_carries_the_teachers_cosines_of_the_clean_sources(similar, tmp_
     assert (inputs == tokenizer.mask).any() and trained.shape == (8, 16)  # corrupted rows, the clean texts' cosines
 
 
-def test_a_run_with_a_teacher_and_corruption_trains_and_resumes_to_the_same_metrics(similar, tmp_path, monkeypatch):
+def test_a_run_with_a_teacher_and_corruption_trains_and_resumes_bit_for_bit(similar, tmp_path, monkeypatch):
     path, words, teacher = similar
     teacher = shutil.copytree(teacher, tmp_path / "teacher")
     run = dict(model="bert", objective="simbert", config=TINY_BERT, tokenizer=str(words), teacher=str(teacher),
