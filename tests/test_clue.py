@@ -3,6 +3,7 @@ hand-written fixtures in CLUE 1.1's format, with a tiny BERT."""
 
 import json
 import pathlib
+import re
 import runpy
 import shutil
 import subprocess
@@ -106,7 +107,7 @@ def label_set(task):
     "flags", [[], ["--grow", "2", "--accum-steps", "2", "--epochs", "2"]], ids=["plain", "grow2-accum2"]
 )
 @pytest.mark.parametrize("task", sorted(TASKS))
-def test_script_writes_one_prediction_per_test_id(task, flags, model_files, tmp_path):
+def test_script_writes_one_prediction_per_test_id(task, flags, model_files, tmp_path, capsys):
     result = run(task, model_files, tmp_path, None, *flags)
     path = tmp_path / TASKS[task]
     assert result["predictions"] == path
@@ -114,7 +115,19 @@ def test_script_writes_one_prediction_per_test_id(task, flags, model_files, tmp_
     assert [p["id"] for p in predictions] == expected_ids(task)
     assert all(set(p) == {"id", "label"} for p in predictions)
     assert {p["label"] for p in predictions} <= label_set(task)
-    assert 0.0 <= result["dev_accuracy"] <= 1.0
+    assert_best_dev_epoch(result, capsys.readouterr().out, 2 if "--epochs" in flags else 1, len(read_lines(
+        FIXTURES / task / "dev.json")))  # fmt: skip
+
+
+def assert_best_dev_epoch(result, out, epochs, dev_examples):
+    """The dev accuracy returned is the best epoch's of those printed (the epoch whose weights predict; printed
+    after Keras' progress bar, on its line), a share of the dev examples. No margin against the plain run: on the fixtures' 2 or 3 dev examples a grown run's score
+    was the plain run's for 29 of the 30 (task, seed 0, 1, 2) pairs here and in test_clue_spans, one example apart
+    on the other (ocnli, seed 0); any margin that tolerates that is a whole example, which asserts nothing."""
+    printed = [float(a) for a in re.findall(r"epoch \d+: dev [a-z ]+ ([0-9.]+), best ", out)]
+    assert len(printed) == epochs and result["dev_accuracy"] == pytest.approx(max(printed), abs=5e-5)
+    right = result["dev_accuracy"] * dev_examples
+    assert right == pytest.approx(round(right)) and 0 <= round(right) <= dev_examples
 
 
 def test_cluewsc_marks_both_spans():
@@ -192,11 +205,10 @@ def test_bad_input_names_file_and_line_and_writes_nothing(case, model_files, tmp
     task, file, edit, line, message = BAD_INPUTS[case]
     data_dir = broken_copy(task, tmp_path, file, edit)
     output_dir = tmp_path / "out"
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match=re.escape(message)) as error:
         run(task, model_files, output_dir, data_dir)
     assert str(data_dir / file) in str(error.value)
     assert f"line {line}:" in str(error.value)
-    assert message in str(error.value)
     assert not output_dir.exists()
 
 

@@ -66,8 +66,13 @@ def test_pretrain_then_finetune_notebook(tmp_path, monkeypatch):
         assert {p["label"] for p in predictions} <= set(labels)
     results = json.loads((tmp_path / "results.json").read_text("utf-8"))
     assert len(labels) >= 2 and results["majority_class"]["dev_accuracy"] == pytest.approx(1 / len(labels))
+    # Small mode's scores mean nothing; each is still a share of its split's lines (the dev one the best epoch's,
+    # the test one the predictions file's against the labels kept aside).
+    assert results["examples"]["test"] == len(test)
     for start in ("pretrained", "from_scratch"):
-        assert 0 <= results[start]["dev_accuracy"] <= 1 and 0 <= results[start]["test_accuracy"] <= 1
+        for split in ("dev", "test"):
+            right = results[start][f"{split}_accuracy"] * results["examples"][split]
+            assert right == pytest.approx(round(right)) and 0 <= round(right) <= results["examples"][split]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

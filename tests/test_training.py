@@ -38,7 +38,7 @@ class CrashAt(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if int(self.model.optimizer.updates_done) >= self.updates:
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt(f"crashed after update {self.updates}")
 
 
 class StopAtEpoch(keras.callbacks.Callback):
@@ -81,7 +81,7 @@ def test_several_steps_a_call_reach_every_growth_and_train_the_same_weights(gpt)
 
 def test_resumes_after_a_growth_to_identical_weights(gpt, tmp_path):
     straight, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="^crashed after update 5$"):
         kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0,
                            callbacks=[CrashAt(5)], backup_dir=tmp_path)  # fmt: skip
     # The backup is the model just after the first growth (update 3), not the crashed one.

@@ -1,6 +1,7 @@
 import json
 import pathlib
 
+import numpy as np
 import pytest
 
 from kwiden.text import corpus
@@ -67,3 +68,13 @@ def after_update(monkeypatch, n, action):
 
 def kill(logs):
     raise SystemExit("killed")
+
+
+def assert_same_final(a, b):
+    """Every tensor of two runs' final/model.safetensors, the same names and bit for bit the same values."""
+    from kwiden.checkpoints.safetensors import SafetensorsTensors
+
+    first, second = SafetensorsTensors(a / "model.safetensors"), SafetensorsTensors(b / "model.safetensors")
+    assert sorted(first) == sorted(second)
+    for name in first:
+        np.testing.assert_array_equal(np.asarray(first[name]), np.asarray(second[name]), err_msg=name)

@@ -149,7 +149,7 @@ def test_a_failed_final_leaves_no_half_written_folder(english, tmp_path, monkeyp
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(vocabulary.CorpusTokenizer, "save", fail)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match=r"\[Errno 28\] No space left on device"):
         pretrain(english, tmp_path, budget=2, grow="none")
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("final")) == []
 

@@ -68,7 +68,7 @@ def test_a_run_begun_at_another_default_rate_resumes_with_it(english, tmp_path, 
     start = body_only(tmp_path / "start")
     run = {key: value for key, value in TINY_RUN.items() if key != "lr"}
     arguments = dict(from_checkpoint=str(start), grow="none", save_every=4, warmup=0, **{**run, "budget": 8})
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^killed$"):
         after_update(monkeypatch, 5, kill)  # after the backup at update 4
         kwiden.pretrain(english, tmp_path / "run", lr=1e-3, **arguments)  # as the default was then
     monkeypatch.undo()

@@ -87,7 +87,13 @@ def test_a_masked_run_with_its_own_vocabulary_fine_tunes_on_clue(chinese, tmp_pa
     done = tnews(["--data-dir", str(fixtures), "--checkpoint", str(result.final), "--vocab",
                   str(result.final / "vocab.txt"), "--output-dir", str(tmp_path / "tnews"), "--epochs", "1",
                   "--batch-size", "4", "--maxlen", "32"])  # fmt: skip
-    assert done["predictions"].is_file() and 0 <= done["dev_accuracy"] <= 1
+    # every test id once, in order, each with a label of labels.json; the dev accuracy, of dev.json's 2 lines
+    lines = {name: [json.loads(line) for line in (fixtures / f"{name}.json").read_text("utf-8").splitlines()]
+             for name in ("test", "labels", "dev")}  # fmt: skip
+    predictions = [json.loads(line) for line in done["predictions"].read_text("utf-8").splitlines()]
+    assert [p["id"] for p in predictions] == [t["id"] for t in lines["test"]]
+    assert {p["label"] for p in predictions} <= {label["label"] for label in lines["labels"]}
+    assert len(lines["dev"]) == 2 and done["dev_accuracy"] in (0.0, 0.5, 1.0)
 
 
 # A resume may evaluate and back up at other intervals: neither changes an update.
@@ -97,7 +103,7 @@ def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, monkeypatc
     whole = kwiden.pretrain(english, tmp_path / "whole", **run)
     grew = whole.growths[0].update
     after_update(monkeypatch, grew + 1, kill)  # the first update after the growth, whose backup is the last
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^killed$"):
         kwiden.pretrain(english, tmp_path / "killed", **run)
     assert not (tmp_path / "killed" / "final").exists()
     monkeypatch.undo()
@@ -114,14 +120,19 @@ def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, monkeypatc
         assert updates == [r["update"] for r in whole.metrics]
 
 
+def stopped_log(tmp_path):
+    return (tmp_path / "stopped" / "log.txt").read_text()
+
+
 def test_ctrl_c_saves_a_backup_first(english, tmp_path, monkeypatch):
     run = dict(model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
     whole = kwiden.pretrain(english, tmp_path / "whole", **run)
     after_update(monkeypatch, 5, lambda logs: os.kill(os.getpid(), signal.SIGINT))
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="^$"):  # bare, as Ctrl-C's own; what to do is in the log
         kwiden.pretrain(english, tmp_path / "stopped", **run)
     state = json.loads((tmp_path / "stopped" / "backup" / "state.json").read_text())
     assert state["update"] == 5
+    assert "stopped at update 5: backup saved; run the same command to resume" in stopped_log(tmp_path)
     monkeypatch.undo()
     resumed = kwiden.pretrain(english, tmp_path / "stopped", **run)
     for a, b in zip(whole.model.weights, resumed.model.weights):
@@ -160,9 +171,10 @@ def test_ctrl_c_stops_at_the_end_of_the_compiled_call_under_way(english, tmp_pat
     whole = kwiden.pretrain(english, tmp_path / "whole", **run)
     monkeypatch.setattr(trainer, "UPDATES_PER_CALL", 4)
     after_update(monkeypatch, 5, lambda logs: os.kill(os.getpid(), signal.SIGINT))
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="^$"):  # bare, as Ctrl-C's own; what to do is in the log
         kwiden.pretrain(english, tmp_path / "stopped", **run)
     assert json.loads((tmp_path / "stopped" / "backup" / "state.json").read_text())["update"] == 8
+    assert "stopped at update 8: backup saved; run the same command to resume" in stopped_log(tmp_path)
     monkeypatch.undo()
     assert_same_weights(whole.model, kwiden.pretrain(english, tmp_path / "stopped", **run).model)
 
@@ -177,10 +189,11 @@ def test_ctrl_c_during_a_growth_stops_before_another_call(english, tmp_path, mon
         return real(*args, **kwargs)
 
     monkeypatch.setattr(trainer.recipe, "grow_and_compile", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="^$"):  # bare, as Ctrl-C's own; what to do is in the log
         kwiden.pretrain(english, tmp_path / "stopped", **run)
     state = json.loads((tmp_path / "stopped" / "backup" / "state.json").read_text())
     assert (state["update"], state["growths_done"]) == (whole.growths[0].update, 1)  # just after the growth
+    assert f"stopped at update {whole.growths[0].update}: backup saved; run the same command" in stopped_log(tmp_path)
     monkeypatch.undo()
     assert_same_weights(whole.model, kwiden.pretrain(english, tmp_path / "stopped", **run).model)
 

@@ -10,7 +10,7 @@ import shutil
 import jieba
 import numpy as np
 import pytest
-from conftest import TINY_BERT, TINY_RUN, after_update, chinese_lines, kill
+from conftest import TINY_BERT, TINY_RUN, after_update, assert_same_final, chinese_lines, kill
 
 import kwiden
 from kwiden.pretraining.objectives.seq2seq import Rows, Seq2Seq, source_starts
@@ -138,7 +138,7 @@ def test_a_batch_carries_the_teachers_cosines_of_the_clean_sources(similar, tmp_
     assert (inputs == tokenizer.mask).any() and trained.shape == (8, 16)  # corrupted rows, the clean texts' cosines
 
 
-def test_a_run_with_a_teacher_and_corruption_trains_and_resumes_to_the_same_metrics(similar, tmp_path, monkeypatch):
+def test_a_run_with_a_teacher_and_corruption_trains_and_resumes_bit_for_bit(similar, tmp_path, monkeypatch):
     path, words, teacher = similar
     teacher = shutil.copytree(teacher, tmp_path / "teacher")
     run = dict(model="bert", objective="simbert", config=TINY_BERT, tokenizer=str(words), teacher=str(teacher),
@@ -151,14 +151,18 @@ def test_a_run_with_a_teacher_and_corruption_trains_and_resumes_to_the_same_metr
     recorded = json.loads((tmp_path / "whole" / "run.json").read_text())["arguments"]
     assert (recorded["teacher"], recorded["distill_weight"], recorded["corrupt"], recorded["scale"]) == (
         str(teacher.resolve()), 100.0, 0.5, 20.0)  # fmt: skip
+    # Killed at update 3, resumed from the backup at 2 (its optimizer state, data position, corruption's masks and
+    # Dropout's generators): the uninterrupted run's rows, and bit for bit its final/.
     after_update(monkeypatch, 3, kill)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^killed$"):
         kwiden.pretrain(path, tmp_path / "resumed", **{**run, "save_every": 2})
     monkeypatch.undo()
     resumed = kwiden.pretrain(path, tmp_path / "resumed", **{**run, "save_every": 2})
+    assert "resuming from the backup at update 2" in (tmp_path / "resumed" / "log.txt").read_text()
     assert [{k: v for k, v in row.items() if k != "seconds"} for row in resumed.metrics] == [
         {k: v for k, v in row.items() if k != "seconds"} for row in result.metrics
     ]
+    assert_same_final(result.final, resumed.final)
     with pytest.raises(
         ValueError, match=r"holds a run made with --distill-weight 100.0, not None: run the same command"
     ):

@@ -83,7 +83,7 @@ def test_a_call_killed_before_it_trained_leaves_the_folder_to_the_corrected_one(
 
     monkeypatch.setattr(outputs.RunFolder, "release", lambda self: None)  # kill -9: nothing is cleaned up
     monkeypatch.setattr(tokens, "tokenized", killed)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^killed$"):
         pretrain(english, folder, budget=2, grow="none", lr=1.0)
     assert record(folder)["state"] == outputs.CLAIMED
     monkeypatch.undo()
@@ -231,7 +231,7 @@ def test_the_first_row_after_a_resume_is_the_uninterrupted_runs(english, tmp_pat
     arguments = dict(grow="none", eval_every=3, save_every=4)
     whole = pretrain(english, tmp_path / "whole", **arguments)
     after_update(monkeypatch, 5, kill)  # the backup is at update 4, the next row at 6
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^killed$"):
         pretrain(english, tmp_path / "killed", **arguments)
     monkeypatch.undo()
     resumed = pretrain(english, tmp_path / "killed", **arguments)
@@ -247,7 +247,7 @@ def test_a_backup_of_the_previous_format_one_loss_a_micro_batch_resumes(english,
     arguments = dict(grow="none", eval_every=3, save_every=4)
     whole = pretrain(english, tmp_path / "whole", **arguments)
     after_update(monkeypatch, 5, kill)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^killed$"):
         pretrain(english, tmp_path / "killed", **arguments)
     monkeypatch.undo()
     path = tmp_path / "killed" / "backup" / "state.json"

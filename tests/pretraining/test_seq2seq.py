@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import TINY_BERT, TINY_RUN
+from conftest import TINY_BERT, TINY_RUN, after_update, assert_same_final, kill
 
 import kwiden
 from kwiden.pretraining import objectives
@@ -36,8 +36,9 @@ def test_a_batch_predicts_each_next_token_of_the_target_alone():
 
 
 @pytest.mark.parametrize("family, corrupt", [("bert", 0.0), ("roformer", 0.5)])
-def test_pretrains_a_unilm_and_resumes(pairs, tmp_path, family, corrupt):
-    run = dict(model=family, objective="seq2seq", config=TINY_BERT, corrupt=corrupt, **RUN)  # RoFormer-Sim's half
+def test_pretrains_a_unilm_and_resumes(pairs, tmp_path, monkeypatch, family, corrupt):
+    # --corrupt 0.5: RoFormer-Sim's half. Backups every 6 updates.
+    run = dict(model=family, objective="seq2seq", config=TINY_BERT, corrupt=corrupt, save_every=6, **RUN)
     result = kwiden.pretrain(pairs, tmp_path / "run", **run)
     assert result.updates > RUN["budget"] and result.growths  # grown on the way, as any run
     losses = [row["valid_loss"] for row in result.metrics]
@@ -50,8 +51,19 @@ def test_pretrains_a_unilm_and_resumes(pairs, tmp_path, family, corrupt):
     cut = sum(len(a) + len(b) + 3 > RUN["seq_len"] for a, b in zip(sources, targets))
     assert 0 < cut < len(records)
     assert f"pairs longer than --seq-len 24: {cut:,} of {len(records):,}, the longer side cut first\n" in log
-    again = kwiden.pretrain(pairs, tmp_path / "run", **run)
-    assert again.updates == result.updates  # the finished run read back, its records compared
+    # Killed at update 9, resumed from the backup at 6 (its optimizer state, data position, corruption's masks and
+    # Dropout's generators), through the growth: bit for bit the uninterrupted run's final/. On the vocabulary the
+    # run built (two builds of --build-vocab on one corpus may order tied tokens differently).
+    killed = {**{k: v for k, v in run.items() if k != "build_vocab"}, "tokenizer": str(tmp_path / "run" / "vocab.txt")}
+    after_update(monkeypatch, 9, kill)
+    with pytest.raises(SystemExit, match="^killed$"):
+        kwiden.pretrain(pairs, tmp_path / "killed", **killed)
+    assert not (tmp_path / "killed" / "final").exists()
+    monkeypatch.undo()
+    resumed = kwiden.pretrain(pairs, tmp_path / "killed", **killed)
+    assert "resuming from the backup at update 6" in (tmp_path / "killed" / "log.txt").read_text()
+    assert resumed.updates == result.updates
+    assert_same_final(result.final, resumed.final)
 
 
 def test_bad_input_is_named_before_training(pairs, tmp_path):
