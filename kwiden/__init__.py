@@ -20,7 +20,7 @@ from kwiden.models.builder import build_transformer_model
 from kwiden.pretraining import PretrainResult, pretrain
 from kwiden.similarity.sentence import SentenceEncoder
 from kwiden.similarity.similar import similar
-from kwiden.text.tokenizer import Tokenizer
+from kwiden.text.pairs import Tokenizer
 from kwiden.training import admin
 from kwiden.training.distribution import layout_map
 from kwiden.training.fit import GrowthSchedule, fit_growing
