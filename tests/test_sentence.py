@@ -153,7 +153,10 @@ def test_a_folder_without_vocab_takes_tokenizer_and_modules_it_cannot_compute_ar
     bare.mkdir()
     for name in ("config.json", "model.safetensors", "kwiden-manifest.json"):
         shutil.copy(tiny_folder / name, bare / name)
-    with pytest.raises(ValueError, match=r"checkpoint \S+bare is a folder with no tokenizer.json or vocab.txt in it: give .*; or pass tokenizer="):
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint \S+bare is a folder with no tokenizer.json or vocab.txt in it: give .*; or pass tokenizer=",
+    ):
         kwiden.SentenceEncoder(bare)
     given = kwiden.SentenceEncoder(bare, tokenizer=tiny_folder).encode(["a b"])
     np.testing.assert_allclose(given, kwiden.SentenceEncoder(tiny_folder).encode(["a b"]), rtol=1e-6)
@@ -185,7 +188,9 @@ def test_a_vocabulary_larger_than_the_model_or_a_vector_without_direction_is_ref
     folder, model = pooled_folder
     larger = tmp_path / "larger.txt"
     larger.write_text("\n".join(VOCAB + [f"w{i}" for i in range(40)]))
-    with pytest.raises(ValueError, match=r"larger.txt has 71 tokens, the model 31 token embeddings: give the tokenizer"):
+    with pytest.raises(
+        ValueError, match=r"larger.txt has 71 tokens, the model 31 token embeddings: give the tokenizer"
+    ):
         kwiden.SentenceEncoder(folder, tokenizer=larger)  # TensorFlow's CPU failed; JAX gave NaN cosines
     zero = shutil.copytree(folder, tmp_path / "zero")
     pooled = kwiden.build_transformer_model(checkpoint_path=zero, with_pool=True)

@@ -76,7 +76,9 @@ def test_bad_vocabularies_are_refused_when_the_tokenizer_is_made(tmp_path):
     with pytest.raises(ValueError, match=r"The tokenizer \S+nothing is a folder with no tokenizer.json or vocab.txt in it: give a folder holding a tokenizer.json or a WordPiece vocab.txt"):  # fmt: skip
         kwiden.Tokenizer(tmp_path / "nothing")
     (tmp_path / "vocab.txt").write_text("\n".join(VOCAB), encoding="utf-8")
-    assert kwiden.Tokenizer(tmp_path).encode("我爱") == kwiden.Tokenizer(tmp_path / "vocab.txt").encode("我爱")  # its vocab.txt
+    assert kwiden.Tokenizer(tmp_path).encode("我爱") == kwiden.Tokenizer(tmp_path / "vocab.txt").encode(
+        "我爱"
+    )  # its vocab.txt
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     with pytest.raises(ValueError, match=r"The vocabulary \S+empty.txt is empty; a WordPiece vocab.txt has one token a line"):  # fmt: skip

@@ -392,7 +392,7 @@ def main(argv=None):
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
     kwiden_tokenizer = kwiden.Tokenizer(args.vocab)  # checks the vocabulary, names it in errors
-    tokens = snippets.CharacterTokens(args.vocab)
+    tokens = snippets.CharacterTokens(kwiden_tokenizer)
     data_dir = pathlib.Path(args.data_dir)
     paths = [data_dir / f"{name}.json" for name in ("train", "dev", "test")]
     train, dev, test = read_texts(paths[0], True), read_texts(paths[1], True), read_texts(paths[2], False)

@@ -192,7 +192,7 @@ def main(argv=None):
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
     kwiden_tokenizer = kwiden.Tokenizer(args.vocab)  # checks the vocabulary, names it in errors
-    tokens = snippets.CharacterTokens(args.vocab)
+    tokens = snippets.CharacterTokens(kwiden_tokenizer)
     data_dir = pathlib.Path(args.data_dir)
     train, _, _ = read_file(data_dir / "train.json", True, tokens, args)
     dev, dev_contexts, dev_answers = read_file(data_dir / "dev.json", True, tokens, args)

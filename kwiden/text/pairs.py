@@ -78,6 +78,10 @@ class Tokenizer:
     def vocab_size(self):
         return self.loaded.vocab_size
 
+    def get_vocab(self):
+        """Each token's id, special tokens included (as transformers' `get_vocab`)."""
+        return self._tokenizer.get_vocab(with_added_tokens=True)
+
     def tokenize(self, text):
         """The word pieces of `text`, with [CLS] and [SEP], truncated to the default `maxlen`."""
         self._truncate(None)
