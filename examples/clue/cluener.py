@@ -391,7 +391,7 @@ def main(argv=None):
     """Fine-tune on train.json, keep the best dev epoch (entity F1), predict test.json."""
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
-    kwiden_tokenizer = kwiden.Tokenizer(args.vocab)  # checks the vocabulary, names it in errors
+    kwiden_tokenizer = snippets.tokenizer_of(args)  # checks the vocabulary, names it in errors
     tokens = snippets.CharacterTokens(kwiden_tokenizer)
     data_dir = pathlib.Path(args.data_dir)
     paths = [data_dir / f"{name}.json" for name in ("train", "dev", "test")]

@@ -369,6 +369,12 @@ def load_data(args, task, tokenizer):
     return read["train"], read["dev"], read["test"], labels
 
 
+def tokenizer_of(args):
+    """The tokenizer --vocab names (a vocab.txt, a tokenizer.json or a folder), loaded as every kwiden entry
+    point loads one: cased as its folder's tokenizer_config.json says, uncased where it has none."""
+    return kwiden.Tokenizer(args.vocab)
+
+
 # Chinese text one token a character (CMRC2018, CLUENER).
 
 
@@ -831,7 +837,7 @@ def run(task, argv=None):
     """
     args = parse_args(task, argv)
     keras.utils.set_random_seed(args.seed)
-    tokenizer = kwiden.Tokenizer(args.vocab)
+    tokenizer = tokenizer_of(args)
     train, dev, test, labels = load_data(args, task, tokenizer)
     train_batches = Batches(train, args.batch_size, shuffle=True, seed=args.seed, maxlen=args.maxlen)
     schedule = schedule_of(args, train_batches)
@@ -945,7 +951,7 @@ def run_multiple_choice(name, read, argv=None, predictions=None):
     parser = argument_parser(f"Fine-tune a multiple-choice model on CLUE's {name}.")
     args = check_args(parser, argv, predictions=predictions)
     keras.utils.set_random_seed(args.seed)
-    tokenizer = kwiden.Tokenizer(args.vocab)
+    tokenizer = tokenizer_of(args)
     train, dev, test = read(args, tokenizer)
     choices = most_choices(train, dev, test)
     batches = ChoiceBatches(train, args.batch_size, choices, shuffle=True, seed=args.seed, maxlen=args.maxlen)
