@@ -211,3 +211,23 @@ def test_a_vocabulary_given_alone_is_cased_as_the_checkpoint_says(tiny_folder, t
     alone.mkdir()
     shutil.copy(folder / "vocab.txt", alone / "vocab.txt")  # no tokenizer_config.json beside it
     assert kwiden.SentenceEncoder(folder, tokenizer=alone / "vocab.txt").tokenizer.lowercase is False
+
+
+def test_encode_shows_progress_on_long_lists_only_and_never_changes_the_vectors(tiny_folder, capsys):
+    encoder = kwiden.SentenceEncoder(tiny_folder, batch_size=2)
+    texts = [" ".join("abcdefg"[: 1 + i % 7]) for i in range(17)]  # 9 batches of 2
+    capsys.readouterr()
+    shown = encoder.encode(texts)  # more than PROGRESS_BATCHES (8) batches: a bar by default
+    assert "SentenceEncoder: 100%" in capsys.readouterr().err
+    quiet = encoder.encode(texts[:16])  # 8 batches: none
+    assert capsys.readouterr().err == ""
+    assert "17/17" in (encoder.encode(texts, verbose=True), capsys.readouterr().err)[1]
+    hidden = encoder.encode(texts, verbose=False)
+    assert capsys.readouterr().err == ""
+    forced = encoder.encode(texts[:3], verbose=True)
+    assert "3/3" in capsys.readouterr().err
+    assert (shown == hidden).all()  # the same batches, with a bar or without
+    np.testing.assert_allclose(quiet, shown[:16], atol=1e-6)  # batches padded otherwise: rounding alone
+    np.testing.assert_allclose(forced, shown[:3], atol=1e-6)
+    with pytest.raises(ValueError, match=r"verbose=2: True \(a progress bar\), False \(none\) or None"):
+        encoder.encode(texts, verbose=2)

@@ -21,6 +21,8 @@ POOLINGS = ("cls", "pooler", "mean")
 POOLINGS_TEXT = "cls, pooler or mean"
 # The families whose models read token and segment ids both ways: the encoders a sentence vector comes from.
 ENCODERS = ("bert", "roformer")
+# `encode` shows a progress bar by default for more batches than this.
+PROGRESS_BATCHES = 8
 # A rotary encoder has no position table to say how far it reads; BERT's own length then.
 ROTARY_MAXLEN = 512
 
@@ -102,24 +104,34 @@ class SentenceEncoder:
         self.tokenizer = Tokenizer(loaded, maxlen=self.maxlen)
         _check_vocabulary_fits(self.tokenizer, self.model)
 
-    def encode(self, texts):
+    def encode(self, texts, verbose=None):
         """A float32 array with one unit-length row a text (a text alone: one row); a warning counts the texts cut
-        to `maxlen`."""
-        vectors, cut = self.vectors_and_cut(texts)
+        to `maxlen`. `verbose`: a progress bar (on stderr) counting the texts; by default shown for more than
+        `PROGRESS_BATCHES` batches, True or False to show it or not whatever the length. It never changes the
+        vectors."""
+        vectors, cut = self.vectors_and_cut(texts, verbose)
         if cut:
             warn(f"SentenceEncoder: {cut} of {len(vectors)} texts are longer than maxlen={self.maxlen} tokens and were "
                  f"cut to their first {self.maxlen}.")  # fmt: skip
         return vectors
 
-    def vectors_and_cut(self, texts):
+    def vectors_and_cut(self, texts, verbose=None):
         """`encode`'s vectors, and how many of the texts were cut to `maxlen` (no warning)."""
+        from tqdm.auto import tqdm
+
+        if verbose is not None and verbose not in (True, False):
+            raise ValueError(f"verbose={verbose!r}: True (a progress bar), False (none) or None (one for more than "
+                             f"{PROGRESS_BATCHES} batches).")  # fmt: skip
         texts = check_texts(_listed(texts), "SentenceEncoder.encode's text")
+        shown = len(texts) > PROGRESS_BATCHES * self.batch_size if verbose is None else bool(verbose)
         width = self.model.get_layer(naming.EMBEDDING_TOKEN).output_dim
         rows, cut = [np.zeros((0, width), "float32")], 0
-        for start in range(0, len(texts), self.batch_size):
-            vectors, cut_here = self._encoded(texts[start : start + self.batch_size])
-            rows.append(vectors)
-            cut += cut_here
+        with tqdm(total=len(texts), unit="text", desc="SentenceEncoder", disable=not shown) as bar:
+            for start in range(0, len(texts), self.batch_size):
+                vectors, cut_here = self._encoded(texts[start : start + self.batch_size])
+                rows.append(vectors)
+                cut += cut_here
+                bar.update(len(vectors))
         return np.concatenate(rows), cut
 
     def similarity(self, a, b):
