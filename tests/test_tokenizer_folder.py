@@ -75,6 +75,8 @@ def test_a_folder_with_only_a_tokenizer_json_reads_as_its_vocab_txt(tmp_path):
     assert from_json.lowercase is from_vocab.lowercase is True  # the json's normalizer; tokenizer_config.json
     for left, right in zip(from_json(texts), from_vocab(texts)):
         assert left.tolist() == right.tolist()
+    assert kwiden.Tokenizer(source, lowercase=False).loaded.kind == "wordpiece"  # lowercase= reads its vocab.txt
+    assert kwiden.Tokenizer(source, lowercase=False).tokenize("Hello") == ["[CLS]", "[UNK]", "[SEP]"]
     encoder = kwiden.SentenceEncoder(source, tokenizer=alone)
     assert encoder.maxlen == 256  # the checkpoint's sentence_bert_config.json, whichever tokenizer
     assert (encoder.encode(texts) == kwiden.SentenceEncoder(source).encode(texts)).all()

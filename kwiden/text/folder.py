@@ -92,8 +92,8 @@ def _token_text(value):
     return value if isinstance(value, str) and value else None
 
 
-def tokenizer_file(path, flag, remedy=""):
-    """The file a folder's tokenizer is read from (`TOKENIZER_FILES`, the first found), or `path` itself
+def tokenizer_file(path, flag, remedy="", names=TOKENIZER_FILES):
+    """The file a folder's tokenizer is read from (the first of `names` found), or `path` itself
     when it is a file; refused, naming the folder (as `flag` calls it), what it holds and what would work
     (`remedy` adding what else would)."""
     path = pathlib.Path(path)
@@ -101,7 +101,7 @@ def tokenizer_file(path, flag, remedy=""):
         return path
     if not path.is_dir():
         raise ValueError(f"{flag} {path}: no such file or folder; {REMEDY}{remedy}.")
-    found = [path / name for name in TOKENIZER_FILES if (path / name).is_file()]
+    found = [path / name for name in names if (path / name).is_file()]
     if found:
         return found[0]
     others = [what for name, what in OTHER_FILES.items() if (path / name).is_file()]

@@ -111,14 +111,17 @@ def load_tokenizer(spec, flag="--tokenizer", lowercase=None, fallback=None, reme
     A `vocab.txt` is read as its folder's `tokenizer_config.json` says
     (`do_lower_case`, `strip_accents`, the special tokens), or `fallback`'s
     where its folder has none, lower-cased where neither says (BERT's uncased
-    convention); `lowercase` overrides. A `tokenizer.json` carries its own
+    convention); `lowercase` overrides (and a folder's `vocab.txt` is then read
+    before its `tokenizer.json`). A `tokenizer.json` carries its own
     normalizer; one that disagrees with its folder's `do_lower_case` is
     refused. The folder's `max_seq_length` (sentence-transformers), else
     its `model_max_length`, is the tokenizer's `maxlen`. What is no tokenizer
     is refused, named by `flag` and followed by `remedy`."""
     if spec == BYTES:
         return byte_tokenizer()
-    path = settings_of.tokenizer_file(spec, flag, remedy)
+    # lowercase= given: the folder's vocab.txt, which it applies to (a tokenizer.json says for itself).
+    names = settings_of.TOKENIZER_FILES[::-1] if lowercase is not None else settings_of.TOKENIZER_FILES
+    path = settings_of.tokenizer_file(spec, flag, remedy, names)
     settings = settings_of.read_settings(path.parent, fallback)
     if path.suffix != ".json":
         lowercase = settings.lowercase if lowercase is None else bool(lowercase)
@@ -174,7 +177,7 @@ def build_vocabulary(lines, size, folder, lowercase=True):
     # a token; all are kept up to the vocabulary's size.
     trainer.train_from_iterator(lines, vocab_size=size, special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False,
                                 limit_alphabet=size)  # fmt: skip
-    built = _described(trainer._tokenizer, "wordpiece", f"--build-vocab {size}", lowercase=lowercase)
+    built = _described(trainer, "wordpiece", f"--build-vocab {size}", lowercase=lowercase)
     return load_tokenizer(built.save(folder), lowercase=lowercase)
 
 
