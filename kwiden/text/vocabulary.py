@@ -109,7 +109,7 @@ def load_tokenizer(spec, flag="--tokenizer", lowercase=None, fallback=None, reme
     or a model folder holding one of them (its `tokenizer.json` first).
 
     A `vocab.txt` is read as its folder's `tokenizer_config.json` says
-    (`do_lower_case`, `strip_accents`, the special tokens), or `fallback`'s
+    (`do_lower_case`, `strip_accents`, the special tokens' names), or `fallback`'s
     where its folder has none, lower-cased where neither says (BERT's uncased
     convention); `lowercase` overrides (and a folder's `vocab.txt` is then read
     before its `tokenizer.json`). A `tokenizer.json` carries its own
@@ -146,7 +146,8 @@ def load_tokenizer(spec, flag="--tokenizer", lowercase=None, fallback=None, reme
         raise ValueError(f"{settings.said} says do_lower_case {str(settings.lowercase).lower()}, but {path}'s "
                          f"normalizer {'lower-cases' if lowercase else 'keeps the case'}: the two files disagree. "
                          "Repair the one that is wrong (transformers' save_pretrained writes both alike).")  # fmt: skip
-    return _described(tokenizer, "json", str(path), settings, lowercase)
+    # Its special tokens are its own: tokenizer_config.json's names (LLaMA's pad_token "<unk>") are not read.
+    return _described(tokenizer, "json", str(path), dataclasses.replace(settings, special={}), lowercase)
 
 
 def _lowercases(normalizer):
