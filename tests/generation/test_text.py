@@ -166,7 +166,10 @@ def test_a_tokenizer_larger_than_the_model_is_refused(gpt_folder):
 
 
 def test_similar_wants_a_simbert_folder(gpt_folder):
-    with pytest.raises(ValueError, match="reads a BERT or RoFormer trained as SimBERT, with its vocab.txt"):
+    with pytest.raises(
+        ValueError,
+        match=r"reads a BERT or RoFormer trained as SimBERT, with its tokenizer \(\[CLS\] and \[SEP\]\); \S+ holds a gpt",
+    ):
         kwiden.similar(gpt_folder, "ab")
 
 
