@@ -12,6 +12,7 @@ if _pathlib.Path(_sys.argv[0]).name == "kwiden":
 from kwiden import layers, losses, metrics, models, optimizers, testing
 from kwiden.checkpoints import save_checkpoint
 from kwiden.generation import generate
+from kwiden.generation.generator import Generator
 from kwiden.growth.expansion import IN, OUT, Growth, GrowthError, Space
 from kwiden.growth.pipeline import GrowthResult, grow, growth_scales
 from kwiden.growth.streaming import GrownCheckpoint, grow_checkpoint
@@ -20,7 +21,7 @@ from kwiden.models.builder import build_transformer_model
 from kwiden.pretraining import PretrainResult, pretrain
 from kwiden.similarity.sentence import SentenceEncoder
 from kwiden.similarity.similar import similar
-from kwiden.text.tokenizer import Tokenizer
+from kwiden.text.pairs import Tokenizer
 from kwiden.training import admin
 from kwiden.training.distribution import layout_map
 from kwiden.training.fit import GrowthSchedule, fit_growing
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "admin",
+    "Generator",
     "Growth",
     "GrowthError",
     "GrowthResult",

@@ -153,7 +153,10 @@ def test_a_folder_without_vocab_takes_tokenizer_and_modules_it_cannot_compute_ar
     bare.mkdir()
     for name in ("config.json", "model.safetensors", "kwiden-manifest.json"):
         shutil.copy(tiny_folder / name, bare / name)
-    with pytest.raises(ValueError, match=r"bare has no vocab.txt: .*pass tokenizer="):
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint \S+bare is a folder with no tokenizer.json or vocab.txt in it: give .*; or pass tokenizer=",
+    ):
         kwiden.SentenceEncoder(bare)
     given = kwiden.SentenceEncoder(bare, tokenizer=tiny_folder).encode(["a b"])
     np.testing.assert_allclose(given, kwiden.SentenceEncoder(tiny_folder).encode(["a b"]), rtol=1e-6)
@@ -185,7 +188,9 @@ def test_a_vocabulary_larger_than_the_model_or_a_vector_without_direction_is_ref
     folder, model = pooled_folder
     larger = tmp_path / "larger.txt"
     larger.write_text("\n".join(VOCAB + [f"w{i}" for i in range(40)]))
-    with pytest.raises(ValueError, match=r"larger.txt has 71 tokens, the model 31 token embeddings: give the vocab"):
+    with pytest.raises(
+        ValueError, match=r"larger.txt has 71 tokens, the model 31 token embeddings: give the tokenizer"
+    ):
         kwiden.SentenceEncoder(folder, tokenizer=larger)  # TensorFlow's CPU failed; JAX gave NaN cosines
     zero = shutil.copytree(folder, tmp_path / "zero")
     pooled = kwiden.build_transformer_model(checkpoint_path=zero, with_pool=True)
@@ -206,3 +211,23 @@ def test_a_vocabulary_given_alone_is_cased_as_the_checkpoint_says(tiny_folder, t
     alone.mkdir()
     shutil.copy(folder / "vocab.txt", alone / "vocab.txt")  # no tokenizer_config.json beside it
     assert kwiden.SentenceEncoder(folder, tokenizer=alone / "vocab.txt").tokenizer.lowercase is False
+
+
+def test_encode_shows_progress_on_long_lists_only_and_never_changes_the_vectors(tiny_folder, capsys):
+    encoder = kwiden.SentenceEncoder(tiny_folder, batch_size=2)
+    texts = [" ".join("abcdefg"[: 1 + i % 7]) for i in range(17)]  # 9 batches of 2
+    capsys.readouterr()
+    shown = encoder.encode(texts)  # more than PROGRESS_BATCHES (8) batches: a bar by default
+    assert "SentenceEncoder: 100%" in capsys.readouterr().err
+    quiet = encoder.encode(texts[:16])  # 8 batches: none
+    assert capsys.readouterr().err == ""
+    assert "17/17" in (encoder.encode(texts, verbose=True), capsys.readouterr().err)[1]
+    hidden = encoder.encode(texts, verbose=False)
+    assert capsys.readouterr().err == ""
+    forced = encoder.encode(texts[:3], verbose=True)
+    assert "3/3" in capsys.readouterr().err
+    assert (shown == hidden).all()  # the same batches, with a bar or without
+    np.testing.assert_allclose(quiet, shown[:16], atol=1e-6)  # batches padded otherwise: rounding alone
+    np.testing.assert_allclose(forced, shown[:3], atol=1e-6)
+    with pytest.raises(ValueError, match=r"verbose=2: True \(a progress bar\), False \(none\) or None"):
+        encoder.encode(texts, verbose=2)

@@ -72,9 +72,13 @@ def test_too_short_maxlen_is_refused(tokenizer):
 def test_bad_vocabularies_are_refused_when_the_tokenizer_is_made(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"The vocabulary \S+missing.txt does not exist; give the model's vocab.txt"):  # fmt: skip
         kwiden.Tokenizer(tmp_path / "missing.txt")
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(ValueError, match=r"The tokenizer \S+nothing is a folder with no tokenizer.json or vocab.txt in it: give a folder holding a tokenizer.json or a WordPiece vocab.txt"):  # fmt: skip
+        kwiden.Tokenizer(tmp_path / "nothing")
     (tmp_path / "vocab.txt").write_text("\n".join(VOCAB), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"The vocabulary \S+ is a folder; give the vocab.txt file \(its vocab.txt\?\)"):  # fmt: skip
-        kwiden.Tokenizer(tmp_path)
+    assert kwiden.Tokenizer(tmp_path).encode("我爱") == kwiden.Tokenizer(tmp_path / "vocab.txt").encode(
+        "我爱"
+    )  # its vocab.txt
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     with pytest.raises(ValueError, match=r"The vocabulary \S+empty.txt is empty; a WordPiece vocab.txt has one token a line"):  # fmt: skip

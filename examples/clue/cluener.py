@@ -391,8 +391,8 @@ def main(argv=None):
     """Fine-tune on train.json, keep the best dev epoch (entity F1), predict test.json."""
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
-    kwiden_tokenizer = kwiden.Tokenizer(args.vocab)  # checks the vocabulary, names it in errors
-    tokens = snippets.CharacterTokens(args.vocab)
+    kwiden_tokenizer = snippets.tokenizer_of(args)  # checks the vocabulary, names it in errors
+    tokens = snippets.CharacterTokens(kwiden_tokenizer)
     data_dir = pathlib.Path(args.data_dir)
     paths = [data_dir / f"{name}.json" for name in ("train", "dev", "test")]
     train, dev, test = read_texts(paths[0], True), read_texts(paths[1], True), read_texts(paths[2], False)

@@ -28,8 +28,6 @@ import numpy as np
 import snippets
 from keras import ops
 
-import kwiden
-
 TOP_K = 20  # starts and ends tried per window
 PREDICTIONS = "cmrc2018_predict.json"
 # Below 1 these would be taken as 1 (--stride, --max-question) or find no answer (--max-answer).
@@ -191,8 +189,8 @@ def main(argv=None):
     """Fine-tune on train.json, keep the best dev epoch (exact match), predict test.json."""
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
-    kwiden_tokenizer = kwiden.Tokenizer(args.vocab)  # checks the vocabulary, names it in errors
-    tokens = snippets.CharacterTokens(args.vocab)
+    kwiden_tokenizer = snippets.tokenizer_of(args)  # checks the vocabulary, names it in errors
+    tokens = snippets.CharacterTokens(kwiden_tokenizer)
     data_dir = pathlib.Path(args.data_dir)
     train, _, _ = read_file(data_dir / "train.json", True, tokens, args)
     dev, dev_contexts, dev_answers = read_file(data_dir / "dev.json", True, tokens, args)

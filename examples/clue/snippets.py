@@ -25,7 +25,7 @@ from kwiden.files import replaced_atomically
 from kwiden.growth.plan import hidden_size_of
 from kwiden.layers.expandable import default_space
 from kwiden.models import naming
-from kwiden.text.tokenizer import check_json_texts, read_vocabulary
+from kwiden.text.tokenizer import check_json_texts
 
 # Fields that carry a line's id: CLUE 1.1 names it `id`, CLUEWSC2020 `idx`.
 ID_FIELDS = ("id", "idx")
@@ -94,7 +94,12 @@ def argument_parser(description):
     parser.add_argument("--data-dir", required=True, help="the task's folder: train.json, dev.json, test.json")
     parser.add_argument("--config", help="config.json or bert_config.json (default: the checkpoint's own)")
     parser.add_argument("--checkpoint", help="pretrained weights (a folder or a TF checkpoint); none: random")
-    parser.add_argument("--vocab", required=True, help="the model's vocab.txt")
+    parser.add_argument(
+        "--vocab",
+        required=True,
+        help="the model's vocab.txt, tokenizer.json or their folder, read as its tokenizer_config.json says "
+        "(do_lower_case; uncased where it has none)",
+    )
     parser.add_argument("--model", choices=["bert", "roformer"], default="bert")
     parser.add_argument("--grow", type=int, help="widen the built model K times (kwiden.grow) before fine-tuning")
     parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adamw")
@@ -364,6 +369,12 @@ def load_data(args, task, tokenizer):
     return read["train"], read["dev"], read["test"], labels
 
 
+def tokenizer_of(args):
+    """The tokenizer --vocab names (a vocab.txt, a tokenizer.json or a folder), loaded as every kwiden entry
+    point loads one: cased as its folder's tokenizer_config.json says, uncased where it has none."""
+    return kwiden.Tokenizer(args.vocab)
+
+
 # Chinese text one token a character (CMRC2018, CLUENER).
 
 
@@ -376,16 +387,22 @@ class CharacterTokens:
     tokenizers do: an id pretraining never used, so it stands for the space
     alone), else `[UNK]`. Dropping spaces, as BERT's tokenizer does, would run
     `foo bar` together as `foobar`, and leave an entity starting on a space
-    in no window."""
+    in no window. Letters are lower-cased (and accents stripped) only where
+    the tokenizer lower-cases (`kwiden.Tokenizer.lowercase`)."""
 
-    def __init__(self, vocab_path):
-        self.ids = {token: i for i, token in enumerate(read_vocabulary(vocab_path))}
+    def __init__(self, tokenizer):
+        """`tokenizer`: a `kwiden.Tokenizer`, or what it loads (a vocab.txt, a tokenizer.json, a folder)."""
+        tokenizer = tokenizer if isinstance(tokenizer, kwiden.Tokenizer) else kwiden.Tokenizer(tokenizer)
+        self.ids = tokenizer.get_vocab()  # the folder's tokens, cased as it says
+        self.lowercase = tokenizer.lowercase
         self.unknown, self.cls, self.sep = (self.ids[t] for t in ("[UNK]", "[CLS]", "[SEP]"))
         self.space = self.ids.get("[unused1]", self.unknown)
 
     def id_of(self, character):
         if character.isspace():
             return self.space
+        if not self.lowercase:  # a cased model reads a character as it is
+            return self.ids.get(character, self.unknown)
         character = character.lower()
         if character not in self.ids:  # an accented letter: its base, as uncased BERTs read it
             character = "".join(c for c in unicodedata.normalize("NFD", character) if not unicodedata.combining(c))
@@ -820,7 +837,7 @@ def run(task, argv=None):
     """
     args = parse_args(task, argv)
     keras.utils.set_random_seed(args.seed)
-    tokenizer = kwiden.Tokenizer(args.vocab)
+    tokenizer = tokenizer_of(args)
     train, dev, test, labels = load_data(args, task, tokenizer)
     train_batches = Batches(train, args.batch_size, shuffle=True, seed=args.seed, maxlen=args.maxlen)
     schedule = schedule_of(args, train_batches)
@@ -934,7 +951,7 @@ def run_multiple_choice(name, read, argv=None, predictions=None):
     parser = argument_parser(f"Fine-tune a multiple-choice model on CLUE's {name}.")
     args = check_args(parser, argv, predictions=predictions)
     keras.utils.set_random_seed(args.seed)
-    tokenizer = kwiden.Tokenizer(args.vocab)
+    tokenizer = tokenizer_of(args)
     train, dev, test = read(args, tokenizer)
     choices = most_choices(train, dev, test)
     batches = ChoiceBatches(train, args.batch_size, choices, shuffle=True, seed=args.seed, maxlen=args.maxlen)

@@ -279,7 +279,11 @@ def generate(
     if isinstance(model, (str, pathlib.Path)):
         model, found = load_generator(model)
         tokenizer = found if tokenizer is None else tokenizer
-    tokenizer = tokenizer if isinstance(tokenizer, CorpusTokenizer) else load_tokenizer(str(tokenizer), "tokenizer")
+    tokenizer = (
+        tokenizer
+        if isinstance(tokenizer, CorpusTokenizer)
+        else load_tokenizer(str(tokenizer), "tokenizer", remedy=", or 'bytes'")
+    )
     search = _checked_search(greedy, beam, top_k, top_p, temperature, num_samples)
     single = isinstance(prompts, str)
     texts = [prompts] if single else list(prompts)

@@ -7,18 +7,22 @@ import numpy as np
 
 from kwiden import checkpoints, keras_internals
 from kwiden.checkpoints.generation_config import trained_max_length
-from kwiden.files import read_json
 from kwiden.messages import warn
 from kwiden.models import naming
 from kwiden.models.builder import build_transformer_model
 from kwiden.models.config import is_count, read_config_file
 from kwiden.models.family import family_of_config
-from kwiden.text.tokenizer import Tokenizer, check_texts
+from kwiden.text.folder import read_settings
+from kwiden.text.pairs import Tokenizer
+from kwiden.text.tokenizer import check_texts
+from kwiden.text.vocabulary import load_tokenizer
 
 POOLINGS = ("cls", "pooler", "mean")
 POOLINGS_TEXT = "cls, pooler or mean"
 # The families whose models read token and segment ids both ways: the encoders a sentence vector comes from.
 ENCODERS = ("bert", "roformer")
+# `encode` shows a progress bar by default for more batches than this.
+PROGRESS_BATCHES = 8
 # A rotary encoder has no position table to say how far it reads; BERT's own length then.
 ROTARY_MAXLEN = 512
 
@@ -49,14 +53,17 @@ class SentenceEncoder:
             position table (`ROTARY_MAXLEN` for a rotary model). More than
             either is refused; longer texts are cut to their first `maxlen`
             tokens, with a warning counting them.
-        lowercase: by default the folder's `tokenizer_config.json`'s
-            `do_lower_case`, else True.
+        lowercase: by default the tokenizer's folder's (else the
+            checkpoint's) `tokenizer_config.json`'s `do_lower_case`, else
+            True (BERT's uncased convention); a `tokenizer.json` says for
+            itself.
         model: the folder's model, already built (a UniLM with its MLM head
             too: its first output is the sequence, and a text alone is one
             segment, which it reads both ways; for `"pooler"`, built with
             `with_pool="linear"`); by default built from the folder.
-        tokenizer: the `vocab.txt` (or a folder holding it) to tokenize with;
-            by default the checkpoint folder's.
+        tokenizer: the `vocab.txt` or `tokenizer.json` (or a folder holding
+            one) to tokenize with; by default the checkpoint folder's, loaded
+            as every kwiden entry point loads it (`load_tokenizer`).
 
     Example (any BERT folder; a tiny random one here):
 
@@ -92,30 +99,39 @@ class SentenceEncoder:
             model = build_transformer_model(checkpoint_path=folder, with_pool=with_pool)
         self.model = _check_encoder(model)
         self._pooler = _linear_pooler(self.model) if self.pooling == "pooler" else None
-        self.maxlen = _maxlen(self.model, folder, maxlen)
-        vocabulary = _vocabulary(folder, tokenizer)
-        lowercase = _lowercase_of(vocabulary.parent, folder) if lowercase is None else lowercase
-        self.tokenizer = Tokenizer(vocabulary, lowercase=lowercase, maxlen=self.maxlen)
+        loaded = _loaded_tokenizer(folder, tokenizer, lowercase)
+        self.maxlen = _maxlen(self.model, folder, maxlen, read_settings(folder).maxlen)
+        self.tokenizer = Tokenizer(loaded, maxlen=self.maxlen)
         _check_vocabulary_fits(self.tokenizer, self.model)
 
-    def encode(self, texts):
+    def encode(self, texts, verbose=None):
         """A float32 array with one unit-length row a text (a text alone: one row); a warning counts the texts cut
-        to `maxlen`."""
-        vectors, cut = self.vectors_and_cut(texts)
+        to `maxlen`. `verbose`: a progress bar (on stderr) counting the texts; by default shown for more than
+        `PROGRESS_BATCHES` batches, True or False to show it or not whatever the length. It never changes the
+        vectors."""
+        vectors, cut = self.vectors_and_cut(texts, verbose)
         if cut:
             warn(f"SentenceEncoder: {cut} of {len(vectors)} texts are longer than maxlen={self.maxlen} tokens and were "
                  f"cut to their first {self.maxlen}.")  # fmt: skip
         return vectors
 
-    def vectors_and_cut(self, texts):
+    def vectors_and_cut(self, texts, verbose=None):
         """`encode`'s vectors, and how many of the texts were cut to `maxlen` (no warning)."""
+        from tqdm.auto import tqdm
+
+        if verbose is not None and verbose not in (True, False):
+            raise ValueError(f"verbose={verbose!r}: True (a progress bar), False (none) or None (one for more than "
+                             f"{PROGRESS_BATCHES} batches).")  # fmt: skip
         texts = check_texts(_listed(texts), "SentenceEncoder.encode's text")
+        shown = len(texts) > PROGRESS_BATCHES * self.batch_size if verbose is None else bool(verbose)
         width = self.model.get_layer(naming.EMBEDDING_TOKEN).output_dim
         rows, cut = [np.zeros((0, width), "float32")], 0
-        for start in range(0, len(texts), self.batch_size):
-            vectors, cut_here = self._encoded(texts[start : start + self.batch_size])
-            rows.append(vectors)
-            cut += cut_here
+        with tqdm(total=len(texts), unit="text", desc="SentenceEncoder", disable=not shown) as bar:
+            for start in range(0, len(texts), self.batch_size):
+                vectors, cut_here = self._encoded(texts[start : start + self.batch_size])
+                rows.append(vectors)
+                cut += cut_here
+                bar.update(len(vectors))
         return np.concatenate(rows), cut
 
     def similarity(self, a, b):
@@ -172,8 +188,8 @@ def _check_vocabulary_fits(tokenizer, model):
     CPU, NaN on JAX, zeros on a GPU)."""
     rows = model.get_layer(naming.EMBEDDING_TOKEN).input_dim
     if tokenizer.vocab_size > rows:
-        raise ValueError(f"The vocabulary {tokenizer.vocab_path} has {tokenizer.vocab_size:,} tokens, the model "
-                         f"{rows:,} token embeddings: give the vocab.txt the model was trained with (tokenizer=).")  # fmt: skip
+        raise ValueError(f"The vocabulary {tokenizer.source} has {tokenizer.vocab_size:,} tokens, the model "
+                         f"{rows:,} token embeddings: give the tokenizer the model was trained with (tokenizer=).")  # fmt: skip
 
 
 def _listed(texts):
@@ -226,16 +242,14 @@ def _refuse_modules_not_computed(folder):
                          "would not be the folder's. Pass pooling= to encode with the encoder's pooling alone.")  # fmt: skip
 
 
-def _maxlen(model, folder, maxlen):
-    """`maxlen`, or the folder's sentence-transformers `max_seq_length`, or the positions its model was trained on
-    (`generation_config.json`'s `max_length`, as `kwiden pretrain` records it), or its position table; more than
-    the table or the trained length refused."""
+def _maxlen(model, folder, maxlen, given):
+    """`maxlen`, or the checkpoint folder's (`given`: its sentence-transformers `max_seq_length`, else its
+    tokenizer_config.json's `model_max_length`), or the positions its model was trained on (`generation_config.json`'s `max_length`,
+    as `kwiden pretrain` records it), or its position table, whichever is least; more than the table or the
+    trained length refused."""
     table = next((layer.input_dim for layer in model.layers if layer.name == naming.EMBEDDING_POSITION), None)
     trained, record = trained_max_length(folder)
     if maxlen is None:
-        path = folder / "sentence_bert_config.json"
-        config = read_json(path, f"{path} is not JSON", "repair it, or pass maxlen=") if path.is_file() else {}
-        given = config.get("max_seq_length") if is_count(config.get("max_seq_length"), 3) else None
         maxlen = min(length for length in (given, trained, table, ROTARY_MAXLEN) if length is not None)
     if not is_count(maxlen, 3):
         raise ValueError(f"maxlen must be a whole number ≥ 3 ([CLS], a token, [SEP]), got {maxlen!r}.")
@@ -247,24 +261,10 @@ def _maxlen(model, folder, maxlen):
     return maxlen
 
 
-def _vocabulary(folder, tokenizer):
-    """The `vocab.txt` to tokenize with: `tokenizer` (a file, or a folder holding one), else the checkpoint's."""
-    path = folder if tokenizer is None else pathlib.Path(tokenizer)
-    path = path / "vocab.txt" if path.is_dir() else path
-    if not path.is_file():
-        where = (
-            f"{folder} has no vocab.txt" if tokenizer is None else f"tokenizer={str(tokenizer)!r} is not a vocab.txt"
-        )
-        raise ValueError(f"{where}: SentenceEncoder tokenizes with BERT's WordPiece vocab.txt; pass tokenizer= (the "
-                         "vocab.txt the model was trained with, or its folder).")  # fmt: skip
-    return path
-
-
-def _lowercase_of(*folders):
-    """`do_lower_case` of the first of `folders` with a `tokenizer_config.json` (the vocabulary's, then the
-    checkpoint's); True where none has one."""
-    found = [folder / "tokenizer_config.json" for folder in folders if (folder / "tokenizer_config.json").is_file()]
-    if not found:
-        return True
-    config = read_json(found[0], f"{found[0]} is not the JSON Hugging Face writes", "repair it, or pass lowercase=")
-    return bool(config.get("do_lower_case", True)) if isinstance(config, dict) else True
+def _loaded_tokenizer(folder, tokenizer, lowercase):
+    """The tokenizer `tokenizer` names (a file, or a folder holding one), else the checkpoint's, loaded by
+    `load_tokenizer`; a vocabulary given from elsewhere is cased as its own folder says, else as the checkpoint's."""
+    remedy = "; or pass tokenizer= (the vocab.txt or tokenizer.json the model was trained with, or its folder)"
+    if tokenizer is None:
+        return load_tokenizer(folder, "SentenceEncoder's checkpoint", lowercase, remedy=remedy)
+    return load_tokenizer(tokenizer, "SentenceEncoder's tokenizer=", lowercase, fallback=folder, remedy=remedy)

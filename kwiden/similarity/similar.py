@@ -2,8 +2,6 @@
 from a UniLM given the text as its first, and keep those whose sentence
 vectors lie closest to the text's."""
 
-import pathlib
-
 from kwiden.generation import generate, load_generator, most_new_tokens
 from kwiden.generation.arguments import ArgumentError
 from kwiden.models.config import is_count
@@ -44,9 +42,9 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
     if not texts:
         raise ValueError("No texts: give one or more.")
     model, tokenizer = load_generator(checkpoint)
-    if model.family not in ENCODERS or not (pathlib.Path(checkpoint) / "vocab.txt").is_file():
-        raise ValueError(f"kwiden.similar reads a BERT or RoFormer trained as SimBERT, with its vocab.txt; "
-                         f"{checkpoint} holds a {model.family} with {tokenizer.source}.")  # fmt: skip
+    if model.family not in ENCODERS or tokenizer.cls is None or tokenizer.separator is None:
+        raise ValueError(f"kwiden.similar reads a BERT or RoFormer trained as SimBERT, with its tokenizer ([CLS] and "
+                         f"[SEP]); {checkpoint} holds a {model.family} with {tokenizer.source}.")  # fmt: skip
     lengths = _default_lengths(model, tokenizer, texts) if max_new_tokens is None else [max_new_tokens] * len(texts)
     sampled = _sampled(model, tokenizer, texts, lengths, dict(top_k=top_k, num_samples=candidates, seed=seed))
     encoder = SentenceEncoder(checkpoint, model=model)  # the generator's weights, read once

@@ -1,4 +1,6 @@
-"""Text: BERT's WordPiece tokenizer (`tokenizer`), the tokenizers a corpus is read
-with (`vocabulary`: bytes, WordPiece, a folder's own), the corpus that ships with
-kwiden (`corpus`) and a corpus tokenized once into a token file (`tokens`).
+"""Text: BERT's WordPiece and the checks every text passes (`tokenizer`), what a
+folder says of its tokenizer (`folder`), the one loader every entry point uses
+(`vocabulary`: bytes, WordPiece, a folder's own; vocabularies built on a corpus),
+texts and pairs to BERT's ids (`pairs`: `kwiden.Tokenizer`), the corpus that ships
+with kwiden (`corpus`) and a corpus tokenized once into a token file (`tokens`).
 """

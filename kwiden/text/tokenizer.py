@@ -1,10 +1,9 @@
-"""BERT's WordPiece tokenizer, on Hugging Face's `tokenizers` library."""
+"""BERT's WordPiece on Hugging Face's `tokenizers` library: a `vocab.txt` read and checked, the
+tokenizer built on it, and the checks every text passes before any tokenizer reads it."""
 
 import collections
 import pathlib
 import re
-
-import numpy as np
 
 from kwiden.files import find_key, read_text
 
@@ -57,110 +56,13 @@ def check_texts(texts, what="Text"):
     return [check_text(text, f"{what} {index}") for index, text in enumerate(texts)]
 
 
-class Tokenizer:
-    """WordPiece with CJK characters split one by one, as BERT (and the Chinese
-    BERT and RoBERTa-wwm releases) tokenize.
-
-    `encode(first, second=None, maxlen=None)` gives `(token_ids, segment_ids)`
-    for one text or a pair: `[CLS] first [SEP] second [SEP]`, segment 0 then 1,
-    the longer text truncated first to fit `maxlen`. Calling the tokenizer on
-    a list of texts (or of pairs) gives the two arrays padded with 0, ready for
-    a kwiden BERT; an empty list gives two int32 arrays of shape (0, 0).
-
-    The vocabulary is checked when the tokenizer is made (`read_vocabulary`):
-    a missing file, a folder, an empty file, one without [UNK], [CLS] or
-    [SEP], one that repeats a token (whose ids would skip, leaving
-    `vocab_size` below the largest id) and one with a carriage return (\\r)
-    other than in a \\r\\n line ending are refused with an error naming the
-    file (and the lines at fault). A UTF-8 byte-order mark is skipped.
-
-    Args:
-        vocab_path: the model's `vocab.txt`, one token a line, ids from 0.
-        lowercase: lower-case and strip accents first (uncased models); False
-            for cased models. Chinese models are usually uncased.
-        maxlen: the default `maxlen` (512, BERT's positions).
-
-    Example:
-
-    >>> import tempfile, os
-    >>> vocab = os.path.join(tempfile.mkdtemp(), "vocab.txt")
-    >>> _ = open(vocab, "w").write("\\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "我", "爱", "hello"]))
-    >>> Tokenizer(vocab).encode("Hello 我爱", "我")
-    ([2, 7, 5, 6, 3, 5, 3], [0, 0, 0, 0, 0, 1, 1])
-    """
-
-    def __init__(self, vocab_path, lowercase=True, maxlen=512):
-        from tokenizers import BertWordPieceTokenizer
-
-        tokens = read_vocabulary(vocab_path)
-        self.vocab_path = str(vocab_path)
-        self.lowercase = lowercase
-        self.maxlen = maxlen
-        # The checked tokens, not the file: `tokenizers` would read a byte-order mark into the first token.
-        self._tokenizer = BertWordPieceTokenizer(
-            {token: i for i, token in enumerate(tokens)},
-            lowercase=lowercase,
-            strip_accents=lowercase,
-            handle_chinese_chars=True,
-        )
-
-    @property
-    def vocab_size(self):
-        return self._tokenizer.get_vocab_size()
-
-    def tokenize(self, text):
-        """The word pieces of `text`, with [CLS] and [SEP], truncated to the default `maxlen`."""
-        self._truncate(None)
-        return self._tokenizer.encode(check_text(text, "The text")).tokens
-
-    def encode(self, first, second=None, maxlen=None):
-        self._truncate(maxlen)
-        first = check_text(first, "The first text")
-        second = None if second is None else check_text(second, "The second text")
-        encoding = self._tokenizer.encode(first, second)
-        return encoding.ids, encoding.type_ids
-
-    def __call__(self, texts, maxlen=None):
-        """Padded `[token_ids, segment_ids]` arrays for a list of texts or of
-        `(first, second)` pairs."""
-        return list(self.encode_batch(texts, maxlen)[:2])
-
-    def encode_batch(self, texts, maxlen=None):
-        """`(token_ids, segment_ids, cut)`: the padded arrays of a list of
-        texts or of pairs, and how many of them were cut to `maxlen`."""
-        if isinstance(texts, str):
-            raise ValueError("Call the tokenizer on a list of texts (or of pairs); for one text use `encode`.")
-        self._truncate(maxlen)
-        texts = [_checked_item(item, index) for index, item in enumerate(texts)]
-        encodings = self._tokenizer.encode_batch(texts)
-        length = max((len(e.ids) for e in encodings), default=0)
-        token_ids = np.zeros((len(encodings), length), "int32")
-        segment_ids = np.zeros_like(token_ids)
-        for row, e in enumerate(encodings):
-            token_ids[row, : len(e.ids)] = e.ids
-            segment_ids[row, : len(e.ids)] = e.type_ids
-        return token_ids, segment_ids, sum(bool(e.overflowing) for e in encodings)
-
-    def _truncate(self, maxlen):
-        maxlen = self.maxlen if maxlen is None else maxlen
-        if maxlen < 3:
-            raise ValueError(f"`maxlen` must leave room for [CLS] and [SEP], at least 3; got maxlen={maxlen}.")
-        self._tokenizer.enable_truncation(maxlen, strategy="longest_first")
-
-
-def _checked_item(item, index):
-    """A text, or a `(first, second)` pair, checked by `check_text`."""
-    if isinstance(item, (tuple, list)) and len(item) == 2:
-        return tuple(check_text(text, f"Text {index}, {side}") for text, side in zip(item, ("first", "second")))
-    return check_text(item, f"Text {index}")
-
-
-def read_vocabulary(vocab_path):
+def read_vocabulary(vocab_path, required=REQUIRED_TOKENS):
     """The tokens of a WordPiece `vocab.txt`, in id order, as `tokenizers`
     reads them (one a line, trailing spaces dropped, a leading UTF-8
     byte-order mark skipped). Raises, naming the file, where it is missing,
     a folder, empty, not UTF-8, uses \\r line endings alone, holds a \\r
-    inside a token (naming the line), lacks one of `REQUIRED_TOKENS` or
+    inside a token (naming the line), lacks one of `required` (the unknown
+    token, then the two around a text: `REQUIRED_TOKENS` by default) or
     repeats a token (naming it and its lines).
 
     >>> import tempfile, os
@@ -185,11 +87,12 @@ def read_vocabulary(vocab_path):
         raise ValueError(f"The vocabulary {path} is empty; a WordPiece vocab.txt has one token a line.")
     tokens = [line.rstrip(LINE_END_SPACES) for line in lines]  # a \r\n line's \r goes here
     refuse_carriage_returns(path, tokens)
-    missing = [token for token in REQUIRED_TOKENS if token not in tokens]
+    missing = [token for token in required if token not in tokens]
     if missing:
+        unknown, first, last = required
         raise ValueError(
-            f"The vocabulary {path} has no {' or '.join(missing)} line: BERT's WordPiece needs [UNK] for unknown "
-            "words and [CLS] and [SEP] around texts. Is it a WordPiece vocab.txt?"
+            f"The vocabulary {path} has no {' or '.join(missing)} line: BERT's WordPiece needs {unknown} for unknown "
+            f"words and {first} and {last} around texts. Is it a WordPiece vocab.txt?"
         )
     lines_of = collections.defaultdict(list)
     for number, token in enumerate(tokens, 1):
@@ -226,3 +129,31 @@ def refuse_carriage_returns(path, tokens):
         f"{tokens[number - 1]!r}, which other readers take for a line break, shifting every later id; "
         "remove it, or save the file with \\n line endings."
     )
+
+
+def wordpiece(vocab_path, lowercase=True, strip_accents=None, special=None):
+    """A `tokenizers.Tokenizer` on the WordPiece `vocab_path` (checked by `read_vocabulary`), as BERT (and
+    the Chinese BERT and RoBERTa-wwm releases) tokenize: CJK characters one a token, lower-cased and
+    accents stripped where `lowercase` (`strip_accents`: None, as `lowercase`), `[CLS] first [SEP] second
+    [SEP]` around texts. `special` names the special tokens by role ("unk", "cls", "sep", "pad", "mask")
+    where a folder's tokenizer_config.json spells them otherwise than BERT."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    names = {"unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "mask": "[MASK]", **(special or {})}
+    tokens = read_vocabulary(vocab_path, (names["unk"], names["cls"], names["sep"]))
+    # The checked tokens, not the file: `tokenizers` would read a byte-order mark into the first token.
+    vocabulary = {token: i for i, token in enumerate(tokens)}
+    tokenizer = Tokenizer(models.WordPiece(vocabulary, unk_token=names["unk"]))
+    strip = lowercase if strip_accents is None else strip_accents
+    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                      strip_accents=strip, lowercase=lowercase)  # fmt: skip
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.BertProcessing(
+        (names["sep"], vocabulary[names["sep"]]), (names["cls"], vocabulary[names["cls"]])
+    )
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    # Special tokens are read whole in a text, and left out of a decoded one.
+    tokenizer.add_special_tokens(
+        [names[role] for role in ("unk", "sep", "cls", "pad", "mask") if names[role] in vocabulary]
+    )
+    return tokenizer

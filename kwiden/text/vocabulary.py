@@ -1,14 +1,17 @@
-"""The tokenizers `kwiden pretrain` reads its corpus with: bytes, a WordPiece
-`vocab.txt`, a `tokenizer.json`, or a WordPiece vocabulary built on the corpus.
-All are Hugging Face `tokenizers` objects, so one code path tokenizes and one
-writes the tokenizer beside the trained model."""
+"""The one loader of a tokenizer (`load_tokenizer`), for every entry point: bytes, a WordPiece
+`vocab.txt`, a `tokenizer.json`, or a model folder holding one, read as its files say
+(`kwiden.text.folder`); and a WordPiece vocabulary built on a corpus. All are Hugging Face
+`tokenizers` objects, so one code path tokenizes and one writes the tokenizer beside the trained
+model."""
 
 import dataclasses
+import json
 import pathlib
 
 import numpy as np
 
-from kwiden.files import replaced_atomically
+from kwiden.files import json_text, replaced_atomically
+from kwiden.text import folder as settings_of
 from kwiden.text import tokenizer as wordpiece
 
 BYTES = "bytes"
@@ -27,6 +30,9 @@ class CorpusTokenizer:
 
     `kind` is "bytes", "wordpiece" or "json"; `separator` ends each line of
     the corpus in the token stream (none for bytes, whose newline is a byte).
+    `lowercase`: whether it lower-cases a text first (a `vocab.txt` as its
+    folder says, a `tokenizer.json` as its normalizer does); `maxlen`: the tokens a text
+    at most, as the folder says (None where it does not).
     """
 
     tokenizer: object
@@ -36,6 +42,8 @@ class CorpusTokenizer:
     mask: int = None
     separator: int = None
     cls: int = None
+    lowercase: bool = None
+    maxlen: int = None
 
     @property
     def vocab_size(self):
@@ -54,13 +62,18 @@ class CorpusTokenizer:
     def save(self, folder):
         """Write the tokenizer where a model folder keeps it: `vocab.txt` for
         WordPiece (what BERT loaders read: kwiden.SentenceEncoder, kwiden
-        similar, the CLUE scripts), and `tokenizer.json` for a tokenizer read
+        similar, the CLUE scripts), with a `tokenizer_config.json` saying
+        `do_lower_case: false` for a cased one (uncased is what a folder
+        without one is read as); and `tokenizer.json` for a tokenizer read
         from one (a Hugging Face BERT's keeps both)."""
         folder = pathlib.Path(folder)
         if type(self.tokenizer.model).__name__ == "WordPiece":
             vocabulary = self.tokenizer.get_vocab(with_added_tokens=True)
             with replaced_atomically(folder / "vocab.txt") as temporary:
                 temporary.write_text("".join(t + "\n" for t in sorted(vocabulary, key=vocabulary.get)), "utf-8")
+            if self.lowercase is False:
+                with replaced_atomically(folder / settings_of.TOKENIZER_CONFIG) as temporary:
+                    temporary.write_text(json_text({"do_lower_case": False}, "tokenizer_config.json"), "utf-8")
             if self.kind == "wordpiece":
                 return folder / "vocab.txt"
         with replaced_atomically(folder / "tokenizer.json") as temporary:
@@ -89,33 +102,64 @@ def _byte_characters():
     return {**{b: chr(b) for b in printable}, **{b: chr(256 + i) for i, b in enumerate(others)}}
 
 
-def load_tokenizer(spec, flag="--tokenizer"):
-    """`"bytes"`, a WordPiece `vocab.txt`, a `tokenizer.json`, or a model
-    folder holding one of them."""
+def load_tokenizer(spec, flag="--tokenizer", lowercase=None, fallback=None, remedy=""):
+    """The tokenizer of `spec`, loaded one way for every entry point (`kwiden
+    pretrain`'s corpus, `SentenceEncoder`, `kwiden.generate`, `kwiden.similar`,
+    the CLUE scripts): `"bytes"`, a WordPiece `vocab.txt`, a `tokenizer.json`,
+    or a model folder holding one of them (its `tokenizer.json` first).
+
+    A `vocab.txt` is read as its folder's `tokenizer_config.json` says
+    (`do_lower_case`, `strip_accents`, the special tokens' names), or `fallback`'s
+    where its folder has none, lower-cased where neither says (BERT's uncased
+    convention); `lowercase` overrides (and a folder's `vocab.txt` is then read
+    before its `tokenizer.json`). A `tokenizer.json` carries its own
+    normalizer; one that disagrees with its folder's `do_lower_case` is
+    refused. The folder's `max_seq_length` (sentence-transformers), else
+    its `model_max_length`, is the tokenizer's `maxlen`. What is no tokenizer
+    is refused, named by `flag` and followed by `remedy`."""
     if spec == BYTES:
         return byte_tokenizer()
-    path = pathlib.Path(spec)
-    if path.is_dir():
-        found = [path / name for name in ("tokenizer.json", "vocab.txt") if (path / name).is_file()]
-        if not found:
-            raise ValueError(f"{flag} {path} is a folder with no tokenizer.json or vocab.txt in it.")
-        path = found[0]
-    if not path.is_file():
-        raise ValueError(f"{flag} {spec}: no such file; give 'bytes', a vocab.txt or a tokenizer.json.")
-    if path.suffix == ".json":
-        from tokenizers import Tokenizer
+    # lowercase= given: the folder's vocab.txt, which it applies to (a tokenizer.json says for itself).
+    names = settings_of.TOKENIZER_FILES[::-1] if lowercase is not None else settings_of.TOKENIZER_FILES
+    path = settings_of.tokenizer_file(spec, flag, remedy, names)
+    settings = settings_of.read_settings(path.parent, fallback)
+    if path.suffix != ".json":
+        lowercase = settings.lowercase if lowercase is None else bool(lowercase)
+        tokenizer = wordpiece.wordpiece(path, lowercase, settings.strip_accents, settings.special)
+        return _described(tokenizer, "wordpiece", str(path), settings, lowercase)
+    if lowercase is not None:
+        raise ValueError(f"lowercase={lowercase!r}: {path} is a tokenizer.json, whose normalizer says whether it "
+                         "lower-cases; leave lowercase= out.")  # fmt: skip
+    from tokenizers import Tokenizer
 
-        try:
-            tokenizer = Tokenizer.from_file(str(path))
-        except Exception as error:  # tokenizers raises its own Exception for a file it cannot read
-            raise ValueError(f"{flag} {path} is not a tokenizer.json `tokenizers` can read: {error}") from None
-        # A saved truncation or padding would cut or pad every line of the corpus.
-        tokenizer.no_truncation()
-        tokenizer.no_padding()
-        if tokenizer.get_vocab(with_added_tokens=True) == byte_tokenizer().tokenizer.get_vocab(with_added_tokens=True):
-            return _described(tokenizer, BYTES, str(path))  # kwiden's bytes, saved beside a model: read as bytes
-        return _described(tokenizer, "json", str(path))
-    return _described(wordpiece.Tokenizer(path)._tokenizer, "wordpiece", str(path))
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as error:  # tokenizers raises its own Exception for a file it cannot read
+        raise ValueError(f"{flag} {path} is not a tokenizer.json `tokenizers` can read: {error}") from None
+    # A saved truncation or padding would cut or pad every line of the corpus.
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    if tokenizer.get_vocab(with_added_tokens=True) == byte_tokenizer().tokenizer.get_vocab(with_added_tokens=True):
+        return _described(tokenizer, BYTES, str(path))  # kwiden's bytes, saved beside a model: read as bytes
+    lowercase = _lowercases(json.loads(tokenizer.to_str()).get("normalizer"))
+    if settings.said is not None and settings.lowercase != lowercase:
+        raise ValueError(f"{settings.said} says do_lower_case {str(settings.lowercase).lower()}, but {path}'s "
+                         f"normalizer {'lower-cases' if lowercase else 'keeps the case'}: the two files disagree. "
+                         "Repair the one that is wrong (transformers' save_pretrained writes both alike).")  # fmt: skip
+    # Its special tokens are its own: tokenizer_config.json's names (LLaMA's pad_token "<unk>") are not read.
+    return _described(tokenizer, "json", str(path), dataclasses.replace(settings, special={}), lowercase)
+
+
+def _lowercases(normalizer):
+    """Whether a tokenizer.json's `normalizer` (its JSON) lower-cases: BERT's with `lowercase`, or a Lowercase
+    step in a sequence."""
+    if not isinstance(normalizer, dict):
+        return False
+    if normalizer.get("type") == "Sequence":
+        return any(_lowercases(step) for step in normalizer.get("normalizers", []))
+    return normalizer.get("type") == "Lowercase" or bool(
+        normalizer.get("type") == "BertNormalizer" and normalizer.get("lowercase")
+    )
 
 
 def build_vocabulary(lines, size, folder, lowercase=True):
@@ -134,16 +178,20 @@ def build_vocabulary(lines, size, folder, lowercase=True):
     # a token; all are kept up to the vocabulary's size.
     trainer.train_from_iterator(lines, vocab_size=size, special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False,
                                 limit_alphabet=size)  # fmt: skip
-    built = _described(trainer._tokenizer, "wordpiece", f"--build-vocab {size}")
-    path = built.save(folder)
-    return _described(load_tokenizer(path).tokenizer, "wordpiece", str(path))
+    built = _described(trainer, "wordpiece", f"--build-vocab {size}", lowercase=lowercase)
+    return load_tokenizer(built.save(folder), lowercase=lowercase)
 
 
-def _described(tokenizer, kind, source):
+def _described(tokenizer, kind, source, settings=None, lowercase=None):
+    """A `CorpusTokenizer`: the special tokens' ids by the names the folder gives them (`settings`), else
+    by the names tokenizers usually give them."""
     vocabulary = tokenizer.get_vocab(with_added_tokens=True)
+    settings = settings_of.TokenizerSettings() if settings is None else settings
 
-    def first(names):
+    def first(role, names):
+        names = ((settings.special[role],) if role in settings.special else ()) + names
         return next((vocabulary[name] for name in names if name in vocabulary), None)
 
-    separator = None if kind == BYTES else first(SEPARATOR_NAMES)
-    return CorpusTokenizer(tokenizer, kind, source, first(PAD_NAMES), first(MASK_NAMES), separator, first(CLS_NAMES))
+    separator = None if kind == BYTES else first("sep", SEPARATOR_NAMES)
+    pad, mask, cls = first("pad", PAD_NAMES), first("mask", MASK_NAMES), first("cls", CLS_NAMES)
+    return CorpusTokenizer(tokenizer, kind, source, pad, mask, separator, cls, lowercase, settings.maxlen)

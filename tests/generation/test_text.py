@@ -166,7 +166,10 @@ def test_a_tokenizer_larger_than_the_model_is_refused(gpt_folder):
 
 
 def test_similar_wants_a_simbert_folder(gpt_folder):
-    with pytest.raises(ValueError, match="reads a BERT or RoFormer trained as SimBERT, with its vocab.txt"):
+    with pytest.raises(
+        ValueError,
+        match=r"reads a BERT or RoFormer trained as SimBERT, with its tokenizer \(\[CLS\] and \[SEP\]\); \S+ holds a gpt",
+    ):
         kwiden.similar(gpt_folder, "ab")
 
 
@@ -326,3 +329,29 @@ def test_similar_gives_each_text_what_it_gets_alone(unilm_folder):
     together = kwiden.similar(unilm_folder, texts, n=3, candidates=8, seed=1)
     assert together == [kwiden.similar(unilm_folder, text, n=3, candidates=8, seed=1) for text in texts]
     assert max(len(sentence) for sentence, _ in together[0]) <= 6
+
+
+def test_a_generator_generates_as_kwiden_generate_with_transformers_names(gpt_folder, unilm_folder):
+    gpt, unilm = kwiden.Generator(gpt_folder), kwiden.Generator(unilm_folder)
+    sampled = dict(max_new_tokens=5, top_k=3, temperature=0.7, seed=1)
+    assert gpt.generate("ab", **sampled) == kwiden.generate(gpt_folder, None, "ab", **sampled)[0]  # str in, str out
+    assert gpt.generate(["ab", "xyz"], max_new_tokens=5, do_sample=False) == [
+        texts[0] for texts in kwiden.generate(gpt_folder, None, ["ab", "xyz"], 5, greedy=True)
+    ]  # list in, list out
+    beams = unilm.generate(["床前明月光"], 6, num_beams=3, num_return_sequences=2)
+    assert beams == kwiden.generate(unilm_folder, None, ["床前明月光"], 6, beam=3, num_samples=2)
+    assert unilm.generate("低头", 4, num_return_sequences=3, seed=0) == kwiden.generate(
+        unilm_folder, None, "低头", 4, num_samples=3, seed=0
+    )
+    with pytest.raises(
+        ValueError, match=r"do_sample=False gives one continuation a prompt, not num_return_sequences=2"
+    ):
+        gpt.generate("ab", do_sample=False, num_return_sequences=2)
+    with pytest.raises(ValueError, match=r"Choose one of do_sample=False, num_beams=K, or sampling \(top_k=K"):
+        gpt.generate("ab", do_sample=False, top_k=3)
+    with pytest.raises(ValueError, match=r"num_return_sequences=3: num_beams=2 keeps 2 continuations at most"):
+        unilm.generate("低头", num_beams=2, num_return_sequences=3)
+    with pytest.raises(ValueError, match=r"num_beams=2 with do_sample=True: kwiden's beam search does not sample"):
+        gpt.generate("ab", num_beams=2, do_sample=True)
+    with pytest.raises(ValueError, match=r"num_beams=0: must be a whole number ≥ 1"):
+        gpt.generate("ab", num_beams=0)
