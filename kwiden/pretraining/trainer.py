@@ -318,12 +318,12 @@ class Trainer(LoopHooks):
 
     def after_stretch(self, model, position, trained, logs, history):
         self.seconds += time.perf_counter() - self.stretch_start
-        self.train_losses.append((logs["loss"], trained))
+        self.train_losses.append((logs.get("loss", np.nan), trained))
         if position.update % self.eval_every == 0 or position.update == self.total:
             self.record(model, position.update, position.growths_done, self.train_losses)
             self.train_losses = []
 
-    def grown(self, source, model, position, growth):
+    def grown(self, source, model, position, growth, arguments):
         self.folder.log(f"update {position.update}: grew ({recipe.arguments_text(growth.arguments)}) to "
                         f"{self.phases[position.growths_done].describe()}")  # fmt: skip
         self.record(model, position.update, position.growths_done, [], grew=True)

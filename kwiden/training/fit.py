@@ -32,11 +32,20 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
     `compile`). Between growths this is `model.fit`: the progress bar and
     `callbacks` work as there, each stretch between growths being one `fit`
     call of one epoch, numbered on. A callback that sets
-    `model.stop_training` ends the run at the end of its stretch
-    (`TerminateOnNaN` at once); callbacks that keep state across epochs
-    start afresh with each stretch, as in any new `fit` (`EarlyStopping`
-    compares a stretch only with itself, so it does not stop the run). A growth
-    replaces the per-slice multipliers of an earlier growth's `rewarm`.
+    `model.stop_training` ends the run at the end of its stretch;
+    callbacks that keep state across epochs start afresh with each stretch,
+    as in any new `fit` (`EarlyStopping` compares a stretch only with itself,
+    so it does not stop the run). A growth replaces the per-slice
+    multipliers of an earlier growth's `rewarm`.
+
+    This is the Keras front end of kwiden's one training loop
+    (`kwiden.training.loop`, which `kwiden pretrain` runs too): a Ctrl-C
+    stops at the end of the `fit` call under way (`steps_per_execution`
+    batches), saves a backup in `backup_dir` and raises KeyboardInterrupt
+    (the same call resumes; a second Ctrl-C stops at once, unsaved); a
+    training loss that turns NaN or infinite stops the run there with a
+    ValueError naming the update, `backup_dir` keeping the last backup
+    before it (`TerminateOnNaN` is not needed).
 
     Args:
         model: a compiled functional model.
@@ -44,7 +53,8 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
             per micro-step, long enough for `steps` updates (a repeated
             `tf.data.Dataset`, a generator). Its batches are taken in order.
         schedule: a `GrowthSchedule`, or the dict to make one. A growth
-            without a `seed` is seeded by its update, so runs repeat.
+            without a `seed` is seeded from `seed` and its update
+            (`recipe.growth_seed`), so runs repeat.
         steps: the number of parameter updates to train to, counted from
             the optimizer's first (a resumed run goes on to the same number),
             in batches trained on: one update is `accum_steps` batches, and
@@ -63,6 +73,10 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
             unregistered loss function resumes too). Its files are named
             `kwiden-backup-*.keras` and `kwiden-growing.json`; only those it
             wrote are ever deleted, so the folder may hold other files.
+        seed: the run's seed, from which each growth's splits and the grown
+            model's Dropout generators are seeded with the growth's update
+            (0: the growths seeded as before kwiden's one loop, by their
+            update alone).
 
     Returns:
         `(model, history)`: the final, grown model, and a dict of each logged
@@ -163,9 +177,9 @@ class _FitHooks(LoopHooks):
             self.history.setdefault(key, []).extend(values)
         _remember_batches(model, position.batches)
 
-    def grown(self, source, model, position, growth):
+    def grown(self, source, model, position, growth, arguments):
         if self.verbose != 0:
-            print(f"Grew at update {growth.update} ({growth.arguments}): {source.count_params():,} -> "
+            print(f"Grew at update {growth.update} ({arguments}): {source.count_params():,} -> "
                   f"{model.count_params():,} parameters")  # fmt: skip
         _remember_batches(model, position.batches)
 

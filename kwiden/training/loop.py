@@ -41,8 +41,9 @@ class LoopHooks:
     def after_stretch(self, model, position, trained, logs, history):
         """After a stretch of `trained` micro-batches ended at `position` with a finite loss."""
 
-    def grown(self, source, model, position, growth):
-        """After `growth` made `model` of `source` (`position` counts it), before the backup after it."""
+    def grown(self, source, model, position, growth, arguments):
+        """After `growth` made `model` of `source` (`position` counts it), before the backup after it; `arguments`:
+        those `kwiden.grow` was called with (the growth's, its seed added)."""
 
     def backup_extras(self):
         """What the front end adds to each backup's state, asked just before it is written."""
@@ -91,15 +92,14 @@ class GrowingLoop:
 
         def after_call(trained, logs):
             self.hooks.after_call(first, (position.batches + trained) // self.accumulation, logs)
-            return interrupt.asked or not np.isfinite(logs.get("loss", np.nan))
+            return interrupt.asked or not _finite(logs)
 
         batches = self.hooks.stretch_batches(position, count)
         fit_arguments = self.hooks.fit_arguments(position)
         trained, logs, history = run_stretch(model, batches, count, after_call, fit_arguments)
         position = position.advanced(trained, self.accumulation)
-        loss = logs.get("loss", np.nan)
-        if not np.isfinite(loss):
-            raise ValueError(self.hooks.diverged(position, loss))
+        if not _finite(logs):
+            raise ValueError(self.hooks.diverged(position, logs["loss"]))
         self.hooks.after_stretch(model, position, trained, logs, history)
         if (self.save_every and position.update % self.save_every == 0) or interrupt.asked:
             self._save(model, position)
@@ -117,10 +117,10 @@ class GrowingLoop:
 
     def _grow(self, model, position, growth):
         self._save(model, position)  # before: a growth that fails loses nothing
-        big, _ = recipe.grow_and_compile(model, position.update, growth.arguments, self.seed)
+        big, arguments = recipe.grow_and_compile(model, position.update, growth.arguments, self.seed)
         big = seed_dropout(big, self.seed, position.update)
         position = position.grown()
-        self.hooks.grown(model, big, position, growth)
+        self.hooks.grown(model, big, position, growth, arguments)
         self._save(big, position)
         return big, position
 
@@ -130,6 +130,11 @@ class GrowingLoop:
 
     def _stop(self, position):
         raise KeyboardInterrupt(self.hooks.stopped(position, self.backup is not None))
+
+
+def _finite(logs):
+    """Whether the logs' training loss is finite; a model whose train step logs no loss is not checked."""
+    return "loss" not in logs or bool(np.isfinite(logs["loss"]))
 
 
 def missed_growth(schedule, position):
