@@ -240,7 +240,7 @@ def pretrain_killed(root, where):
             tokens._encoded = encoded_then_killed
         """,
         "mid-training": "kill_at_update(7)",
-        "while writing final/": "outputs.save_checkpoint = lambda model, folder: kill()",
+        "while writing final/": "outputs.save_checkpoint = lambda model, folder, **arguments: kill()",
     }[where]
     child(PRETRAIN + textwrap.dedent(hook) + "\npretrain()", root)
     state = json.loads((root / "run" / "run.json").read_text())
