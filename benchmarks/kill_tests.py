@@ -24,8 +24,7 @@ PRELUDE = f"""
 import sys; sys.path.insert(0, {str(CHECKOUT)!r})
 import json, os, pathlib, signal
 import numpy as np, keras, kwiden
-from kwiden.training import backups
-from kwiden.training import fit as training
+from kwiden.training import backups, recipe
 from kwiden.testing import padded_batch, randomize_weights, tiny_config
 
 def kill():
@@ -103,7 +102,7 @@ def fit_growing_killed(root, where):
             callbacks = [KillAt()]
         """,
         "at a growth": """
-            real = training._grow
+            real = recipe.grow_and_compile
             growths = [0]
             def grown_then_killed(*args):
                 big = real(*args)
@@ -111,11 +110,11 @@ def fit_growing_killed(root, where):
                 if growths[0] == 2:  # the second growth (depth), killed before its backup is saved
                     kill()
                 return big
-            training._grow = grown_then_killed
+            recipe.grow_and_compile = grown_then_killed
             callbacks = []
         """,
         "inside a backup's save": """
-            real = backups.Backup.save
+            real = backups.RunBackup.save
             saves = [0]
             def save_then_killed(self, model, *args):
                 saves[0] += 1
@@ -123,7 +122,7 @@ def fit_growing_killed(root, where):
                     real_save = model.save
                     model.save = lambda path, **kw: (open(path, "wb").write(b"half"), kill())
                 return real(self, model, *args)
-            backups.Backup.save = save_then_killed
+            backups.RunBackup.save = save_then_killed
             callbacks = []
         """,
     }
@@ -219,11 +218,11 @@ print([{{k: v for k, v in r.items() if k != "seconds"}} for r in whole.metrics] 
 # A first call that holds the folder, training forever.
 HOLDER = """
 import time
-from kwiden.pretraining import trainer
+from kwiden.training import loop
 def slow(*args, **kwargs):
     print("training", flush=True)
     time.sleep(3600)
-trainer.train_stretch = slow
+loop.run_stretch = slow
 pretrain()
 """
 
@@ -241,7 +240,7 @@ def pretrain_killed(root, where):
             tokens._encoded = encoded_then_killed
         """,
         "mid-training": "kill_at_update(7)",
-        "while writing final/": "outputs.save_checkpoint = lambda model, folder: kill()",
+        "while writing final/": "outputs.save_checkpoint = lambda model, folder, **arguments: kill()",
     }[where]
     child(PRETRAIN + textwrap.dedent(hook) + "\npretrain()", root)
     state = json.loads((root / "run" / "run.json").read_text())

@@ -24,7 +24,8 @@ from kwiden.similarity.similar import similar
 from kwiden.text.pairs import Tokenizer
 from kwiden.training import admin
 from kwiden.training.distribution import layout_map
-from kwiden.training.fit import GrowthSchedule, fit_growing
+from kwiden.training.fit import fit_growing
+from kwiden.training.schedule import GrowthSchedule
 
 __version__ = "0.1.0"
 

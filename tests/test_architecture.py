@@ -29,8 +29,6 @@ LAYERS = [
         "kwiden.training",
         "kwiden.training.compute",
         "kwiden.training.distribution",
-        "kwiden.training.backups",
-        "kwiden.training.stretch",
         "kwiden.ner",
         "kwiden.ner.targets",
         "kwiden.similarity",
@@ -62,8 +60,12 @@ LAYERS = [
     ),
     (
         "kwiden.training.admin",
+        "kwiden.training.backups",
         "kwiden.training.fit",
+        "kwiden.training.loop",
         "kwiden.training.recipe",
+        "kwiden.training.schedule",
+        "kwiden.training.stretch",
         "kwiden.testing",
         "kwiden.similarity.sentence",
         "kwiden.similarity.sts",
@@ -359,7 +361,7 @@ def test_growth_options_are_declared_once():
     import kwiden
     from kwiden import cli
     from kwiden.growth import options
-    from kwiden.training import fit as training
+    from kwiden.training import schedule as training
 
     def declared(entry):
         return [(option.name, option.default_for(entry)) for option in options.taken_by(entry)]

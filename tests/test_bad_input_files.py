@@ -21,7 +21,7 @@ import pytest
 import kwiden
 from kwiden import files
 from kwiden.testing import padded_batch
-from kwiden.training.backups import BACKUP_PREFIX, STATE_FILE
+from kwiden.training.fit import BACKUP_PREFIX, STATE_FILE
 
 
 def lm_batches(count=12):

@@ -204,7 +204,9 @@ AUTO_TARGET = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_atte
 @pytest.mark.parametrize("model, build", [("gpt", {}), ("bert", {"with_mlm": True}), ("llama", {})])
 def test_auto_schedule_starts_small_grows_to_the_target_and_spends_the_budget(model, build):
     schedule = kwiden.GrowthSchedule.auto(AUTO_TARGET, budget=200, model=model, seq_len=32, **build)
-    [(update, arguments)] = schedule.growths
+    [growth] = schedule.growths
+    update, arguments = growth.update, growth.arguments
+    assert growth.fraction == 0.8  # the fraction of the run auto placed it at, kept
     assert abs(update - 0.8 * schedule.steps) <= 1
     if model == "bert":  # Post-LN: width, whose growth is exact
         assert (
@@ -232,7 +234,7 @@ def test_auto_width_growth_trains_on_with_keras_own_adam():
     """A 3-block GPT widens; with Keras' Adam (one rate) it grows and trains on at one rate."""
     target = kwiden.testing.tiny_config(vocab_size=100, hidden_size=16, num_hidden_layers=3, intermediate_size=32)
     schedule = kwiden.GrowthSchedule.auto(target, budget=8, model="gpt", seq_len=8)
-    assert [arguments["k"] for _, arguments in schedule.growths] == [2]
+    assert [growth.arguments["k"] for growth in schedule.growths] == [2]
     small = kwiden.build_transformer_model(schedule.start_config, model="gpt")
     small.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     big, _ = kwiden.fit_growing(small, batches(), schedule, steps=schedule.steps, verbose=0)

@@ -6,7 +6,7 @@ default, type, allowed values and one line of help, and which entry points take
 it: `kwiden.grow` (a model in memory), `kwiden.grow_checkpoint` (a Hugging Face
 folder grown tensor by tensor) or both. From it come `resolve`'s defaults, the
 `kwiden grow` command's flags (`kwiden.cli`) and the arguments a
-`GrowthSchedule` may set (`kwiden.training.fit`); `grow`'s and `grow_checkpoint`'s
+`GrowthSchedule` may set (`kwiden.training.schedule`); `grow`'s and `grow_checkpoint`'s
 signatures spell the same names and defaults so that readers and IDEs see
 them, and tests/test_architecture.py fails when they part from `OPTIONS`.
 """

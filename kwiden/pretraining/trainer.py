@@ -1,11 +1,10 @@
-"""The pretraining loop: updates of deterministic batches, growths at their
-updates, evaluations, backups (model, optimizer, position) to resume from,
-and a Ctrl-C that saves one first."""
+"""`kwiden pretrain`'s front end of the one training loop
+(`kwiden.training.loop`, which grows, backs up, stops on Ctrl-C and on a loss
+that is not finite): its phases, deterministic batches, evaluations, metrics
+rows and log."""
 
-import contextlib
 import dataclasses
 import re
-import signal
 import time
 import zipfile
 
@@ -13,7 +12,6 @@ import keras
 import numpy as np
 
 from kwiden.growth.pipeline import grow
-from kwiden.keras_internals import seed_generator_states
 from kwiden.models import naming
 from kwiden.models.builder import build_transformer_model
 from kwiden.models.config import is_count
@@ -21,9 +19,10 @@ from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
 from kwiden.pretraining.outputs import BACKUP, trained_length
 from kwiden.training import recipe
-from kwiden.training.backups import SavedModel
+from kwiden.training.backups import Position, RunBackup
 from kwiden.training.compute import flops_per_token
-from kwiden.training.stretch import train_stretch
+from kwiden.training.loop import GrowingLoop, LoopHooks, could_be_at, seed_dropout
+from kwiden.training.schedule import GrowthSchedule
 
 STATE_FILE = "state.json"
 EVALUATIONS = 20
@@ -126,7 +125,10 @@ def _is_loss(loss):
     return isinstance(loss, (int, float)) and not isinstance(loss, bool)
 
 
-class Trainer:
+class Trainer(LoopHooks):
+    """`kwiden pretrain`'s front end of the training loop (`kwiden.training.loop`): deterministic batches from
+    `(seed, update, micro-step)`, evaluations and metrics rows, the log and the progress bar, the run's folder."""
+
     def __init__(self, folder, options, objective, train, valid, phases, growths, per_update, total, schedule,
                  tokenizer, verbose):  # fmt: skip
         self.folder, self.options, self.objective = folder, options, objective
@@ -137,11 +139,12 @@ class Trainer:
         self.phases, self.growths, self.per_update, self.total = phases, growths, per_update, total
         self.schedule, self.tokenizer, self.verbose = schedule, tokenizer, verbose
         self.backups = folder.folder / BACKUP
-        self.saved = SavedModel(self.backups, STATE_FILE, "model-")
+        self.growth_schedule = GrowthSchedule.placed(growths)
+        self.backup = RunBackup(self.backups, STATE_FILE, "model-", "--output-dir", self.growth_schedule)
         self.eval_every = options.eval_every or max(1, total // EVALUATIONS)
         self.tokens_per_update = options.batch_size * options.accum_steps * objective.seq_len
-        self.stop_asked = False
         self.train_losses = []  # since the last metrics row
+        self.seconds, self.rows, self.progress, self.stretch_start = 0.0, [], None, None
 
     # Compute
     def flops_at(self, update):
@@ -159,31 +162,21 @@ class Trainer:
 
     def fresh_model(self):
         optimizer = AdamW(self.schedule, weight_decay=WEIGHT_DECAY, accum_steps=self.options.accum_steps)
-        return self.seed_dropout(self.compile(self.phases[0].model, optimizer), 0)
-
-    def seed_dropout(self, model, update):
-        """Dropout's generators seeded from (seed, update) when a model starts
-        training, so that a run resumed before a growth draws what it would have."""
-        for index, state in enumerate(seed_generator_states(model)):
-            seed = np.random.default_rng([self.options.seed, update, index]).integers(0, 2**31)
-            state.assign(np.array([seed, 0], dtype=state.dtype))
-        return model
+        return seed_dropout(self.compile(self.phases[0].model, optimizer), self.options.seed, 0)
 
     # Backups
-    def save(self, model, update, growths_done, seconds):
-        """A backup to resume from (`kwiden.training.backups.SavedModel`: the model with its optimizer, Dropout's
-        generators), with the position and the training losses since the last metrics row (the next row
-        averages them, resumed or not)."""
+    def backup_extras(self):
+        """What a backup adds to the loop's position: the seconds of training and the training losses since the
+        last metrics row (the next row averages them, resumed or not)."""
         if self.folder.will_write(BACKUP).is_symlink():
             raise ValueError(f"{self.backups} is a link; kwiden keeps its backups in a folder of its own: remove it.")
-        position = dict(update=update, growths_done=growths_done, seconds=seconds, train_losses=self.train_losses)
-        self.saved.write(model, f"{update}-{growths_done}", position)
         if not self.folder.record_value("backed_up"):  # from here a missing state.json is a loss, not a new run
             self.folder.record_value("backed_up", True)
+        return dict(seconds=self.seconds, train_losses=self.train_losses)
 
     def restore(self):
-        """`(model, update, growths done, seconds)` from the last backup, or None where the run never backed up."""
-        path = self.saved.state_path
+        """`(model, position)` from the last backup, or None where the run never backed up."""
+        path = self.backup.saved.state_path
         if not path.is_file():
             if self.folder.record_value("backed_up"):
                 raise ValueError(
@@ -191,26 +184,28 @@ class Trainer:
                     "replace its backup. Restore backup/, or give another --output-dir for a new run."
                 )
             return None
-        state = self.saved.read("--output-dir")
-        update, growths_done = self._position(state, path)
+        state = self.backup.read()
+        position = self._position(state, path)
         model_file = self.backups / state["model"]
         try:
-            model = self.saved.load(state, **self.compile_arguments())
+            model = self.backup.load(state, **self.compile_arguments())
         except (OSError, ValueError, zipfile.BadZipFile) as error:
             raise ValueError(f"The backup {model_file} cannot be loaded ({str(error)[:200]}); restore it, or give "
                              "another --output-dir.") from None  # fmt: skip
-        if weight_shapes(model) != self.phases[growths_done].weight_shapes:
-            raise ValueError(f"The backup {model_file} is not this run's model after {growths_done} growth(s) "
-                             f"({_difference(weight_shapes(model), self.phases[growths_done].weight_shapes)}); restore "
-                             "it, or give another --output-dir (a run an older kwiden began, whose objective's model "
-                             "has changed since, resumes with that kwiden).")  # fmt: skip
+        wanted = self.phases[position.growths_done].weight_shapes
+        if weight_shapes(model) != wanted:
+            raise ValueError(f"The backup {model_file} is not this run's model after {position.growths_done} "
+                             f"growth(s) ({_difference(weight_shapes(model), wanted)}); restore it, or give another "
+                             "--output-dir (a run an older kwiden began, whose objective's model has changed since, "
+                             "resumes with that kwiden).")  # fmt: skip
         # A backup of an older kwiden holds no losses (the next row then averages the resumed updates' alone), or
         # one a micro-batch.
         self.train_losses = [tuple(loss) if isinstance(loss, list) else (loss, 1) for loss in state["train_losses"]]
-        return model, update, growths_done, float(state["seconds"])
+        self.seconds = float(state["seconds"])
+        return model, position
 
     def _position(self, state, path):
-        """`(update, growths done)` of a backup's state, refused where it is not one this run could have written."""
+        """The `Position` of a backup's state, refused where it is not one this run could have written."""
         fits = (
             isinstance(state, dict)
             and isinstance(state.get("model"), str)
@@ -223,16 +218,13 @@ class Trainer:
             and all(_is_loss(loss) for loss in state["train_losses"])
             and isinstance(state.get("generators", []), list)
         )
-        if fits:
-            update, done = state["update"], state["growths_done"]
-            passed = [g.update for g in self.growths]
-            fits = update <= self.total and sum(u < update for u in passed) <= done <= sum(u <= update for u in passed)
-        if not fits:
+        position = self.backup.position(state, self.options.accum_steps) if fits else None
+        if position is None or not could_be_at(self.growth_schedule, self.total, position):
             raise ValueError(
                 f"{path}, the backup's position, is not one this run wrote (or names a backup missing from "
                 f"{self.backups}); restore backup/, or give another --output-dir."
             )
-        return state["update"], state["growths_done"]
+        return position
 
     # Evaluation
     def evaluate(self, model):
@@ -248,7 +240,7 @@ class Trainer:
         averaged = {f"valid_{name}": _averaged(measure) for name, measure in measures.items()}
         return {"valid_loss": float(np.average(losses, weights=weights)), **averaged}
 
-    def record(self, model, update, growths_done, train_losses, seconds, grew=False):
+    def record(self, model, update, growths_done, train_losses, grew=False):
         phase = self.phases[growths_done]
         row = dict(
             update=update,
@@ -259,146 +251,107 @@ class Trainer:
             lr=float(keras.ops.convert_to_numpy(self.schedule(update))),
             train_loss=mean_loss(train_losses),
             **self.evaluate(model),
-            seconds=round(seconds, 3),
+            seconds=round(self.seconds, 3),
         )
         if grew:
             row["grew"] = True
         self.folder.add_metrics(row)
+        self.rows.append(row)
         return row
 
-    # The loop
+    # The run
     def run(self):
-        model, update, growths_done, seconds, rows = self._start()
+        model, position = self._start()
         from tqdm.auto import tqdm
 
         self.folder.starts_training()
-        with self._stop_on_interrupt(), tqdm(total=self.total, initial=update, disable=not self.verbose,
-                                               unit="update", dynamic_ncols=True) as progress:  # fmt: skip
-            while update < self.total:
-                if growths_done < len(self.growths) and self.growths[growths_done].update == update:
-                    model = self._grow(model, update, growths_done, seconds)  # the source need not live on
-                    growths_done += 1
-                    rows.append(self.record(model, update, growths_done, [], seconds, grew=True))
-                    self.save(model, update, growths_done, seconds)
-                if self.stop_asked:  # asked during the growth: before another call
-                    self._stop(update)
-                trained, took = self._train(model, update, self._next_stop(update), progress, growths_done)
-                seconds += took
-                update += trained
-                if update % self.eval_every == 0 or update == self.total:
-                    rows.append(self.record(model, update, growths_done, self.train_losses, seconds))
-                    self.train_losses = []
-                if (self.options.save_every and update % self.options.save_every == 0) or self.stop_asked:
-                    self.save(model, update, growths_done, seconds)
-                if self.stop_asked:
-                    self._stop(update)
-        return self._finish(model, update, growths_done, seconds, rows)
-
-    def _stop(self, update):
-        self.folder.log(f"stopped at update {update}: backup saved; run the same command to resume")
-        raise KeyboardInterrupt
-
-    def _next_stop(self, update):
-        """The first update after `update` at which something happens between updates: an evaluation, a backup,
-        a growth, the end. The updates up to it run in compiled calls of `UPDATES_PER_CALL`."""
-        stops = [self.total, (update // self.eval_every + 1) * self.eval_every]
-        if self.options.save_every:
-            stops.append((update // self.options.save_every + 1) * self.options.save_every)
-        stops.extend(g.update for g in self.growths if g.update > update)
-        return min(stops)
+        loop = GrowingLoop(self.growth_schedule, self.total, self.options.accum_steps, self, self.backup,
+                           self.options.save_every, self.options.seed)  # fmt: skip
+        with tqdm(total=self.total, initial=position.update, disable=not self.verbose, unit="update",
+                  dynamic_ncols=True) as self.progress:  # fmt: skip
+            model, position = loop.run(model, position)
+        return self._finish(model, position.update)
 
     def _start(self):
-        """`(model, update, growths done, seconds, metrics rows)` to train on from: the last backup's, or a fresh
-        model's (the rows after the backup dropped)."""
+        """`(model, position)` to train on from: the last backup's, or a fresh model's (the rows after the backup
+        dropped)."""
         restored = self.restore()
         if restored is None:
-            model, update, growths_done, seconds = self.fresh_model(), 0, 0, 0.0
+            model, position = self.fresh_model(), Position(0, 0, 0)
             self.folder.metrics(until=-1)
         else:
-            model, update, growths_done, seconds = restored
-            self.folder.log(f"resuming from the backup at update {update}")
-            regrow = growths_done < len(self.growths) and self.growths[growths_done].update == update
-            self.folder.metrics(until=update, regrow=regrow)
-        rows = self.folder.metrics()
-        if not rows:
-            rows.append(self.record(model, 0, growths_done, [], seconds))
-        return model, update, growths_done, seconds, rows
+            model, position = restored
+            self.folder.log(f"resuming from the backup at update {position.update}")
+            regrow = self.growth_schedule.due(position.update, position.growths_done, self.total) is not None
+            self.folder.metrics(until=position.update, regrow=regrow)
+        self.rows = self.folder.metrics()
+        if not self.rows:
+            self.record(model, 0, position.growths_done, [])
+        return model, position
 
-    def _train(self, model, update, stop, progress, growths_done):
-        """Train updates `update + 1` to `stop` (fewer where Ctrl-C stops it); `(updates trained, seconds)`. Their
-        training loss joins `train_losses`; a loss that is not finite stops the run."""
-        accum, phase, start = self.options.accum_steps, self.phases[growths_done], time.perf_counter()
-        batches = (
+    # The loop's hooks
+    def stops(self, update):
+        return [(update // self.eval_every + 1) * self.eval_every]
+
+    def stretch_batches(self, position, count):
+        self.stretch_start = time.perf_counter()  # a stretch's seconds begin as its batches are asked for
+        accum = self.options.accum_steps
+        return (
             self.objective.training_batch(self.train, self.options.batch_size, self.options.seed, u, micro_step)
-            for u in range(update, stop)
+            for u in range(position.update, position.update + count // accum)
             for micro_step in range(accum)
         )
 
-        def after_call(steps, logs):
-            return self._after_call(update, update + steps // accum, logs, progress, phase, start)
+    def after_call(self, first, trained, logs):
+        self._after_call(first, trained, logs)
 
-        steps, logs = train_stretch(model, batches, (stop - update) * accum, after_call)
-        took, loss = time.perf_counter() - start, logs.get("loss", np.nan)
-        self.train_losses.append((loss, steps))
-        if not np.isfinite(loss):
-            message = (
-                f"The training loss is {loss} by update {update + steps // accum}: training diverged. Give a "
-                f"lower --lr or a longer --warmup, in a new --output-dir; {self.folder.folder} keeps this "
-                "run's log, metrics and last backup (the same command resumes it from there)."
-            )
-            self.folder.log(message)
-            raise ValueError(message)
-        return steps // accum, took
-
-    def _after_call(self, first, trained, logs, progress, phase, start):
-        """After a compiled call that trained up to update `trained` (from `first`): the progress bar moved on;
-        whether to stop there (Ctrl-C asked, or the loss, the mean since `first`, is not finite)."""
+    def _after_call(self, first, trained, logs):
+        """After a compiled call that trained up to update `trained` (from `first`): the progress bar moved on."""
         loss = logs.get("loss", np.nan)
-        progress.update(trained - progress.n)
-        tokens_per_second = (trained - first) * self.tokens_per_update / max(time.perf_counter() - start, 1e-9)
-        progress.set_postfix_str(
+        self.progress.update(trained - self.progress.n)
+        seconds = max(time.perf_counter() - self.stretch_start, 1e-9)
+        tokens_per_second = (trained - first) * self.tokens_per_update / seconds
+        phase = self.phases[sum(g.update <= first for g in self.growths)]
+        self.progress.set_postfix_str(
             f"loss {loss:.3f}, {tokens_per_second:,.0f} tok/s, {phase.hidden_size}×{phase.num_layers}"
         )
-        return self.stop_asked or not np.isfinite(loss)
 
-    def _finish(self, model, update, growths_done, seconds, rows):
-        self.save(model, update, growths_done, seconds)
+    def after_stretch(self, model, position, trained, logs, history):
+        self.seconds += time.perf_counter() - self.stretch_start
+        self.train_losses.append((logs.get("loss", np.nan), trained))
+        if position.update % self.eval_every == 0 or position.update == self.total:
+            self.record(model, position.update, position.growths_done, self.train_losses)
+            self.train_losses = []
+
+    def grown(self, source, model, position, growth, arguments):
+        self.folder.log(f"update {position.update}: grew ({recipe.arguments_text(growth.arguments)}) to "
+                        f"{self.phases[position.growths_done].describe()}")  # fmt: skip
+        self.record(model, position.update, position.growths_done, [], grew=True)
+
+    def stopped(self, position, backed_up):
+        message = f"stopped at update {position.update}: backup saved; run the same command to resume"
+        self.folder.log(message)
+        return message
+
+    def diverged(self, position, loss):
+        message = (
+            f"The training loss is {loss} by update {position.update}: training diverged. Give a "
+            f"lower --lr or a longer --warmup, in a new --output-dir; {self.folder.folder} keeps this "
+            "run's log, metrics and last backup (the same command resumes it from there)."
+        )
+        self.folder.log(message)
+        return message
+
+    def _finish(self, model, update):
         title = f"{self.options.model or self.phases[-1].describe()}: {self.options.grow}, budget {self.options.budget}"
-        self.folder.plot(rows, title)
+        self.folder.plot(self.rows, title)
         final = self.folder.write_final(
             model, self.tokenizer, trained_length(self.options.seq_len, self.options.from_checkpoint)
         )
         flops = self.flops_at(update)
         self.folder.log(
-            f"done: {update} updates, {flops:.3g} FLOPs in {seconds:.0f} s of training, validation loss "
-            f"{rows[-1]['valid_loss']:.4f}; the model is in {final}"
+            f"done: {update} updates, {flops:.3g} FLOPs in {self.seconds:.0f} s of training, validation loss "
+            f"{self.rows[-1]['valid_loss']:.4f}; the model is in {final}"
         )
-        return dict(model=model, output_dir=self.folder.folder, final=final, metrics=rows, growths=self.growths,
-                    updates=update, flops=flops, seconds=seconds)  # fmt: skip
-
-    def _grow(self, model, update, growths_done, seconds):
-        growth = self.growths[growths_done]
-        self.save(model, update, growths_done, seconds)  # before: a growth that fails loses nothing
-        big, _ = recipe.grow_and_compile(model, update, growth.arguments, self.options.seed)
-        self.folder.log(f"update {update}: grew ({recipe.arguments_text(growth.arguments)}) to "
-                        f"{self.phases[growths_done + 1].describe()}")  # fmt: skip
-        return self.seed_dropout(big, update)
-
-    @contextlib.contextmanager
-    def _stop_on_interrupt(self):
-        """Ctrl-C asks the loop to stop after the update under way, saving a backup first."""
-
-        def ask(signum, frame):
-            if self.stop_asked:  # a second Ctrl-C: stop now
-                raise KeyboardInterrupt
-            self.stop_asked = True
-
-        try:
-            previous = signal.signal(signal.SIGINT, ask)
-        except ValueError:  # not the main thread: no handler
-            yield
-            return
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        return dict(model=model, output_dir=self.folder.folder, final=final, metrics=self.rows, growths=self.growths,
+                    updates=update, flops=flops, seconds=self.seconds)  # fmt: skip

@@ -1,6 +1,9 @@
-"""Training that grows: `fit.fit_growing` and its `GrowthSchedule`, the stretch of
-updates both loops run (`stretch`), their backups (`backups`), the recipe that
-places growths at equal compute (`recipe`), FLOPs (`compute`), Admin
-initialisation for deep Post-LN stacks (`admin`) and tensor-parallel layouts
+"""Training that grows: the one training loop (`loop`: position, schedule
+and next stop, growths, backups, Ctrl-C, stops on a loss that is not finite,
+seeds) with its schedule (`schedule.GrowthSchedule`), backups (`backups`) and
+stretches (`stretch`), and its Keras front end `fit.fit_growing`
+(`kwiden pretrain`'s is `kwiden.pretraining.trainer`); the recipe that places
+growths at equal compute (`recipe`), FLOPs (`compute`), Admin initialisation
+for deep Post-LN stacks (`admin`) and tensor-parallel layouts
 (`distribution`).
 """

@@ -1,9 +1,9 @@
-"""`fit_growing`'s backups: the model saved with its optimizer, how many
-growths it has had and how many batches it has trained on, in a folder held by
-one run at a time; and `load_with_optimizer`, which both training loops
-resume with."""
+"""The training loop's backups (`kwiden.training.loop`): the model saved with
+its optimizer and the run's position, one format for `fit_growing` and
+`kwiden pretrain`, in a folder held by one run at a time."""
 
 import contextlib
+import dataclasses
 import json
 import pathlib
 
@@ -12,10 +12,7 @@ import numpy as np
 
 from kwiden.files import TEMPORARY, FolderLock, replaced_atomically, sweep
 from kwiden.keras_internals import compile_arguments, saved_optimizer_config, seed_generator_states
-
-STATE_FILE = "kwiden-growing.json"
-# The name of every model a backup writes: `fit_growing` deletes only files it wrote.
-BACKUP_PREFIX = "kwiden-backup-"
+from kwiden.models.config import is_count
 
 
 class SavedModel:
@@ -102,79 +99,122 @@ def _model_file(name):
     return isinstance(name, str) and pathlib.Path(name).name == name and name.endswith(".keras")
 
 
-class Backup:
-    """The model saved under `folder`, with how many growths it has had and
-    how many batches it has trained on; a small JSON file names the current
-    save, so a crash mid-save keeps the previous one. Only files this class
-    wrote are deleted: the folder may hold a user's own models."""
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where a run is: the micro-batches it has trained on (its place in the data; a step that mixed precision's
+    loss scaling skipped counts as trained), the parameter updates done, the growths had."""
 
-    def __init__(self, folder, schedule):
-        self.folder = pathlib.Path(folder)
-        if self.folder.exists() and not self.folder.is_dir():
-            raise ValueError(f"`backup_dir` {self.folder} is a file; give a folder (it is made if missing).")
-        self.schedule = schedule
-        self.saved = SavedModel(self.folder, STATE_FILE, BACKUP_PREFIX)
+    batches: int
+    update: int
+    growths_done: int
+
+    def advanced(self, batches, accumulation):
+        batches += self.batches
+        return Position(batches, batches // accumulation, self.growths_done)
+
+    def grown(self):
+        return dataclasses.replace(self, growths_done=self.growths_done + 1)
+
+
+class RunBackup:
+    """A run's backup, the one format of both front ends of the loop (`fit_growing`, `kwiden pretrain`):
+    `SavedModel`'s model, optimizer and Dropout generators, with the run's `Position`, its schedule's config and
+    what the front end adds (pretrain: its seconds and running losses). Each front end names its own state file
+    and model prefix (`kwiden-growing.json` beside a user's files, `state.json` in a run's backup/).
+
+    A state an earlier kwiden wrote resumes: `fit_growing`'s held no update (its batches over the accumulation
+    give it), pretrain's neither its batches (its updates times the accumulation) nor its schedule (the run's
+    run.json fixes that)."""
+
+    def __init__(self, folder, state_file, prefix, where, schedule):
+        self.saved = SavedModel(folder, state_file, prefix)
+        self.where, self.schedule = where, schedule
         # Growth arguments may be Fractions or arrays: compared by their text.
         self.schedule_text = json.loads(json.dumps(schedule.get_config(), default=repr))
 
-    @contextlib.contextmanager
-    def held(self):
-        """The folder held for this call alone (a `flock`, dropped by the
-        kernel if the process dies): two runs backing up into one folder
-        would delete each other's saves."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        lock = FolderLock(self.folder)
-        lock.hold(
-            lambda: (
-                f"`backup_dir` {self.folder} is in use by another process backing up there: wait for it to end, "
-                "or give another backup_dir."
-            ),
-            f"`backup_dir` {self.folder} is on a file system without locks: start one run on it at a time.",
-        )
-        try:
-            yield
-        finally:
-            lock.release()
+    @property
+    def folder(self):
+        return self.saved.folder
 
     def exists(self):
         return self.saved.state_path.exists()
 
-    def save(self, model, growths_done, consumed):
-        self.saved.write(model, f"{consumed}-{growths_done}",
-                         {"growths_done": growths_done, "batches": consumed, "schedule": self.schedule_text})  # fmt: skip
+    def save(self, model, position, **extras):
+        state = {**dataclasses.asdict(position), "schedule": self.schedule_text, **extras}
+        self.saved.write(model, f"{position.update}-{position.growths_done}", state)
 
-    def load(self, live):
-        """`(model, growths done, batches trained on or None)`: the saved
-        model, compiled as `live` is (its loss, metrics, settings) with the
-        saved optimizer and state; not compiled by Keras' loader, which
-        cannot find a loss function that is not registered. An uncompiled
-        `live` takes the saved compile."""
-        state = self.saved.read("backup_dir")
-        if not {"growths_done", "schedule"} <= set(state):
-            raise ValueError(
-                f"{self.saved.state_path} is not a backup state kwiden wrote (it holds the growths done and the "
-                "schedule); delete it, or give another backup_dir."
-            )
-        if state["schedule"] != self.schedule_text:
+    def read(self):
+        """The backup's state, or None where there is none; refused where it is not one kwiden wrote, or was made
+        under another schedule."""
+        state = self.saved.read(self.where)
+        if state is None:
+            return None
+        if "schedule" in state and state["schedule"] != self.schedule_text:
             raise ValueError(
                 f"The backup in {self.folder} was made under another growth schedule "
-                f"({state['schedule']['growths']}, now {self.schedule!r}): pass the same "
-                "schedule to resume, or another backup_dir to start afresh."
+                f"({state['schedule'].get('growths') if isinstance(state['schedule'], dict) else state['schedule']}, "
+                f"now {self.schedule!r}): pass the same schedule to resume, or another {self.where} to start afresh."
             )
-        config = compile_arguments(live)
-        if config is None:
-            try:
-                model = self.saved.load(state, loaded=keras.saving.load_model)
-            except TypeError as error:  # Keras' "Could not locate function 'my_loss'"
-                raise ValueError(
-                    f"The backup {self.folder / state['model']} cannot be compiled as saved "
-                    f"({str(error).split('. ')[0]}): pass fit_growing the model compiled with its loss and metrics, "
-                    "and it resumes with those."
-                ) from None
-        else:
-            config.pop("optimizer")
-            model = self.saved.load(state, **config)
-        return model, state["growths_done"], state.get("batches")
+        return state
+
+    def position(self, state, accumulation, counted=None):
+        """The `Position` of a state `read` gave, of a model accumulating over `accumulation` batches an update;
+        `counted`: the batches the loaded model's optimizer counts, for a state that says neither its batches nor
+        its updates (`fit_growing`'s in its first versions)."""
+        update, batches = state.get("update"), state.get("batches", counted if "update" not in state else None)
+        if update is None and is_count(batches):
+            update = batches // accumulation  # fit_growing's state before the one loop
+        if batches is None and is_count(update):
+            batches = update * accumulation  # pretrain's state before the one loop
+        if not (is_count(update) and is_count(batches) and is_count(state.get("growths_done"))):
+            raise ValueError(
+                f"{self.saved.state_path} is not a backup state kwiden wrote (it holds the updates, batches and "
+                f"growths done); delete it, or give another {self.where}."
+            )
+        return Position(batches, update, state["growths_done"])
+
+    def load(self, state, live=None, **compile_arguments):
+        """The model the state names, compiled with `compile_arguments` and the saved optimizer and its state;
+        with `live` (a model), compiled as `live` is (its loss, metrics, settings), or as saved where `live` is not
+        compiled; not compiled by Keras' loader, which cannot find a loss function that is not registered."""
+        config = compile_arguments if live is None else _compile_arguments(live)
+        if config is not None:
+            return self.saved.load(state, **config)
+        try:
+            return self.saved.load(state, loaded=keras.saving.load_model)
+        except TypeError as error:  # Keras' "Could not locate function 'my_loss'"
+            raise ValueError(
+                f"The backup {self.folder / state['model']} cannot be compiled as saved "
+                f"({str(error).split('. ')[0]}): pass the model compiled with its loss and metrics, "
+                "and it resumes with those."
+            ) from None
+
+
+def _compile_arguments(model):
+    config = compile_arguments(model)
+    if config is not None:
+        config.pop("optimizer")
+    return config
+
+
+@contextlib.contextmanager
+def held(folder, where):
+    """The folder held for this call alone (a `flock`, dropped by the kernel if the process dies): two runs
+    backing up into one folder would delete each other's saves."""
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FolderLock(folder)
+    lock.hold(
+        lambda: (
+            f"`{where}` {folder} is in use by another process backing up there: wait for it to end, "
+            f"or give another {where}."
+        ),
+        f"`{where}` {folder} is on a file system without locks: start one run on it at a time.",
+    )
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def load_with_optimizer(path, **compile_arguments):

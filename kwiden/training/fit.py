@@ -1,132 +1,27 @@
-"""Growth during training: `GrowthSchedule` says when and how to grow,
-`fit_growing` trains, grows at those updates and trains on."""
+"""`fit_growing`: Keras training that grows, one front end of the training
+loop (`kwiden.training.loop`): it hands the loop the user's batches in order,
+`fit`'s callbacks and progress bar, and keeps the history."""
 
+import pathlib
 import weakref
 
 import keras
 
-from kwiden.growth.options import GROW, names
 from kwiden.keras_internals import compile_arguments, inner_optimizer
-from kwiden.models import get_family
-from kwiden.models.builder import build_transformer_model
 from kwiden.models.config import is_count
 from kwiden.optimizers import AccumulatingOptimizer
-from kwiden.training import recipe
-from kwiden.training.backups import Backup
-from kwiden.training.compute import flops_per_token
-from kwiden.training.stretch import fit_stretch
+from kwiden.training.backups import Position, RunBackup, held
+from kwiden.training.loop import GrowingLoop, LoopHooks, could_be_at, missed_growth
+from kwiden.training.schedule import GrowthSchedule
 
-# The growth options a schedule may set: `kwiden.grow`'s (`growth.options.OPTIONS`) but its optimizer, which
-# the trainer passes with the model.
-GROW_ARGUMENTS = tuple(name for name in names(GROW) if name != "optimizer")
 # The attribute in which a model `fit_growing` returns keeps the batches it has trained on.
 BATCHES_ATTRIBUTE = "_kwiden_batches_trained"
+# The files of a `backup_dir`: only those named so are ever deleted, so the folder may hold a user's own.
+STATE_FILE = "kwiden-growing.json"
+BACKUP_PREFIX = "kwiden-backup-"
 
 
-class GrowthSchedule:
-    """When to grow, counted in parameter updates, and how: `{update: grow's
-    keyword arguments}`, updates strictly increasing in the order given.
-
-    At update `u` (after `u` updates, before update `u + 1`) `fit_growing`
-    calls `kwiden.grow(model, optimizer=model.optimizer, **arguments)`.
-
-    >>> schedule = GrowthSchedule({2000: dict(k=2), 6000: dict(depth=2)})
-    >>> schedule.updates
-    [2000, 6000]
-    >>> GrowthSchedule({6000: dict(depth=2), 2000: dict(k=2)})
-    Traceback (most recent call last):
-    ...
-    ValueError: GrowthSchedule updates must be strictly increasing, got 6000 then 2000.
-    """
-
-    def __init__(self, growths):
-        if not isinstance(growths, dict):
-            raise ValueError(
-                f"GrowthSchedule takes a dict {{update: dict(k=2, …)}}, got {type(growths).__name__}: {growths!r}."
-            )
-        self.growths = []
-        for update, arguments in growths.items():
-            update = _update(update)
-            if self.growths and update <= self.growths[-1][0]:
-                raise ValueError(
-                    f"GrowthSchedule updates must be strictly increasing, got {self.growths[-1][0]} then {update}."
-                )
-            self.growths.append((update, _grow_arguments(update, arguments)))
-
-    @classmethod
-    def auto(cls, config, budget, model="gpt", seq_len=None, warmup=0, **build_arguments):
-        """The growths `kwiden pretrain --grow auto` makes for a target, in
-        updates: training to `schedule.steps` spends the FLOPs of `budget`
-        updates of the target from scratch, each model charged its own cost
-        (`kwiden.training.compute.flops_per_token` at `seq_len`, by default the
-        config's `max_position_embeddings`).
-
-        `config` is the target's (a dict, or a config.json path) for the
-        family `model`; `build_arguments` go to `build_transformer_model`
-        when the sizes are counted (`with_mlm=True` for a masked LM's head).
-        The schedule also says where to start and why:
-        `schedule.start_config` is the complete config of the small model to
-        build and train first, `schedule.steps` the updates to give
-        `fit_growing`, `schedule.why` what was chosen and why
-        (docs/growth-that-pays.md).
-
-        >>> config = dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-        ...               intermediate_size=256, max_position_embeddings=64)
-        >>> schedule = GrowthSchedule.auto(config, budget=1000)
-        >>> schedule.start_config["num_hidden_layers"], schedule.growths, schedule.steps
-        (1, [(1285, {'depth': 2})], 1606)
-        >>> schedule.why[:44]
-        'depth ×2 at 80% of the updates, from 1 block'
-        """
-        family = get_family(model)
-        target = family.config(config) if isinstance(config, dict) else family.config(config_path=config)
-        seq_len = seq_len or target["max_position_embeddings"]
-        growths, why = recipe.auto(target)
-        configs = [recipe.undone(target, growths[i:]) for i in range(len(growths) + 1)]
-        costs = [
-            flops_per_token(build_transformer_model(c, model=family.name, **build_arguments), seq_len) for c in configs
-        ]
-        steps, growths = recipe.place(growths, budget, costs, warmup)
-        schedule = cls({growth.update: growth.arguments for growth in growths})
-        schedule.start_config, schedule.steps, schedule.why = configs[0], steps, why
-        return schedule
-
-    @property
-    def updates(self):
-        return [update for update, _ in self.growths]
-
-    def get_config(self):
-        return {"growths": {str(update): arguments for update, arguments in self.growths}}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls({int(update): arguments for update, arguments in config["growths"].items()})
-
-    def __repr__(self):
-        return f"GrowthSchedule({dict(self.growths)!r})"
-
-
-def _update(value):
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
-    if not is_count(value, 1):
-        raise ValueError(f"GrowthSchedule updates must be integers >= 1, got {value!r}.")
-    return int(value)
-
-
-def _grow_arguments(update, arguments):
-    if not isinstance(arguments, dict):
-        raise ValueError(f"GrowthSchedule[{update}] must be a dict of kwiden.grow's arguments, got {arguments!r}.")
-    unknown = sorted(set(arguments) - set(GROW_ARGUMENTS))
-    if unknown:
-        raise ValueError(
-            f"GrowthSchedule[{update}] has {unknown[0]!r}, which kwiden.grow does not take (the trainer passes "
-            f"the model and its optimizer); it takes {', '.join(GROW_ARGUMENTS)}."
-        )
-    return dict(arguments)
-
-
-def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", backup_dir=None):
+def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", backup_dir=None, seed=0):
     """Train `model` for `steps` parameter updates, growing it as `schedule` says.
 
     The model must be compiled with an optimizer `kwiden.grow` can carry
@@ -137,11 +32,20 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
     `compile`). Between growths this is `model.fit`: the progress bar and
     `callbacks` work as there, each stretch between growths being one `fit`
     call of one epoch, numbered on. A callback that sets
-    `model.stop_training` ends the run at the end of its stretch
-    (`TerminateOnNaN` at once); callbacks that keep state across epochs
-    start afresh with each stretch, as in any new `fit` (`EarlyStopping`
-    compares a stretch only with itself, so it does not stop the run). A growth
-    replaces the per-slice multipliers of an earlier growth's `rewarm`.
+    `model.stop_training` ends the run at the end of its stretch;
+    callbacks that keep state across epochs start afresh with each stretch,
+    as in any new `fit` (`EarlyStopping` compares a stretch only with itself,
+    so it does not stop the run). A growth replaces the per-slice
+    multipliers of an earlier growth's `rewarm`.
+
+    This is the Keras front end of kwiden's one training loop
+    (`kwiden.training.loop`, which `kwiden pretrain` runs too): a Ctrl-C
+    stops at the end of the `fit` call under way (`steps_per_execution`
+    batches), saves a backup in `backup_dir` and raises KeyboardInterrupt
+    (the same call resumes; a second Ctrl-C stops at once, unsaved); a
+    training loss that turns NaN or infinite stops the run there with a
+    ValueError naming the update, `backup_dir` keeping the last backup
+    before it (`TerminateOnNaN` is not needed).
 
     Args:
         model: a compiled functional model.
@@ -149,7 +53,8 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
             per micro-step, long enough for `steps` updates (a repeated
             `tf.data.Dataset`, a generator). Its batches are taken in order.
         schedule: a `GrowthSchedule`, or the dict to make one. A growth
-            without a `seed` is seeded by its update, so runs repeat.
+            without a `seed` is seeded from `seed` and its update
+            (`recipe.growth_seed`), so runs repeat.
         steps: the number of parameter updates to train to, counted from
             the optimizer's first (a resumed run goes on to the same number),
             in batches trained on: one update is `accum_steps` batches, and
@@ -168,6 +73,10 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
             unregistered loss function resumes too). Its files are named
             `kwiden-backup-*.keras` and `kwiden-growing.json`; only those it
             wrote are ever deleted, so the folder may hold other files.
+        seed: the run's seed, from which each growth's splits and the grown
+            model's Dropout generators are seeded with the growth's update
+            (0: the growths seeded as before kwiden's one loop, by their
+            update alone).
 
     Returns:
         `(model, history)`: the final, grown model, and a dict of each logged
@@ -190,61 +99,102 @@ def fit_growing(model, data, schedule, steps, callbacks=None, verbose="auto", ba
         schedule = GrowthSchedule(schedule)
     steps = _steps(steps)
     if backup_dir is None:
-        return _fit_growing(model, data, schedule, steps, callbacks, verbose, None)
-    backup = Backup(backup_dir, schedule)
-    with backup.held():
-        return _fit_growing(model, data, schedule, steps, callbacks, verbose, backup)
+        return _fit_growing(model, data, schedule, steps, _FitHooks(data, callbacks, verbose, None), seed, None)
+    if pathlib.Path(backup_dir).exists() and not pathlib.Path(backup_dir).is_dir():
+        raise ValueError(f"`backup_dir` {backup_dir} is a file; give a folder (it is made if missing).")
+    with held(backup_dir, "backup_dir"):
+        hooks = _FitHooks(data, callbacks, verbose, backup_dir)
+        return _fit_growing(model, data, schedule, steps, hooks, seed, backup_dir)
 
 
-def _fit_growing(model, data, schedule, steps, callbacks, verbose, backup):
-    growths_done, consumed = 0, None
-    if backup is not None and backup.exists():
-        model, growths_done, consumed = backup.load(model)
-    _check_compiled(model, schedule)
-    accumulation = getattr(inner_optimizer(model.optimizer), "accum_steps", 1)
-    if consumed is None:
-        consumed = _batches_trained(model)
-    _remember_batches(model, consumed)
-    _check_not_past(schedule, growths_done, consumed // accumulation)
+def _fit_growing(model, data, schedule, steps, hooks, seed, backup_dir):
+    backup = None
+    if backup_dir is not None:
+        backup = RunBackup(backup_dir, STATE_FILE, BACKUP_PREFIX, "backup_dir", schedule)
+    model, position = _start(model, schedule, steps, backup)
+    accumulation = _accumulation(model)
     _check_length(data, steps * accumulation)
-    batches = iter(data)
-    _skip(batches, consumed)
-    history = {}
-    while True:
-        done = consumed // accumulation
-        pending = [(u, a) for u, a in schedule.growths[growths_done:] if u < steps]
-        if pending and pending[0][0] == done:
-            update, arguments = pending[0]
-            if backup is not None:
-                backup.save(model, growths_done, consumed)
-            model = _grow(model, update, arguments, verbose)
-            _remember_batches(model, consumed)
-            growths_done += 1
-            if backup is not None:
-                backup.save(model, growths_done, consumed)
-            continue
-        stop = pending[0][0] if pending else steps
-        if done >= stop:
-            break
-        micro_steps = stop * accumulation - consumed
-        trained, fitted = fit_stretch(
-            model,
-            _take(batches, micro_steps, consumed),
-            micro_steps,
-            initial_epoch=growths_done,  # stretch i is epoch i: callbacks see the epochs go on
-            epochs=growths_done + 1,
-            callbacks=callbacks or [],
-            verbose=verbose,
+    hooks.skip(position.batches)
+    loop = GrowingLoop(schedule, steps, accumulation, hooks, backup, seed=seed)
+    model, position = loop.run(model, position)
+    return model, hooks.history
+
+
+def _start(model, schedule, steps, backup):
+    """`(model, position)` to train on from: the backup's, or `model`'s as it is; refused where the model cannot
+    follow the schedule."""
+    state = backup.read() if backup is not None else None
+    if state is not None:
+        model = backup.load(state, live=model)
+        _check_compiled(model, schedule)
+        position = backup.position(state, _accumulation(model), counted=_batches_trained(model))
+        if not could_be_at(schedule, steps, position):
+            raise ValueError(
+                f"{backup.saved.state_path} is not a backup of this schedule's run to {steps} updates (it is at "
+                f"update {position.update}, after {position.growths_done} growth(s)); delete it, or give another "
+                "backup_dir."
+            )
+    else:
+        _check_compiled(model, schedule)
+        batches = _batches_trained(model)
+        position = Position(batches, batches // _accumulation(model), 0)
+    _remember_batches(model, position.batches)
+    missed = missed_growth(schedule, position)
+    if missed is not None:
+        raise ValueError(
+            f"The model has done {position.update} updates, past the schedule's growth at update {missed}, which it "
+            "has not had: give a schedule whose growths come after the updates already done (or grow it first)."
         )
-        for key, values in fitted.items():
-            history.setdefault(key, []).extend(values)
-        consumed += trained
-        _remember_batches(model, consumed)
-        if trained < micro_steps or model.stop_training:
-            break  # a callback stopped training (TerminateOnNaN, or any that sets stop_training)
-    if backup is not None:
-        backup.save(model, growths_done, consumed)
-    return model, history
+    return model, position
+
+
+def _accumulation(model):
+    return getattr(inner_optimizer(model.optimizer), "accum_steps", 1)
+
+
+class _FitHooks(LoopHooks):
+    """`fit_growing`'s side of the loop: the user's batches in order, one `fit` epoch a stretch (numbered on, so
+    callbacks see the epochs go on), the history, the batches trained on kept on the model."""
+
+    def __init__(self, data, callbacks, verbose, backup_dir):
+        self.batches, self.callbacks, self.verbose = iter(data), callbacks or [], verbose
+        self.backup_dir, self.history = backup_dir, {}
+
+    def skip(self, count):
+        for taken in range(count):
+            if next(self.batches, None) is None:
+                raise ValueError(f"`data` ran out after {taken} batches while skipping the {count} already trained on.")
+
+    def stretch_batches(self, position, count):
+        return _take(self.batches, count, position.batches)
+
+    def fit_arguments(self, position):
+        epoch = position.growths_done  # stretch i is epoch i (a stretch stopped by Ctrl-C goes on in the same one)
+        return dict(callbacks=self.callbacks, verbose=self.verbose, initial_epoch=epoch, epochs=epoch + 1)
+
+    def after_stretch(self, model, position, trained, logs, history):
+        for key, values in history.items():
+            self.history.setdefault(key, []).extend(values)
+        _remember_batches(model, position.batches)
+
+    def grown(self, source, model, position, growth, arguments):
+        if self.verbose != 0:
+            print(f"Grew at update {growth.update} ({arguments}): {source.count_params():,} -> "
+                  f"{model.count_params():,} parameters")  # fmt: skip
+        _remember_batches(model, position.batches)
+
+    def stopped(self, position, backed_up):
+        if backed_up:
+            return (f"fit_growing stopped at update {position.update} (Ctrl-C): backed up in {self.backup_dir}; "
+                    "call it again with the same arguments to resume")  # fmt: skip
+        return f"fit_growing stopped at update {position.update} (Ctrl-C); give backup_dir= to resume from there"
+
+    def diverged(self, position, loss):
+        kept = f"; {self.backup_dir} keeps the last backup before it" if self.backup_dir is not None else ""
+        return (
+            f"The training loss is {loss} by update {position.update}: training diverged. Lower the learning rate "
+            f"or lengthen its warmup{kept}."
+        )
 
 
 def _remember_batches(model, consumed):
@@ -293,22 +243,12 @@ def _check_compiled(model, schedule):
         ("rewarm", "`rewarm`", "per-slice learning rates"),
         ("scale_learning_rates", "`scale_learning_rates=True`", "per-tensor learning rates"),
     ):
-        growths = [update for update, arguments in schedule.growths if arguments.get(asked)]
+        growths = [growth.update for growth in schedule.growths if growth.arguments.get(asked)]
         if growths:
             raise ValueError(
                 f"GrowthSchedule[{growths[0]}] asks for {shown}, which needs one of kwiden's optimizers ({needs}); "
                 f"the model is compiled with {type(inner).__name__}."
             )
-
-
-def _check_not_past(schedule, growths_done, done):
-    """A model that has trained past a growth point it has not had cannot follow the schedule."""
-    missed = [update for update, _ in schedule.growths[growths_done:] if update < done]
-    if missed:
-        raise ValueError(
-            f"The model has done {done} updates, past the schedule's growth at update {missed[0]}, which it has "
-            "not had: give a schedule whose growths come after the updates already done (or grow it first)."
-        )
 
 
 def _check_length(data, micro_steps):
@@ -322,19 +262,6 @@ def _check_length(data, micro_steps):
             f"`data` holds {length} batches; fit_growing needs one per micro-step, {micro_steps} for "
             "these `steps` (repeat the dataset)."
         )
-
-
-def _grow(model, update, arguments, verbose):
-    big, arguments = recipe.grow_and_compile(model, update, arguments)  # seed 0: the splits seeded by the update
-    if verbose != 0:
-        print(f"Grew at update {update} ({arguments}): {model.count_params():,} -> {big.count_params():,} parameters")
-    return big
-
-
-def _skip(batches, count):
-    for taken in range(count):
-        if next(batches, None) is None:
-            raise ValueError(f"`data` ran out after {taken} batches while skipping the {count} already trained on.")
 
 
 def _take(batches, count, consumed):

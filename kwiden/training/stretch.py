@@ -1,44 +1,43 @@
-"""A stretch of training: what both loops that grow during training
-(`kwiden.fit_growing`, `kwiden pretrain`) run between their growths,
-evaluations and backups, `steps_per_execution` batches a call with nothing
-in between."""
+"""A stretch of training: what the loop (`kwiden.training.loop`) runs between
+its growths, evaluations and backups, `steps_per_execution` batches a call
+with nothing in between; one function for both front ends, with TensorFlow's
+fast path behind it."""
 
 import itertools
 
 import keras
 
 
-def fit_stretch(model, batches, steps, callbacks=(), verbose=0, **fit_arguments):
-    """`(batches trained on, the fit's history)`: `model.fit` on the next
-    `steps` batches of the iterator `batches`, in order; fewer where a
-    callback sets `model.stop_training` (Keras checks it after each call of
-    `steps_per_execution` batches)."""
-    counter = StepCounter(steps)
+def run_stretch(model, batches, steps, after_call, fit_arguments=None):
+    """`(batches trained on, the last logs, the fit's history)`: `model` trained on the next `steps` batches of the
+    iterator `batches`, in order, `model.steps_per_execution` a call; after each call `after_call(batches trained
+    on, logs)` (the logs' loss the mean over the stretch so far; `after_call` may change them) says whether to stop
+    there.
+
+    With `fit_arguments` (`callbacks`, `verbose`, `initial_epoch`, `epochs`: `fit_growing`'s) the stretch is one
+    epoch of `model.fit`, whose callbacks may stop it too (Keras checks `model.stop_training` after each call), and
+    the history is its. Without, on TensorFlow, the calls are the ones `train_on_batch` makes, given several
+    batches: `fit` would feed them through a `tf.data` pipeline started anew each stretch, whose threads cost a
+    stretch of a few updates more than its calls save (measured by benchmarks/loop_speed.py); the history is then
+    empty. Elsewhere `fit`, which keeps the state where it trains.
+    """
+    if fit_arguments is None and keras.backend.backend() == "tensorflow":
+        return _compiled_calls(model, batches, steps, after_call)
+    fit_arguments = dict(fit_arguments or {})
+    watch = _AfterCall(steps, after_call)
     fitted = model.fit(
         batches,
         steps_per_epoch=steps,
         shuffle=False,
-        callbacks=[*callbacks, counter],
-        verbose=verbose,
+        callbacks=[*fit_arguments.pop("callbacks", ()), watch],
+        verbose=fit_arguments.pop("verbose", 0),
         **fit_arguments,
     )
-    return counter.steps, fitted.history
+    return watch.steps, watch.logs, fitted.history
 
 
-def train_stretch(model, batches, steps, after_call):
-    """`(batches trained on, the last logs)`: `model` trained on the next `steps` `(x, y)` batches of the iterator
-    `batches`, `model.steps_per_execution` a call; after each call `after_call(batches trained on, logs)` (the
-    logs' loss the mean over the stretch so far; `after_call` may change them) says whether to stop there.
-
-    On TensorFlow the calls are the ones `train_on_batch` makes, given several batches: `fit` would feed them
-    through a `tf.data` pipeline started anew each stretch, whose threads cost a stretch of a few updates more than
-    its calls save (measured by benchmarks/loop_speed.py). Elsewhere `fit`, which keeps the state where it trains.
-    """
+def _compiled_calls(model, batches, steps, after_call):
     model.reset_metrics()
-    if keras.backend.backend() != "tensorflow":
-        watch = _AfterCall(steps, after_call)
-        trained, _ = fit_stretch(model, batches, steps, callbacks=[watch])
-        return trained, watch.logs
     model.make_train_function()
     trained, logs = 0, {}
     while trained < steps:
@@ -48,29 +47,21 @@ def train_stretch(model, batches, steps, after_call):
         logs = {name: float(keras.ops.convert_to_numpy(value)) for name, value in logs.items()}
         if after_call(trained, logs):
             break
-    return trained, logs
+    return trained, logs, {}
 
 
-class StepCounter(keras.callbacks.Callback):
-    """How many batches a `fit` of `planned` batches an epoch trained on. Not the optimizer's iterations: a step
-    that loss scaling skips (mixed_float16) leaves those as they were."""
+class _AfterCall(keras.callbacks.Callback):
+    """How many batches a `fit` of `planned` batches an epoch trained on, and its last logs; `after_call` asked
+    after each call. Not the optimizer's iterations: a step that loss scaling skips (mixed_float16) leaves those
+    as they were."""
 
-    def __init__(self, planned):
+    def __init__(self, planned, after_call):
         super().__init__()
-        self.planned, self.steps = planned, 0
+        self.planned, self.steps, self.after_call, self.logs = planned, 0, after_call, {}
 
     def on_train_batch_end(self, batch, logs=None):
         # `batch` is the last of the steps just run; Keras names a short last call of an epoch as if it were whole.
         self.steps = min(batch + 1, self.planned)
-
-
-class _AfterCall(StepCounter):
-    def __init__(self, planned, after_call):
-        super().__init__(planned)
-        self.after_call, self.logs = after_call, {}
-
-    def on_train_batch_end(self, batch, logs=None):
-        super().on_train_batch_end(batch, logs)
         self.logs = {name: float(value) for name, value in (logs or {}).items()}
         if self.after_call(self.steps, self.logs):
             self.model.stop_training = True

@@ -11,6 +11,7 @@ from conftest import TINY_BERT, TINY_GPT, TINY_RUN, after_update, kill
 
 import kwiden
 from kwiden.pretraining import outputs, trainer
+from kwiden.training import loop
 
 
 def read_metrics(folder):
@@ -154,9 +155,9 @@ def test_one_or_several_updates_a_call_train_the_same_weights(english, tmp_path,
     one = kwiden.pretrain(english, tmp_path / "one", eval_every=1, **run)
     monkeypatch.setattr(trainer, "UPDATES_PER_CALL", 3)
     calls = []
-    real = trainer.train_stretch
-    monkeypatch.setattr(trainer, "train_stretch", lambda model, batches, steps, after_call: calls.append(steps) or
-                        real(model, batches, steps, after_call))  # fmt: skip
+    real = loop.run_stretch
+    monkeypatch.setattr(loop, "run_stretch", lambda model, batches, steps, *args: calls.append(steps) or
+                        real(model, batches, steps, *args))  # fmt: skip
     several = kwiden.pretrain(english, tmp_path / "several", eval_every=1000, **run)
     grew = one.growths[0].update
     assert calls == [grew * accum_steps, (several.updates - grew) * accum_steps]  # one stretch a phase

@@ -1,0 +1,108 @@
+"""The one training loop (`kwiden.training.loop`) driven by its `fit_growing` front end: growths, a Ctrl-C that
+leaves a backup to resume from, a loss that is not finite, and a backup in the format kwiden wrote before the one
+loop (`kwiden-growing.json` without the update)."""
+
+import json
+import signal
+
+import keras
+import numpy as np
+import pytest
+
+import kwiden
+from kwiden import optimizers
+from kwiden.testing import padded_batch
+from kwiden.training.fit import STATE_FILE
+
+SCHEDULE = {3: dict(k=2, spread=1.0), 6: dict(depth=2)}
+
+
+def batches(count=20, poisoned=None):
+    """`count` language-model micro-batches `(x, y, sample_weight)`, the same every time; the one at index
+    `poisoned` weighted NaN, which makes its loss NaN."""
+    made = []
+    for s in range(count):
+        ids = padded_batch(lengths=(9,) * 4, seed=s, segments=False)
+        weight = np.full(ids[:, 1:].shape, np.nan if s == poisoned else 1.0, "float32")
+        made.append((ids[:, :-1], ids[:, 1:], weight))
+    return made
+
+
+def compiled(gpt):
+    model = gpt()
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizers.AdamW(optimizers.WarmupDecay(3e-3, 2, 10)), loss)
+    return model
+
+
+class CtrlCAt(keras.callbacks.Callback):
+    """Ctrl-C (SIGINT to this process, as a terminal sends it) once the optimizer has done `updates` updates."""
+
+    def __init__(self, updates):
+        super().__init__()
+        self.updates, self.sent = updates, False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.sent and int(self.model.optimizer.iterations) >= self.updates:
+            self.sent = True
+            signal.raise_signal(signal.SIGINT)
+
+
+def assert_same_weights(a, b):
+    assert [w.path for w in a.weights] == [w.path for w in b.weights]
+    for x, y in zip(a.weights, b.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
+
+
+def state(folder):
+    return json.loads((folder / STATE_FILE).read_text())
+
+
+def test_ctrl_c_between_growths_backs_up_and_the_same_call_resumes_to_identical_weights(gpt, tmp_path):
+    straight, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0)
+    with pytest.raises(KeyboardInterrupt, match=r"stopped at update 5 \(Ctrl-C\): backed up in .*resume"):
+        kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, callbacks=[CtrlCAt(5)],
+                           backup_dir=tmp_path)  # fmt: skip
+    saved = state(tmp_path)
+    assert (saved["update"], saved["batches"], saved["growths_done"]) == (5, 5, 1)  # after the first growth
+    resumed, history = kwiden.fit_growing(gpt(seed=7), batches(), SCHEDULE, steps=9, verbose=0, backup_dir=tmp_path)
+    assert_same_weights(straight, resumed)
+    assert kwiden.models.naming.count_blocks(layer.name for layer in resumed.layers) == 4  # the second growth too
+    assert len(history["loss"]) == 2  # the rest of the second stretch, and the third
+
+
+def test_ctrl_c_without_a_backup_dir_stops_and_says_how_to_keep_the_run(gpt):
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt, match=r"stopped at update 2 \(Ctrl-C\); give backup_dir= to resume"):
+        kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, callbacks=[CtrlCAt(2)])
+    assert signal.getsignal(signal.SIGINT) is before  # the loop's handler is gone
+
+
+def test_a_loss_that_is_not_finite_stops_naming_the_update_and_keeps_the_last_good_backup(gpt, tmp_path):
+    with pytest.raises(ValueError, match=r"training loss is nan by update 5: training diverged\. .* keeps the last"):
+        kwiden.fit_growing(compiled(gpt), batches(poisoned=4), SCHEDULE, steps=9, verbose=0, backup_dir=tmp_path)
+    saved = state(tmp_path)
+    assert (saved["update"], saved["growths_done"]) == (3, 1)  # just after the growth, before the NaN
+    kept = keras.saving.load_model(tmp_path / saved["model"], compile=False)
+    assert all(np.isfinite(np.asarray(w)).all() for w in kept.weights)
+
+
+def test_a_backup_in_the_format_before_the_one_loop_resumes_to_identical_weights(gpt, tmp_path):
+    """`kwiden-growing.json` as fit_growing wrote it before the one loop: no update (its batches give it)."""
+    straight, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0)
+    with pytest.raises(KeyboardInterrupt, match=r"stopped at update 4"):
+        kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, callbacks=[CtrlCAt(4)],
+                           backup_dir=tmp_path)  # fmt: skip
+    today = {key: state(tmp_path)[key] for key in ("model", "backend", "generators", "growths_done", "batches",
+                                                    "schedule")}  # fmt: skip
+    (tmp_path / STATE_FILE).write_text(json.dumps(today, indent=1))
+    resumed, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, backup_dir=tmp_path)
+    assert_same_weights(straight, resumed)
+    assert state(tmp_path)["update"] == 9  # written in the one loop's format from then on
+
+
+def test_a_backup_at_a_position_its_schedule_cannot_reach_is_refused(gpt, tmp_path):
+    kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=2, verbose=0, backup_dir=tmp_path)
+    (tmp_path / STATE_FILE).write_text(json.dumps({**state(tmp_path), "growths_done": 2}))
+    with pytest.raises(ValueError, match=r"not a backup of this schedule's run to 9 updates .* after 2 growth"):
+        kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, backup_dir=tmp_path)
