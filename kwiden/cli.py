@@ -5,6 +5,8 @@ grown tensor by tensor), `kwiden demo`."""
 
 import argparse
 import contextlib
+import importlib
+import importlib.util
 import pathlib
 import re
 import sys
@@ -15,6 +17,8 @@ from fractions import Fraction
 from kwiden.files import replaced_atomically
 from kwiden.generation.arguments import GENERATE_FLAGS, SIMILAR_FLAGS, ArgumentError, ArgumentWarning
 from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
+from kwiden.models.family import FAMILIES
+from kwiden.pretraining import objectives
 from kwiden.pretraining import options as pretrain_options
 
 
@@ -191,8 +195,9 @@ def _flag_warnings(args):
 def _pretrain(args):
     import kwiden
 
+    shared, own = pretrain_options.given(args)
     try:
-        kwiden.pretrain(args.corpus, args.output_dir, verbose=0 if args.quiet else 1, **pretrain_options.given(args))
+        kwiden.pretrain(args.corpus, args.output_dir, verbose=0 if args.quiet else 1, **shared, **own)
     except KeyboardInterrupt:
         print("kwiden pretrain: stopped; run the same command to resume from the last backup", file=sys.stderr)
         return 130
@@ -267,7 +272,10 @@ def parser():
     pretrain = commands.add_parser("pretrain", help="pretrain on your corpus, small first and grown on the way")
     pretrain.add_argument("corpus", nargs="+", help="text files (.txt, .gz) or folders of them")
     pretrain.add_argument("--output-dir", required=True, help="the run's folder (the same command resumes it)")
-    pretrain_options.add_flags(pretrain)
+    pretrain.add_argument("--plugin", action="append", metavar="MODULE", help="import MODULE (a module name, or a .py "
+                          "file) first: the objectives and families it registers join these flags; repeat for "
+                          "several")  # fmt: skip
+    pretrain_options.add_flags(pretrain, _registered())
     pretrain.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
     pretrain.set_defaults(run=_pretrain)
     demo = commands.add_parser("demo", help="pretrain a small GPT on shipped text, grown and from scratch")
@@ -320,7 +328,41 @@ def _generate_parser(commands):
     generate.set_defaults(run=_generate, flags=GENERATE_FLAGS)
 
 
+def _registered():
+    """What the help of `--model`, `--objective` and `--config` lists: the registries' names, now."""
+    return dict(families=", ".join(sorted(FAMILIES)), objectives=", ".join(sorted(objectives.OBJECTIVES)))
+
+
+def plugins(argv):
+    """Import the modules each `--plugin MODULE` names (a module name, or a .py file), before the parser is made:
+    the objectives and families they register become its flags and choices."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--plugin", action="append", default=[])
+    for name in early.parse_known_args(argv)[0].plugin:
+        path = pathlib.Path(name)
+        if path.suffix == ".py":
+            if not path.is_file():
+                raise CommandError(f"--plugin {name} does not exist.")
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[path.stem] = module
+            spec.loader.exec_module(module)
+        else:
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as error:
+                raise CommandError(
+                    f"--plugin {name}: {error} (give a module on the Python path, or a .py file)."
+                ) from None
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        plugins(argv)
+    except CommandError as error:
+        print(f"kwiden: {error}", file=sys.stderr)
+        return 1
     args = parser().parse_args(argv)
     if args.command in ("pretrain", "demo"):
         _announce()

@@ -15,6 +15,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "kwiden"
 # no graph, the graph no growth, growth no KerasHub-free public API, … .
 LAYERS = [
     (
+        "kwiden.arguments",
         "kwiden.messages",
         "kwiden.keras_internals",
         "kwiden.files",
@@ -325,25 +326,28 @@ def test_layer_names_are_spelled_only_in_naming():
 
 
 def test_pretrain_options_are_declared_once():
-    """`kwiden.pretrain`'s signature, the `kwiden pretrain` flags and the options table of
-    docs/pretraining.md follow `kwiden.pretraining.options.PretrainOptions`: the same names, defaults and flags."""
+    """`kwiden.pretrain`'s signature, the `kwiden pretrain` flags and the options table of docs/pretraining.md
+    follow `kwiden.pretraining.options.PretrainOptions` and the registered objectives' own options
+    (`Objective.Options`): the same names, defaults and flags."""
     import dataclasses
     import inspect
 
     import kwiden
-    from kwiden import cli
-    from kwiden.pretraining import options
+    from kwiden import arguments, cli
+    from kwiden.pretraining import objectives, options
 
     fields = dataclasses.fields(options.PretrainOptions)
     signature = inspect.signature(kwiden.pretrain).parameters
-    assert list(signature) == ["corpus", "output_dir", *(f.name for f in fields), "verbose"]
-    assert {f.name: signature[f.name].default for f in fields} == {f.name: f.default for f in fields}
+    assert list(signature) == ["corpus", "output_dir", *(f.name for f in fields), "verbose", "objective_options"]
+    assert signature["objective_options"].kind == inspect.Parameter.VAR_KEYWORD
+    assert {f.name: signature[f.name].default for f in fields} == arguments.defaults(options.PretrainOptions)
     command = cli.parser().parse_args(["pretrain", "corpus.txt", "--output-dir", "run"])
-    assert options.given(command) == {f.name: f.default for f in fields}
+    own = objectives.option_fields()
+    assert options.given(command) == (arguments.defaults(options.PretrainOptions), arguments.defaults(own))
     page = (PACKAGE.parent / "docs" / "pretraining.md").read_text()
     section = page.split("\n## Options\n")[1].split("\n## ")[0]
     table = "\n".join(line for line in section.splitlines() if line.startswith("| `--"))
-    missing = [options.flag_of(f) for f in fields if f"`{options.flag_of(f)}" not in table]
+    missing = [arguments.flag_of(f) for f in (*fields, *own) if f"`{arguments.flag_of(f)}" not in table]
     assert not missing, f"docs/pretraining.md's options table lacks {missing}"
 
 
