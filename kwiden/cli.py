@@ -17,7 +17,7 @@ from fractions import Fraction
 from kwiden.files import replaced_atomically
 from kwiden.generation.arguments import GENERATE_FLAGS, SIMILAR_FLAGS, ArgumentError, ArgumentWarning
 from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
-from kwiden.models.family import FAMILIES
+from kwiden.models import family
 from kwiden.pretraining import objectives
 from kwiden.pretraining import options as pretrain_options
 
@@ -330,7 +330,7 @@ def _generate_parser(commands):
 
 def _registered():
     """What the help of `--model`, `--objective` and `--config` lists: the registries' names, now."""
-    return dict(families=", ".join(sorted(FAMILIES)), objectives=", ".join(sorted(objectives.OBJECTIVES)))
+    return dict(families=", ".join(sorted(family.FAMILIES)), objectives=", ".join(sorted(objectives.OBJECTIVES)))
 
 
 def plugins(argv):
@@ -340,14 +340,14 @@ def plugins(argv):
     early.add_argument("--plugin", action="append", default=[])
     for name in early.parse_known_args(argv)[0].plugin:
         path = pathlib.Path(name)
-        if path.suffix == ".py":
+        if path.suffix == ".py" and path.stem not in sys.modules:  # imported once, as a module name is
             if not path.is_file():
                 raise CommandError(f"--plugin {name} does not exist.")
             spec = importlib.util.spec_from_file_location(path.stem, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[path.stem] = module
             spec.loader.exec_module(module)
-        else:
+        elif path.suffix != ".py":
             try:
                 importlib.import_module(name)
             except ModuleNotFoundError as error:

@@ -97,10 +97,9 @@ def pretrain(
             tokenizer). Run the same call again to resume from its last backup.
         model: the family of `config` ("gpt" by default; with
             `from_checkpoint`, the checkpoint's): a registered family's name.
-        objective: what the model learns: "causal_lm" (the next token),
-            "masked_lm" (masked tokens), or an objective registered with
-            `kwiden.pretraining.register_objective`; by default the family's
-            (`Family.pretrains_with`).
+        objective: what the model learns: the name of a registered objective
+            (`kwiden.pretraining.register_objective`; docs/pretraining.md lists
+            kwiden's own); by default the family's (`Family.pretrains_with`).
         config: a dict or a `config.json` path; without `vocab_size` it takes
             the tokenizer's, and one that differs from the tokenizer's is refused.
         tokenizer: "bytes" (the default without a checkpoint), a WordPiece
@@ -131,11 +130,9 @@ def pretrain(
             growths, at Ctrl-C and at the end).
         precision: "auto" (mixed bfloat16 where a GPU is present), "float32"
             or "mixed_bfloat16".
-        **objective_options: the objective's own options (`Objective.Options`;
-            docs/pretraining.md lists those of kwiden's objectives:
-            `whole_word_mask=True` for `masked_lm`, `corrupt`, `scale`,
-            `teacher`, `distill_weight` for `seq2seq` and `simbert`); another
-            objective's are refused.
+        **objective_options: the objective's own options (its `Options`;
+            `kwiden pretrain --help` and docs/pretraining.md list each
+            objective's); another objective's are refused.
 
     Returns:
         A `PretrainResult`.
@@ -165,9 +162,8 @@ def pretrain(
     computed_on = dict(backend=keras.backend.backend(), precision=_precision(precision))
     record = dict(corpus=corpus, output_dir=str(pathlib.Path(output_dir).resolve()), **dataclasses.asdict(shared),
                   **dataclasses.asdict(own))  # fmt: skip
-    kept = folder.claim(json.loads(json.dumps(record)), {**REMOVED, **_untaken(own)},
-                        free=(*free_on_resume(kind), "output_dir"), computed_on=computed_on,
-                        defaulted=defaulted)  # fmt: skip
+    kept = folder.claim(json.loads(json.dumps(record)), REMOVED, free=(*free_on_resume(kind), "output_dir"),
+                        computed_on=computed_on, defaulted=defaulted, untaken=_untaken(own))  # fmt: skip
     shared = dataclasses.replace(shared, **{name: kept[name] for name in defaulted})
     options = types.SimpleNamespace(**vars_of(shared), **vars_of(own))  # every option, as one
     policy = keras.config.dtype_policy()
