@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import warnings
 
+from kwiden.arguments import is_count
 from kwiden.checkpoints import save_checkpoint
 from kwiden.checkpoints.generation_config import GENERATION_CONFIG, trained_max_length, write_trained_max_length
 from kwiden.files import (
@@ -20,7 +21,6 @@ from kwiden.files import (
     temporary_beside,
 )  # fmt: skip
 from kwiden.messages import warn
-from kwiden.models.config import is_count
 
 RUN_FILE = "run.json"
 LOG_FILE = "log.txt"

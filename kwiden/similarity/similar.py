@@ -4,9 +4,9 @@ vectors lie closest to the text's."""
 
 import pathlib
 
+from kwiden.arguments import is_count
 from kwiden.generation import generate, load_generator, most_new_tokens
 from kwiden.generation.arguments import ArgumentError
-from kwiden.models.config import is_count
 from kwiden.similarity.sentence import ENCODERS, SentenceEncoder
 
 
