@@ -351,6 +351,36 @@ def test_pretrain_options_are_declared_once():
     assert not missing, f"docs/pretraining.md's options table lacks {missing}"
 
 
+def test_each_command_takes_its_functions_options_and_defaults():
+    """`kwiden generate`, `kwiden similar` and `kwiden eval-sts` make their flags from one declaration each
+    (`kwiden.arguments.option` fields), whose names and defaults are those of the function each calls (its
+    signature, in order), and a command line without flags gives the function's defaults (or says why not)."""
+    import dataclasses
+    import inspect
+
+    import kwiden
+    from kwiden import arguments, cli
+    from kwiden.generation.arguments import GenerateOptions, SimilarOptions
+    from kwiden.similarity.sts import StsOptions
+
+    parser = cli.parser()
+    for argv, options, function, leading, not_offered in [
+        (["generate", "ckpt", "a prompt"], GenerateOptions, kwiden.generate, ["model", "tokenizer", "prompts"], []),
+        (["similar", "ckpt", "a text"], SimilarOptions, kwiden.similar, ["checkpoint", "texts"], []),
+        (["eval-sts", "ckpt", "f.tsv"], StsOptions, kwiden.SentenceEncoder, ["checkpoint"],
+         ["maxlen", "lowercase", "model", "tokenizer"]),
+    ]:  # fmt: skip
+        parameters = inspect.signature(function).parameters
+        assert list(parameters)[: len(leading)] == leading
+        taken = [name for name in list(parameters)[len(leading) :] if name not in not_offered]
+        fields = dataclasses.fields(options)
+        assert taken == [field.name for field in fields], function
+        assert arguments.defaults(options) == {name: parameters[name].default for name in taken}, function
+        command = parser.parse_args(argv)
+        assert arguments.given(command, options) == {f.name: arguments.command_default(f) for f in fields}
+        assert all(arguments.command_default(f) == f.default or f.metadata["why"] for f in fields)
+
+
 def test_growth_options_are_declared_once():
     """`kwiden.grow`, `kwiden.grow_checkpoint`, `kwiden grow` and `fit_growing`
     take the growth options `kwiden/growth/options.py` declares (`OPTIONS`),
