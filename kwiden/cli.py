@@ -24,7 +24,7 @@ from kwiden.generation.arguments import (
     SimilarOptions,
 )
 from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
-from kwiden.models import family
+from kwiden.models import family, presets
 from kwiden.pretraining import objectives
 from kwiden.pretraining import options as pretrain_options
 from kwiden.similarity.sts import StsOptions
@@ -302,7 +302,8 @@ def _generate_parser(commands):
 
 def _registered():
     """What the help of `--model`, `--objective` and `--config` lists: the registries' names, now."""
-    return dict(families=", ".join(sorted(family.FAMILIES)), objectives=", ".join(sorted(objectives.OBJECTIVES)))
+    return dict(families=", ".join(sorted(family.FAMILIES)), objectives=", ".join(sorted(objectives.OBJECTIVES)),
+                presets=presets.described())  # fmt: skip
 
 
 def plugins(argv):

@@ -33,8 +33,9 @@ class PretrainOptions:
                         "--from checkpoint's)")  # fmt: skip
     objective: str = option(None, "what the model learns, one of those registered: {objectives} (default: the "
                             "family's)")  # fmt: skip
-    config: object = option(None, "the target: a named size ({presets}) or a config.json (Hugging Face keys); "
-                             "vocab_size defaults to the tokenizer's, the rest to the family's defaults")  # fmt: skip
+    config: object = option(None, "the target: a named size ({presets}; its family the default --model) or a "
+                             "config.json (Hugging Face keys); vocab_size defaults to the tokenizer's, the rest to "
+                             "the family's defaults")  # fmt: skip
     tokenizer: str = option(None, "bytes (default), a WordPiece vocab.txt or a tokenizer.json", kind="path")
     build_vocab: int = option(None, "train a WordPiece vocabulary of SIZE on the corpus", "count", 1, metavar="SIZE")
     from_checkpoint: str = option(None, "go on pretraining (and growing) this folder", "checkpoint", flag="--from",

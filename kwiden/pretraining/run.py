@@ -14,6 +14,7 @@ from kwiden.models import naming
 from kwiden.models.builder import build_transformer_model, checkpoint_family
 from kwiden.models.config import read_config_file
 from kwiden.models.family import FAMILIES, get_family
+from kwiden.models.presets import PRESETS, preset
 from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import checks, objectives
 from kwiden.pretraining.options import PretrainOptions, default_lr, free_on_resume, refuse_untaken
@@ -100,8 +101,11 @@ def pretrain(
         objective: what the model learns: the name of a registered objective
             (`kwiden.pretraining.register_objective`; docs/pretraining.md lists
             kwiden's own); by default the family's (`Family.pretrains_with`).
-        config: a dict or a `config.json` path; without `vocab_size` it takes
-            the tokenizer's, and one that differs from the tokenizer's is refused.
+        config: a dict, a `config.json` path, or a preset's name
+            (`kwiden.models.presets.PRESETS`, such as "gpt-demo", the demo's
+            GPT, or "bert-base"; its family is `model`'s default then); without
+            `vocab_size` it takes the tokenizer's (one that differs from the
+            tokenizer's is refused), and what it leaves out the family's defaults.
         tokenizer: "bytes" (the default without a checkpoint), a WordPiece
             `vocab.txt`, or a `tokenizer.json`.
         build_vocab: instead, train a WordPiece vocabulary of this size on the
@@ -266,8 +270,12 @@ def _absolute_paths(options):
 
 
 def _recorded(options):
-    """`options` as run.json keeps them: paths absolute, a config file's content, the model's family named."""
+    """`options` as run.json keeps them: paths absolute, a config file's or a preset's content, the model's family
+    named."""
     options, changes = _absolute_paths(options), {}
+    if isinstance(options.config, str) and options.config in PRESETS and not pathlib.Path(options.config).exists():
+        model, config = preset(options.config, options.model)
+        options = dataclasses.replace(options, model=model, config=config)
     if options.model is None and options.from_checkpoint is None:
         changes["model"] = "gpt"
     if options.config is not None and not isinstance(options.config, dict):
