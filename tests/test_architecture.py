@@ -351,6 +351,23 @@ def test_pretrain_options_are_declared_once():
     assert not missing, f"docs/pretraining.md's options table lacks {missing}"
 
 
+def test_the_modules_every_pretraining_run_goes_through_name_no_objective():
+    """An objective owns its options, checks, fingerprint, heads and losses: the shared modules of `kwiden.pretrain`
+    name none of kwiden's objectives nor their options, in code or strings (a comment may cite a measurement)."""
+    from kwiden.pretraining import objectives
+
+    words = {*objectives.OBJECTIVES, *(field.name for field in objectives.option_fields()), "simbert", "seq2seq"}
+    words |= {word.replace("_", "-") for word in words}
+    for name in ("options", "run", "checks", "outputs"):
+        path = PACKAGE / "pretraining" / f"{name}.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            text = {ast.Constant: "value", ast.Name: "id", ast.Attribute: "attr", ast.FunctionDef: "name"}
+            value = getattr(node, text.get(type(node), ""), None)
+            if isinstance(value, str):
+                named = sorted(word for word in words if word in value.lower())
+                assert not named, f"{path}:{node.lineno} names {named}"
+
+
 def test_each_command_takes_its_functions_options_and_defaults():
     """`kwiden generate`, `kwiden similar` and `kwiden eval-sts` make their flags from one declaration each
     (`kwiden.arguments.option` fields), whose names and defaults are those of the function each calls (its
