@@ -23,7 +23,6 @@ RANGES = {
     "share": (False, 1, True, "in (0, 1]"),
     "portion": (True, 1, True, "in [0, 1]"),
     "weight": (True, math.inf, False, "a finite number of at least 0"),
-    "real": (True, math.inf, False, "a finite number"),
 }
 
 
@@ -36,7 +35,7 @@ def option(default, help, kind="text", least=None, most=None, choices=None, resu
            command=dataclasses.MISSING, why="", parse=None, many=False):  # fmt: skip
     """A field of an options dataclass: `kind` is "count" (a whole number from `least` to `most`), "positive" (a
     finite number above 0), "fraction" (in (0, 1)), "share" (in (0, 1]), "portion" (in [0, 1]), "weight" (a finite
-    number of at least 0), "real" (a finite number), "choice" (one of `choices`), "switch", "text", "path" or
+    number of at least 0), "choice" (one of `choices`), "switch", "text", "path" or
     "checkpoint" (a folder that exists). `command`: the command line's own default, for the reason `why` says;
     `parse`: how the command reads a value's text (by default, by its kind); `many`: the flag repeats, each a value
     of a list."""
@@ -89,7 +88,7 @@ def checked_value(field, value):
     if kind in RANGES:
         zero, most, included, span = RANGES[kind]
         fits = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-        low = fits and (kind == "real" or (0 <= value if zero else 0 < value))
+        low = fits and (0 <= value if zero else 0 < value)
         if not (low and (value <= most if included else value < most)):
             raise ValueError(f"{flag} must be {span}, got {value!r}.")
         return float(value)
