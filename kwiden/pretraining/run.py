@@ -157,7 +157,7 @@ def pretrain(
         accum_steps=accum_steps, lr=lr, warmup=warmup, schedule=schedule, decay_fraction=decay_fraction, grow=grow,
         valid_fraction=valid_fraction, eval_every=eval_every, save_every=save_every, seed=seed, precision=precision,
     ))  # fmt: skip
-    kind = _objective_class(shared)
+    family, kind = _objective_class(shared)
     own = _absolute_paths(refuse_untaken(objective_options, kind))
     defaulted = ("lr",) if shared.lr is None else ()  # a resume keeps the run's: the default may have changed since
     shared = dataclasses.replace(shared, lr=default_lr(shared) if shared.lr is None else shared.lr)
@@ -169,12 +169,12 @@ def pretrain(
     kept = folder.claim(json.loads(json.dumps(record)), REMOVED, free=(*free_on_resume(kind), "output_dir"),
                         computed_on=computed_on, defaulted=defaulted, untaken=_untaken(own))  # fmt: skip
     shared = dataclasses.replace(shared, **{name: kept[name] for name in defaulted})
-    options = types.SimpleNamespace(**vars_of(shared), **vars_of(own))  # every option, as one
+    options = types.SimpleNamespace(**_values(shared), **_values(own))  # every option, as one
     policy = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy(computed_on["precision"])
         with _devices(folder, options.batch_size):
-            return _pretrain(folder, corpus, options, kind, verbose)
+            return _pretrain(folder, corpus, options, family, kind, verbose)
     except BaseException:
         folder.release()  # a call that never trained leaves the folder to the corrected one; a run that trained keeps it
         raise
@@ -183,7 +183,7 @@ def pretrain(
         keras.config.set_dtype_policy(policy)
 
 
-def vars_of(options):
+def _values(options):
     """`{name: value}` of an options dataclass, its values as they are (not copied)."""
     return {field.name: getattr(options, field.name) for field in dataclasses.fields(options)}
 
@@ -195,10 +195,9 @@ def _untaken(own):
     return {field.name: field.default for field in objectives.option_fields() if field.name not in taken}
 
 
-def _pretrain(folder, corpus, options, kind, verbose):
+def _pretrain(folder, corpus, options, family, kind, verbose):
     checkpoint = options.from_checkpoint
     corpus_tokenizer = _tokenizer(options, folder, corpus)
-    family = _family_of(options)
     keras.utils.set_random_seed(options.seed)  # before the heads a checkpoint lacks start fresh: a seed repeats a run
     start_model = _start(options, checkpoint, kind)
     objective = _objective(folder, options, kind, family, start_model, corpus_tokenizer)
@@ -384,7 +383,7 @@ def _family_of(options):
 
 
 def _objective_class(options):
-    """The objective class `--objective` names, else the family's."""
+    """`(the target's family, the objective class --objective names, else the family's)`."""
     family = _family_of(options)
     name = options.objective or family.pretrains_with
     if name is None:
@@ -392,7 +391,7 @@ def _objective_class(options):
             f"--model {family.name}: the family names no pretraining objective; give --objective "
             f"({', '.join(sorted(objectives.OBJECTIVES))})."
         )
-    return objectives.get_objective(name)
+    return family, objectives.get_objective(name)
 
 
 def _start(options, checkpoint, kind):
