@@ -5,17 +5,29 @@ grown tensor by tensor), `kwiden demo`."""
 
 import argparse
 import contextlib
+import importlib
+import importlib.util
 import pathlib
-import re
 import sys
 import warnings
 import zipfile
 from fractions import Fraction
 
+from kwiden import arguments
 from kwiden.files import replaced_atomically
-from kwiden.generation.arguments import GENERATE_FLAGS, SIMILAR_FLAGS, ArgumentError, ArgumentWarning
+from kwiden.generation.arguments import (
+    GENERATE_FLAGS,
+    SIMILAR_FLAGS,
+    ArgumentError,
+    ArgumentWarning,
+    GenerateOptions,
+    SimilarOptions,
+)
 from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
+from kwiden.models import family, presets
+from kwiden.pretraining import objectives
 from kwiden.pretraining import options as pretrain_options
+from kwiden.similarity.sts import StsOptions
 
 
 def _grow(args):
@@ -133,7 +145,7 @@ def _eval_sts(args):
     from kwiden.similarity import sts
 
     pairs = sts.read_pairs(args.file)  # before the model loads: a bad file is named at once
-    encoder = kwiden.SentenceEncoder(args.checkpoint, pooling=args.pooling, batch_size=args.batch_size)
+    encoder = kwiden.SentenceEncoder(args.checkpoint, **arguments.given(args, StsOptions))
     if pairs.scores is not None:
         print(f"Spearman {sts.spearman(encoder, pairs.pairs, pairs.scores):.4f} over {len(pairs.pairs)} scored pairs "
               f"({encoder.pooling} pooling)")  # fmt: skip
@@ -150,9 +162,7 @@ def _generate(args):
 
     model, tokenizer = load_generator(args.checkpoint)
     with _flag_warnings(args):
-        found = generate(model, tokenizer, args.prompt, args.max_new_tokens, greedy=args.greedy, beam=args.beam,
-                         top_k=args.top_k, top_p=args.top_p, temperature=args.temperature,
-                         num_samples=args.num_samples, seed=args.seed, end_tokens=args.end_token)  # fmt: skip
+        found = generate(model, tokenizer, args.prompt, **arguments.given(args, GenerateOptions))
     unilm = naming.INPUT_SEGMENT in {layer.name for layer in model.layers}  # writes a second segment
     for prompt, texts in zip(args.prompt, found):
         for text in texts:
@@ -166,8 +176,7 @@ def _similar(args):
     import kwiden
 
     with _flag_warnings(args):
-        found = kwiden.similar(args.checkpoint, args.text, n=args.n, candidates=args.candidates, top_k=args.top_k,
-                               max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
+        found = kwiden.similar(args.checkpoint, args.text, **arguments.given(args, SimilarOptions))
     for sentence, cosine in found:
         print(f"{cosine:.4f}\t{sentence}")
     if len(found) < args.n:
@@ -191,8 +200,9 @@ def _flag_warnings(args):
 def _pretrain(args):
     import kwiden
 
+    shared, own = pretrain_options.given(args)
     try:
-        kwiden.pretrain(args.corpus, args.output_dir, verbose=0 if args.quiet else 1, **pretrain_options.given(args))
+        kwiden.pretrain(args.corpus, args.output_dir, verbose=0 if args.quiet else 1, **shared, **own)
     except KeyboardInterrupt:
         print("kwiden pretrain: stopped; run the same command to resume from the last backup", file=sys.stderr)
         return 130
@@ -213,16 +223,6 @@ def _fraction(text):
         return Fraction(text)
     except (ValueError, ZeroDivisionError):
         raise argparse.ArgumentTypeError(f"{text!r} is not a factor such as 2, 1.5 or 4/3") from None
-
-
-# A backslash escape in a token's text, and the character it stands for.
-ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|[ntr\\])")
-ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
-
-
-def _escaped(text):
-    """A token's text as a shell gives it, escapes read: `\\n` a newline, `\\x0a` too."""
-    return ESCAPE.sub(lambda m: chr(int(m[1][1:], 16)) if m[1][0] == "x" else ESCAPED[m[1]], text)
 
 
 def _positive(text):
@@ -267,7 +267,10 @@ def parser():
     pretrain = commands.add_parser("pretrain", help="pretrain on your corpus, small first and grown on the way")
     pretrain.add_argument("corpus", nargs="+", help="text files (.txt, .gz) or folders of them")
     pretrain.add_argument("--output-dir", required=True, help="the run's folder (the same command resumes it)")
-    pretrain_options.add_flags(pretrain)
+    pretrain.add_argument("--plugin", action="append", metavar="MODULE", help="import MODULE (a module name, or a .py "
+                          "file) first: the objectives and families it registers join these flags; repeat for "
+                          "several")  # fmt: skip
+    pretrain_options.add_flags(pretrain, _registered())
     pretrain.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
     pretrain.set_defaults(run=_pretrain)
     demo = commands.add_parser("demo", help="pretrain a small GPT on shipped text, grown and from scratch")
@@ -278,22 +281,13 @@ def parser():
     sts = commands.add_parser("eval-sts", help="score sentence vectors: Spearman on an STS file, retrieval on pairs")
     sts.add_argument("checkpoint", help="a BERT or RoFormer folder with its vocab.txt")
     sts.add_argument("file", help="text1<TAB>text2<TAB>score lines (Spearman), or text1<TAB>text2 (retrieval)")
-    sts.add_argument("--pooling", choices=["cls", "pooler", "mean"], help="default: a sentence-transformers folder's "
-                     "1_Pooling; else pooler (SimBERT's: the pooler Dense on [CLS], no tanh) where the checkpoint has "
-                     "one; else cls")  # fmt: skip
-    sts.add_argument("--batch-size", type=_positive, default=32, help="texts a forward pass")
+    arguments.add_flags(sts, StsOptions)
     sts.set_defaults(run=_eval_sts)
     _generate_parser(commands)
     similar = commands.add_parser("similar", help="sentences like a text, generated by a SimBERT and ranked")
     similar.add_argument("checkpoint", help="a BERT or RoFormer folder trained with --objective simbert")
     similar.add_argument("text")
-    similar.add_argument("-n", type=_positive, default=5, help="sentences to print")
-    similar.add_argument("--candidates", type=_positive, default=100, help="sentences sampled before ranking")
-    similar.add_argument("--top-k", type=_positive, default=5, help="each token from the k likeliest")
-    similar.add_argument("--max-new-tokens", type=_positive, help="tokens a sentence at most (default: twice the "
-                         "text's and 2 more, or as many as the positions the model holds and was trained on "
-                         "allow)")  # fmt: skip
-    similar.add_argument("--seed", type=int, help="makes sampling repeat")
+    arguments.add_flags(similar, SimilarOptions)
     similar.set_defaults(run=_similar, flags=SIMILAR_FLAGS)
     return root
 
@@ -302,25 +296,46 @@ def _generate_parser(commands):
     generate = commands.add_parser("generate", help="continue a prompt (decoders) or write its second segment (UniLM)")
     generate.add_argument("checkpoint", help="a folder with config.json, weights and a tokenizer (a run's final/)")
     generate.add_argument("prompt", nargs="+", help="one or more prompts, generated together")
-    generate.add_argument("--max-new-tokens", type=_positive, default=64, help="tokens a continuation at most "
-                          "(refused past the positions the model holds or was trained on, or the memory "
-                          "available)")  # fmt: skip
-    choice = generate.add_mutually_exclusive_group()
-    choice.add_argument("--greedy", action="store_true", help="the likeliest token each step")
-    choice.add_argument("--beam", type=_positive, help="beam search of K continuations")
-    generate.add_argument("--top-k", type=_positive, help="sample from the K likeliest tokens")
-    generate.add_argument("--top-p", type=float, default=1.0, help="sample from the likeliest tokens holding P")
-    generate.add_argument("--temperature", type=float, default=1.0, help="divide the logits by T before sampling")
-    generate.add_argument("--num-samples", type=_positive, default=1, help="continuations a prompt")
-    generate.add_argument("--seed", type=int, help="makes sampling repeat")
-    generate.add_argument("--end-token", action="append", type=_escaped, help="a token that ends a continuation: "
-                          "its text (or a text the tokenizer reads as one token), with \\n, \\t, \\r, \\\\ and "
-                          "\\xHH read as escapes ('\\n': a newline); repeat for several (default: the checkpoint's "
-                          "eos_token_id, else the tokenizer's separator)")  # fmt: skip
+    arguments.add_flags(generate, GenerateOptions)
     generate.set_defaults(run=_generate, flags=GENERATE_FLAGS)
 
 
+def _registered():
+    """What the help of `--model`, `--objective` and `--config` lists: the registries' names, now."""
+    return dict(families=", ".join(sorted(family.FAMILIES)), objectives=", ".join(sorted(objectives.OBJECTIVES)),
+                presets=presets.described())  # fmt: skip
+
+
+def plugins(argv):
+    """Import the modules each `--plugin MODULE` names (a module name, or a .py file), before the parser is made:
+    the objectives and families they register become its flags and choices."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--plugin", action="append", default=[])
+    for name in early.parse_known_args(argv)[0].plugin:
+        path = pathlib.Path(name)
+        if path.suffix == ".py" and path.stem not in sys.modules:  # imported once, as a module name is
+            if not path.is_file():
+                raise CommandError(f"--plugin {name} does not exist.")
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[path.stem] = module
+            spec.loader.exec_module(module)
+        elif path.suffix != ".py":
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as error:
+                raise CommandError(
+                    f"--plugin {name}: {error} (give a module on the Python path, or a .py file)."
+                ) from None
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        plugins(argv)
+    except CommandError as error:
+        print(f"kwiden: {error}", file=sys.stderr)
+        return 1
     args = parser().parse_args(argv)
     if args.command in ("pretrain", "demo"):
         _announce()

@@ -10,17 +10,15 @@ import pathlib
 import tempfile
 from importlib import resources
 
+from kwiden.models.presets import DEMO
 from kwiden.pretraining import pretrain
-from kwiden.text import corpus
 
 TEXT = "python_tutorial.txt.gz"
-SEQ_LEN, BATCH_SIZE, LEARNING_RATE = 64, 16, 2e-3
+SEQ_LEN, BATCH_SIZE, LEARNING_RATE = DEMO["max_position_embeddings"], 16, 2e-3  # the preset's GPT: "gpt-demo"
 
 
 def run(budget=300, seed=0, output_dir=None, verbose=1):
     """The two runs' `PretrainResult`s, `{"grown": …, "scratch": …}`; prints the table."""
-    config = corpus.gpt_config(64, 2, SEQ_LEN)
-    config.pop("vocab_size")  # the tokenizer's: bytes
     with contextlib.ExitStack() as stack:
         text = stack.enter_context(resources.as_file(resources.files("kwiden").joinpath("data", TEXT)))
         folder = (
@@ -31,7 +29,7 @@ def run(budget=300, seed=0, output_dir=None, verbose=1):
             if verbose:
                 print(f"\n{name}: kwiden pretrain --grow {grow}")
             results[name] = pretrain(
-                text, folder / name, model="gpt", config=config, budget=budget, seq_len=SEQ_LEN,
+                text, folder / name, config="gpt-demo", budget=budget, seq_len=SEQ_LEN,
                 batch_size=BATCH_SIZE, lr=LEARNING_RATE, grow=grow, seed=seed, verbose=verbose,
             )  # fmt: skip
         print(table(results))

@@ -15,6 +15,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "kwiden"
 # no graph, the graph no growth, growth no KerasHub-free public API, … .
 LAYERS = [
     (
+        "kwiden.arguments",
         "kwiden.messages",
         "kwiden.keras_internals",
         "kwiden.files",
@@ -327,26 +328,76 @@ def test_layer_names_are_spelled_only_in_naming():
 
 
 def test_pretrain_options_are_declared_once():
-    """`kwiden.pretrain`'s signature, the `kwiden pretrain` flags and the options table of
-    docs/pretraining.md follow `kwiden.pretraining.options.PretrainOptions`: the same names, defaults and flags."""
+    """`kwiden.pretrain`'s signature, the `kwiden pretrain` flags and the options table of docs/pretraining.md
+    follow `kwiden.pretraining.options.PretrainOptions` and the registered objectives' own options
+    (`Objective.Options`): the same names, defaults and flags."""
     import dataclasses
     import inspect
 
     import kwiden
-    from kwiden import cli
-    from kwiden.pretraining import options
+    from kwiden import arguments, cli
+    from kwiden.pretraining import objectives, options
 
     fields = dataclasses.fields(options.PretrainOptions)
     signature = inspect.signature(kwiden.pretrain).parameters
-    assert list(signature) == ["corpus", "output_dir", *(f.name for f in fields), "verbose"]
-    assert {f.name: signature[f.name].default for f in fields} == {f.name: f.default for f in fields}
+    assert list(signature) == ["corpus", "output_dir", *(f.name for f in fields), "verbose", "objective_options"]
+    assert signature["objective_options"].kind == inspect.Parameter.VAR_KEYWORD
+    assert {f.name: signature[f.name].default for f in fields} == arguments.defaults(options.PretrainOptions)
     command = cli.parser().parse_args(["pretrain", "corpus.txt", "--output-dir", "run"])
-    assert options.given(command) == {f.name: f.default for f in fields}
+    own = objectives.option_fields()
+    assert options.given(command) == (arguments.defaults(options.PretrainOptions), arguments.defaults(own))
     page = (PACKAGE.parent / "docs" / "pretraining.md").read_text()
     section = page.split("\n## Options\n")[1].split("\n## ")[0]
     table = "\n".join(line for line in section.splitlines() if line.startswith("| `--"))
-    missing = [options.flag_of(f) for f in fields if f"`{options.flag_of(f)}" not in table]
+    missing = [arguments.flag_of(f) for f in (*fields, *own) if f"`{arguments.flag_of(f)}" not in table]
     assert not missing, f"docs/pretraining.md's options table lacks {missing}"
+
+
+def test_the_modules_every_pretraining_run_goes_through_name_no_objective():
+    """An objective owns its options, checks, fingerprint, heads and losses: the shared modules of `kwiden.pretrain`
+    name none of kwiden's objectives nor their options, in code or strings (a comment may cite a measurement)."""
+    from kwiden.pretraining import objectives
+
+    words = {*objectives.OBJECTIVES, *(field.name for field in objectives.option_fields()), "simbert", "seq2seq"}
+    words |= {word.replace("_", "-") for word in words}
+    for name in ("options", "run", "checks", "outputs"):
+        path = PACKAGE / "pretraining" / f"{name}.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            text = {ast.Constant: "value", ast.Name: "id", ast.Attribute: "attr", ast.FunctionDef: "name"}
+            value = getattr(node, text.get(type(node), ""), None)
+            if isinstance(value, str):
+                named = sorted(word for word in words if word in value.lower())
+                assert not named, f"{path}:{node.lineno} names {named}"
+
+
+def test_each_command_takes_its_functions_options_and_defaults():
+    """`kwiden generate`, `kwiden similar` and `kwiden eval-sts` make their flags from one declaration each
+    (`kwiden.arguments.option` fields), whose names and defaults are those of the function each calls (its
+    signature, in order), and a command line without flags gives the function's defaults (or says why not)."""
+    import dataclasses
+    import inspect
+
+    import kwiden
+    from kwiden import arguments, cli
+    from kwiden.generation.arguments import GenerateOptions, SimilarOptions
+    from kwiden.similarity.sts import StsOptions
+
+    parser = cli.parser()
+    for argv, options, function, leading, not_offered in [
+        (["generate", "ckpt", "a prompt"], GenerateOptions, kwiden.generate, ["model", "tokenizer", "prompts"], []),
+        (["similar", "ckpt", "a text"], SimilarOptions, kwiden.similar, ["checkpoint", "texts"], []),
+        (["eval-sts", "ckpt", "f.tsv"], StsOptions, kwiden.SentenceEncoder, ["checkpoint"],
+         ["maxlen", "lowercase", "model", "tokenizer"]),
+    ]:  # fmt: skip
+        parameters = inspect.signature(function).parameters
+        assert list(parameters)[: len(leading)] == leading
+        taken = [name for name in list(parameters)[len(leading) :] if name not in not_offered]
+        fields = dataclasses.fields(options)
+        assert taken == [field.name for field in fields], function
+        assert arguments.defaults(options) == {name: parameters[name].default for name in taken}, function
+        command = parser.parse_args(argv)
+        assert arguments.given(command, options) == {f.name: arguments.command_default(f) for f in fields}
+        assert all(arguments.command_default(f) == f.default or f.metadata["why"] for f in fields)
 
 
 def test_growth_options_are_declared_once():

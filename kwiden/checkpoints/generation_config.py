@@ -7,8 +7,8 @@ writes the second into a run's `final/`."""
 import json
 import pathlib
 
+from kwiden.arguments import is_count
 from kwiden.files import read_json, replaced_atomically
-from kwiden.models.config import is_count
 
 GENERATION_CONFIG = "generation_config.json"
 # The token ids transformers' GenerationConfig.from_model_config takes from config.json: a folder that has a

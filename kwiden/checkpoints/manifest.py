@@ -5,6 +5,7 @@ import hashlib
 import pathlib
 import re
 
+from kwiden.arguments import is_count
 from kwiden.files import json_text, read_json
 
 MANIFEST = "kwiden-manifest.json"
@@ -54,7 +55,7 @@ def _read_manifest(path):
             pathlib.Path(name).name != name
             or name in ("", ".", "..")
             or not isinstance(record, dict)
-            or not isinstance(record.get("bytes"), int)
+            or not is_count(record.get("bytes"))
             or not re.fullmatch(r"[0-9a-f]{64}", str(record.get("sha256")))
         ):
             raise ValueError(f"{problem}: its entry {name!r} is not a file name with bytes and a sha256.")

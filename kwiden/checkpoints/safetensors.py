@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 
+from kwiden.arguments import is_count
 from kwiden.checkpoints.formats import SAFETENSORS, SAFETENSORS_INDEX, Tensors, damaged
 from kwiden.files import json_text, read_json
 
@@ -169,7 +170,7 @@ def shard_bytes(size):
     >>> shard_bytes("5GB"), shard_bytes("1.5 KiB"), shard_bytes(100)
     (5000000000, 1536, 100)
     """
-    if isinstance(size, (int, np.integer)) and not isinstance(size, bool) and size > 0:
+    if is_count(size, 1):
         return int(size)
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]?)(i?)b?\s*", str(size), re.IGNORECASE)
     if not match or float(match.group(1)) <= 0 or (match.group(3) and not match.group(2)):

@@ -9,6 +9,7 @@ import dataclasses
 import pathlib
 import re
 
+from kwiden.arguments import is_count
 from kwiden.checkpoints import config_beside, holds_layer
 from kwiden.checkpoints.generation_config import read_generation_config, trained_max_length
 from kwiden.files import read_json
@@ -19,7 +20,6 @@ from kwiden.generation.search import Search, beam_rows, decode_rows
 from kwiden.messages import warn
 from kwiden.models import family_of_config, naming
 from kwiden.models.builder import build_transformer_model
-from kwiden.models.config import is_count
 from kwiden.text.tokenizer import check_text
 from kwiden.text.vocabulary import CorpusTokenizer, load_tokenizer
 

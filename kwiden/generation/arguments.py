@@ -1,31 +1,69 @@
-"""Refusals that name the caller's arguments, spelled as the entry point
-that refused takes them: `max_new_tokens=64` to `kwiden.generate`,
-`--max-new-tokens=64` to `kwiden generate`, and `candidates=100` where
-`kwiden.similar` passed its `candidates` on as `num_samples`. A refusal
-that named another entry point's argument would advise what the user
-cannot give."""
+"""What `kwiden.generate` and `kwiden.similar` take, declared once
+(`GenerateOptions`, `SimilarOptions`: `kwiden.arguments.option` fields, from
+which `kwiden generate` and `kwiden similar` make their flags, `--help` and
+defaults, equal to the functions'), and refusals that name the caller's
+arguments, spelled as the entry point that refused takes them:
+`max_new_tokens=64` to `kwiden.generate`, `--max-new-tokens=64` to `kwiden
+generate`, and `candidates=100` where `kwiden.similar` passed its
+`candidates` on as `num_samples`. A refusal that named another entry
+point's argument would advise what the user cannot give."""
+
+import dataclasses
+import re
+
+from kwiden.arguments import flag_of, option
 
 # How Python callers name the switches (the rest: as written).
 PYTHON = {"greedy": "greedy=True"}
+# A backslash escape in a token's text, and the character it stands for.
+ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|[ntr\\])")
+ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+def escaped(text):
+    """A token's text as a shell gives it, escapes read: `\\n` a newline, `\\x0a` too."""
+    return ESCAPE.sub(lambda m: chr(int(m[1][1:], 16)) if m[1][0] == "x" else ESCAPED[m[1]], text)
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateOptions:
+    """`kwiden.generate`'s options but the model, the tokenizer and the prompts."""
+
+    max_new_tokens: int = option(32, "tokens a continuation at most (refused past the positions the model holds or "
+                                 "was trained on, or the memory available)", "count", 1)  # fmt: skip
+    greedy: bool = option(False, "the likeliest token each step (not with --beam)", "switch")
+    beam: int = option(None, "beam search of K continuations", "count", 1, metavar="K")
+    top_k: int = option(None, "sample from the K likeliest tokens", "count", 1, metavar="K")
+    top_p: float = option(1.0, "sample from the likeliest tokens holding P", "share", metavar="P")
+    temperature: float = option(1.0, "divide the logits by T before sampling", "positive", metavar="T")
+    num_samples: int = option(1, "continuations a prompt", "count", 1)
+    seed: int = option(None, "makes sampling repeat", "count", 0)
+    end_tokens: list = option(None, "a token that ends a continuation: its text (or a text the tokenizer reads as "
+                              "one token), with \\n, \\t, \\r, \\\\ and \\xHH read as escapes ('\\n': a newline); "
+                              "repeat for several (default: the checkpoint's eos_token_id, else the tokenizer's "
+                              "separator)", flag="--end-token", parse=escaped, many=True, metavar="TOKEN")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class SimilarOptions:
+    """`kwiden.similar`'s options but the checkpoint and the texts."""
+
+    n: int = option(5, "sentences to print", "count", 1, flag="-n")
+    candidates: int = option(100, "sentences sampled before ranking", "count", 1)
+    top_k: int = option(5, "each token from the k likeliest", "count", 1)
+    max_new_tokens: int = option(None, "tokens a sentence at most (default: twice the text's and 2 more, or as many "
+                                 "as the positions the model holds and was trained on allow)", "count", 1)  # fmt: skip
+    seed: int = option(None, "makes sampling repeat", "count", 0)
+
+
+def flags(options):
+    """`{argument: flag}` of an options dataclass: how its command spells each argument."""
+    return {field.name: flag_of(field) for field in dataclasses.fields(options)}
+
+
 # The flags of `kwiden generate` and `kwiden similar`, by the argument each gives.
-GENERATE_FLAGS = {
-    "max_new_tokens": "--max-new-tokens",
-    "greedy": "--greedy",
-    "beam": "--beam",
-    "top_k": "--top-k",
-    "top_p": "--top-p",
-    "temperature": "--temperature",
-    "num_samples": "--num-samples",
-    "seed": "--seed",
-    "end_tokens": "--end-token",
-}
-SIMILAR_FLAGS = {
-    "n": "-n",
-    "candidates": "--candidates",
-    "top_k": "--top-k",
-    "max_new_tokens": "--max-new-tokens",
-    "seed": "--seed",
-}
+GENERATE_FLAGS = flags(GenerateOptions)
+SIMILAR_FLAGS = flags(SimilarOptions)
 
 
 class _Named:

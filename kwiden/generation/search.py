@@ -7,9 +7,9 @@ import numbers
 
 import numpy as np
 
+from kwiden.arguments import is_count
 from kwiden.generation.arguments import ArgumentError
 from kwiden.generation.rollout import Rollout
-from kwiden.models.config import is_count
 
 # Beam search ranks finished continuations by their log-probability over their length, as transformers'
 # `length_penalty=1.0`.

@@ -18,6 +18,7 @@ import dataclasses
 
 import keras
 
+from kwiden.arguments import is_count
 from kwiden.growth.expansion import POSITIVELY_HOMOGENEOUS, GrowthError
 from kwiden.growth.graph import Graph
 from kwiden.layers.admin_residual import AdminResidual
@@ -33,10 +34,10 @@ def copies_per_block(blocks, depth=None, num_layers=None):
     if depth is not None and num_layers is not None:
         raise ValueError("Give `depth` (a factor) or `num_layers` (a total), not both.")
     if depth is not None:
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        if not is_count(depth, 1):
             raise ValueError(f"`depth` must be a positive integer, got depth={depth!r}.")
-        num_layers = depth * blocks
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < blocks:
+        num_layers = int(depth) * blocks
+    if not is_count(num_layers, blocks):
         raise ValueError(
             f"`num_layers` must be an integer >= the model's {blocks} blocks, got num_layers={num_layers!r}."
         )

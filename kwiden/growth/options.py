@@ -16,6 +16,7 @@ import fractions
 
 import numpy as np
 
+from kwiden.arguments import is_count
 from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE
 from kwiden.growth.expansion import HEAD_MODES, ROPE_MODES, Growth
 from kwiden.growth.optimizer import DEFAULT_RELAX, DEFAULT_STATE, STATES
@@ -331,6 +332,6 @@ def _factors(model, k, ffn_factor, hidden_size, intermediate_size):
 
 
 def _target_ratio(target, size, name):
-    if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or target < size:
+    if not is_count(target, size):
         raise ValueError(f"`{name}` must be an integer >= the model's {size}, got {name}={target!r}.")
     return fractions.Fraction(int(target), size)

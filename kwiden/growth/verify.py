@@ -8,6 +8,7 @@ import keras
 import numpy as np
 from keras import tree
 
+from kwiden.arguments import is_count
 from kwiden.growth.depth import copies_per_block, new_indices, renamed
 from kwiden.growth.expansion import Growth, GrowthError, as_factor
 from kwiden.growth.graph import is_keras_hub, nodes_in_order, probe
@@ -312,7 +313,7 @@ def sample_inputs(model, batch_size=2, length=16, seed=0):
     rng = np.random.default_rng(seed)
     bounds = _lookups(model)
     for layer in all_layers(model):  # KerasHub's position embeddings, nested in its tasks too
-        if isinstance(getattr(layer, "sequence_length", None), int):
+        if is_count(getattr(layer, "sequence_length", None)):
             length = min(length, layer.sequence_length)
     for tables in bounds.values():
         for op in tables:

@@ -5,6 +5,7 @@ reach."""
 import keras
 from keras import ops
 
+from kwiden.arguments import is_count
 from kwiden.growth.expansion import UNCHANGED
 from kwiden.layers.expandable import Expandable
 from kwiden.layers.rotary_embedding import RotaryEmbedding
@@ -18,9 +19,9 @@ MASKED = -1e12
 
 def check_positive_int(value, name, layer):
     """`value` as an int; a `ValueError` naming `layer`'s argument `name` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_count(value, 1):
         raise ValueError(f"{layer}: `{name}` must be a positive integer, got {name}={value!r}.")
-    return value
+    return int(value)
 
 
 def check_sequence_input(input_shape, layer):

@@ -147,6 +147,17 @@ def build_transformer_model(
     return loaded
 
 
+def checkpoint_family(checkpoint_path, model=None):
+    """The family `build_transformer_model(checkpoint_path=checkpoint_path, model=model)` builds, found without
+    building it: `model`'s, else the one its config's `model_type` names, else its tensors' (`_family_of_weights`),
+    else BERT."""
+    if model is not None:
+        return get_family(model)
+    checkpoint = checkpoints.open_checkpoint(checkpoint_path)
+    named = _family_of_sources(None, checkpoints.config_beside(checkpoint), {})
+    return named or _family_of_weights(checkpoint) or get_family("bert")
+
+
 def _family_of_sources(config, config_path, overrides, model=None):
     """The family the configs' `model_type` names (the last source naming one), or None; None too for a
     `model_type` kwiden does not know where `model` says what the config holds (as that refusal advises)."""

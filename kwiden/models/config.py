@@ -11,6 +11,7 @@ import math
 import numbers
 import pathlib
 
+from kwiden.arguments import is_count
 from kwiden.files import find_key, read_text
 
 REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
@@ -183,11 +184,6 @@ def complete_config(config, defaults=None):
     if config["attention_head_size"] is None:
         config["attention_head_size"] = _head_size(config["hidden_size"], config["num_attention_heads"])
     return config
-
-
-def is_count(value, least=0):
-    """Whether `value` is a whole number (a NumPy one too, not a bool) of at least `least`."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= least
 
 
 def _head_size(hidden, heads):

@@ -16,7 +16,8 @@ from kwiden.models.family import Family
 from kwiden.models.family_model import FamilyModel
 from kwiden.models.layout import Layout
 
-DEFAULTS = dict(residual="pre_ln", causal=True)
+# GPT-2's LayerNorm ε where a config is silent (BERT's 1e-12 is not a GPT's; GPT-2's dropout, 0.1, is BERT's).
+DEFAULTS = dict(residual="pre_ln", causal=True, layer_norm_eps=1e-5)
 
 # GPT-2's config keys → kwiden's.
 HF_KEYS = {

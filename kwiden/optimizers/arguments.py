@@ -23,6 +23,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from kwiden.arguments import is_count
+
 
 def typed(value):
     """`value!r` and its type: `'0.1' (a str)`."""
@@ -72,10 +74,15 @@ def integer(value, name, *, at_least, whole_floats=False, hint=None):
     """`value` as an int if it is an integer (any `numbers.Integral`, such as
     `np.int64`, not a bool; with `whole_floats` also a float such as `1e4`)
     `>= at_least`; otherwise a ValueError naming it."""
-    whole = isinstance(value, numbers.Integral) or (
-        whole_floats and isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer()
+    whole_float = (
+        whole_floats
+        and isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and float(value).is_integer()
+        and value >= at_least
     )
-    if isinstance(value, bool) or not whole or value < at_least:
+    if not (is_count(value, at_least) or whole_float):
         hint = f" ({hint})" if hint else ""
         raise ValueError(f"`{name}` must be an integer >= {at_least}{hint}, got {name}={describe(value)}.")
     return int(value)

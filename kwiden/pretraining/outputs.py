@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import warnings
 
+from kwiden.arguments import is_count
 from kwiden.checkpoints import save_checkpoint
 from kwiden.checkpoints.generation_config import GENERATION_CONFIG, trained_max_length, write_trained_max_length
 from kwiden.files import (
@@ -20,7 +21,6 @@ from kwiden.files import (
     temporary_beside,
 )  # fmt: skip
 from kwiden.messages import warn
-from kwiden.models.config import is_count
 
 RUN_FILE = "run.json"
 LOG_FILE = "log.txt"
@@ -59,13 +59,15 @@ class RunFolder:
         self.record = None
         self.lock = FolderLock(self.folder)
 
-    def claim(self, arguments, removed=None, free=(), computed_on=None, defaulted=()):
+    def claim(self, arguments, removed=None, free=(), computed_on=None, defaulted=(), untaken=None):
         """Hold the folder and record the run's `arguments`. Refused: a folder another process
         holds, one with files kwiden did not write, and one holding a run with
         other arguments (the first that differs is named) or computed on another
         backend or precision (`computed_on`). An argument the record holds that
         kwiden no longer takes (`removed`) must hold the value at which it
-        changed nothing. The arguments named in `free` change nothing the run
+        changed nothing; one this run does not take (`untaken`: another
+        objective's option, which an earlier kwiden recorded in every run) its
+        default. The arguments named in `free` change nothing the run
         computes: they may differ, and the record takes the new ones. Those
         named in `defaulted` the call took by default: a resume keeps the
         record's (a default changed since must not make the run another).
@@ -85,7 +87,7 @@ class RunFolder:
             if record is not None and record.get("state", TRAINING) == TRAINING:
                 began = record["arguments"]
                 arguments = {**arguments, **{name: began[name] for name in defaulted if name in began}}
-                arguments = self._same_run(record, arguments, removed or {}, free, computed_on)
+                arguments = self._same_run(record, arguments, removed or {}, free, computed_on, untaken or {})
                 self._write_record({
                     **record, "arguments": arguments, "computed_on": record.get("computed_on") or computed_on,
                     "written": record.get("written", list(OWN)), "process": os.getpid(),
@@ -128,9 +130,16 @@ class RunFolder:
             raise ValueError(f"{path} is not a run record kwiden wrote; give another --output-dir.")
         return record
 
-    def _same_run(self, record, arguments, removed, free, computed_on):
+    def _same_run(self, record, arguments, removed, free, computed_on, untaken):
         """The arguments to record for a resume of `record`'s run, refused where they are another run's."""
         before = dict(record["arguments"])
+        for name, default in untaken.items():
+            if name in before and name not in arguments and before.pop(name) != default:
+                raise ValueError(
+                    f"--output-dir {self.folder} holds a run made with --{name.replace('_', '-')} "
+                    f"{record['arguments'][name]!r}, an option this run's objective does not take: run the same "
+                    "command to resume it, or give another --output-dir."
+                )
         for name, inert in removed.items():
             if name in before and before.pop(name) != inert:
                 raise ValueError(

@@ -5,17 +5,19 @@ import contextlib
 import dataclasses
 import json
 import pathlib
+import types
 
 import keras
 
 from kwiden.files import file_digest
 from kwiden.models import naming
-from kwiden.models.builder import build_transformer_model
+from kwiden.models.builder import build_transformer_model, checkpoint_family
 from kwiden.models.config import read_config_file
-from kwiden.models.family import FAMILIES, family_of, get_family
+from kwiden.models.family import FAMILIES, get_family
+from kwiden.models.presets import PRESETS, preset
 from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import checks, objectives
-from kwiden.pretraining.options import FREE_ON_RESUME, PretrainOptions, default_lr, refuse_untaken
+from kwiden.pretraining.options import PretrainOptions, default_lr, free_on_resume, refuse_untaken
 from kwiden.pretraining.outputs import TOKENS, VOCABULARY, RunFolder, trained_length, untrained_positions
 from kwiden.pretraining.trainer import Phase, Trainer
 from kwiden.text import tokens, vocabulary
@@ -71,17 +73,13 @@ def pretrain(
     schedule="wsd",
     decay_fraction=0.2,
     grow="auto",
-    whole_word_mask=False,
-    scale=30.0,
-    corrupt=0.0,
-    teacher=None,
-    distill_weight=None,
     valid_fraction=0.01,
     eval_every=None,
     save_every=None,
     seed=0,
     precision="auto",
     verbose=1,
+    **objective_options,
 ):
     """Pretrain a Transformer on `corpus`, growing it on the way.
 
@@ -100,12 +98,14 @@ def pretrain(
             tokenizer). Run the same call again to resume from its last backup.
         model: the family of `config` ("gpt" by default; with
             `from_checkpoint`, the checkpoint's): a registered family's name.
-        objective: what the model learns: "causal_lm" (the next token),
-            "masked_lm" (masked tokens), or an objective registered with
-            `kwiden.pretraining.register_objective`; by default the family's
-            (`Family.pretrains_with`).
-        config: a dict or a `config.json` path; without `vocab_size` it takes
-            the tokenizer's, and one that differs from the tokenizer's is refused.
+        objective: what the model learns: the name of a registered objective
+            (`kwiden.pretraining.register_objective`; docs/pretraining.md lists
+            kwiden's own); by default the family's (`Family.pretrains_with`).
+        config: a dict, a `config.json` path, or a preset's name
+            (`kwiden.models.presets.PRESETS`, such as "gpt-demo", the demo's
+            GPT, or "bert-base"; its family is `model`'s default then); without
+            `vocab_size` it takes the tokenizer's (one that differs from the
+            tokenizer's is refused), and what it leaves out the family's defaults.
         tokenizer: "bytes" (the default without a checkpoint), a WordPiece
             `vocab.txt`, or a `tokenizer.json`.
         build_vocab: instead, train a WordPiece vocabulary of this size on the
@@ -128,21 +128,15 @@ def pretrain(
             "0.33:k=2 0.67:depth=2": fractions of the run's updates, each
             with `kwiden.grow`'s arguments. The small model's config is the
             target's with the growths undone.
-        whole_word_mask: mask whole words (Chinese words found by jieba).
-        scale: simbert: the cosines' scale in the in-batch softmax (SimBERT's 30).
-        corrupt: seq2seq, simbert: the share of the training sources whole-word
-            masked (RoFormer-Sim's BART-style corruption; 0 is none).
-        teacher: simbert: a checkpoint folder of the run's vocabulary whose
-            `SentenceEncoder` cosines the student's are pulled towards
-            (RoFormer-Sim's distillation).
-        distill_weight: with `teacher`, the weight of the mean squared
-            difference of the cosines (default 100, RoFormer-Sim's).
         valid_fraction: the end of the corpus held out for validation.
         eval_every: updates between evaluations (default: 20 a run).
         save_every: updates between backups (default: none but those at
             growths, at Ctrl-C and at the end).
         precision: "auto" (mixed bfloat16 where a GPU is present), "float32"
             or "mixed_bfloat16".
+        **objective_options: the objective's own options (its `Options`;
+            `kwiden pretrain --help` and docs/pretraining.md list each
+            objective's); another objective's are refused.
 
     Returns:
         A `PretrainResult`.
@@ -156,23 +150,31 @@ def pretrain(
     >>> result = kwiden.pretrain(text, tempfile.mkdtemp(), model="gpt", config=corpus.gpt_config(16, 1, 32),
     ...     budget=20, seq_len=32, batch_size=4, verbose=0)  # doctest: +SKIP
     """
-    given = locals()
     folder = RunFolder(output_dir, verbose=bool(verbose))
-    options = _recorded(PretrainOptions.checked(**{f.name: given[f.name] for f in dataclasses.fields(PretrainOptions)}))
-    defaulted = ("lr",) if options.lr is None else ()  # a resume keeps the run's: the default may have changed since
-    options = dataclasses.replace(options, lr=default_lr(options) if options.lr is None else options.lr)
+    shared = _recorded(PretrainOptions.checked(
+        model=model, objective=objective, config=config, tokenizer=tokenizer, build_vocab=build_vocab,
+        from_checkpoint=from_checkpoint, budget=budget, seq_len=seq_len, batch_size=batch_size,
+        accum_steps=accum_steps, lr=lr, warmup=warmup, schedule=schedule, decay_fraction=decay_fraction, grow=grow,
+        valid_fraction=valid_fraction, eval_every=eval_every, save_every=save_every, seed=seed, precision=precision,
+    ))  # fmt: skip
+    family, kind = _objective_class(shared)
+    own = _absolute_paths(refuse_untaken(objective_options, kind))
+    defaulted = ("lr",) if shared.lr is None else ()  # a resume keeps the run's: the default may have changed since
+    shared = dataclasses.replace(shared, lr=default_lr(shared) if shared.lr is None else shared.lr)
     corpus = _absolute(corpus)
     # A resume must compute as the run began: another backend or precision ends on other weights.
     computed_on = dict(backend=keras.backend.backend(), precision=_precision(precision))
-    record = dict(corpus=corpus, output_dir=str(pathlib.Path(output_dir).resolve()), **dataclasses.asdict(options))
-    kept = folder.claim(json.loads(json.dumps(record)), REMOVED, free=(*FREE_ON_RESUME, "output_dir"),
-                        computed_on=computed_on, defaulted=defaulted)  # fmt: skip
-    options = dataclasses.replace(options, **{name: kept[name] for name in defaulted})
+    record = dict(corpus=corpus, output_dir=str(pathlib.Path(output_dir).resolve()), **dataclasses.asdict(shared),
+                  **dataclasses.asdict(own))  # fmt: skip
+    kept = folder.claim(json.loads(json.dumps(record)), REMOVED, free=(*free_on_resume(kind), "output_dir"),
+                        computed_on=computed_on, defaulted=defaulted, untaken=_untaken(own))  # fmt: skip
+    shared = dataclasses.replace(shared, **{name: kept[name] for name in defaulted})
+    options = types.SimpleNamespace(**_values(shared), **_values(own))  # every option, as one
     policy = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy(computed_on["precision"])
         with _devices(folder, options.batch_size):
-            return _pretrain(folder, corpus, options, verbose)
+            return _pretrain(folder, corpus, options, family, kind, verbose)
     except BaseException:
         folder.release()  # a call that never trained leaves the folder to the corrected one; a run that trained keeps it
         raise
@@ -181,13 +183,24 @@ def pretrain(
         keras.config.set_dtype_policy(policy)
 
 
-def _pretrain(folder, corpus, options, verbose):
+def _values(options):
+    """`{name: value}` of an options dataclass, its values as they are (not copied)."""
+    return {field.name: getattr(options, field.name) for field in dataclasses.fields(options)}
+
+
+def _untaken(own):
+    """The other objectives' options at their defaults: a run.json an earlier kwiden wrote holds every
+    objective's options, those its objective did not take at their defaults (anything else was refused)."""
+    taken = {field.name for field in dataclasses.fields(own)}
+    return {field.name: field.default for field in objectives.option_fields() if field.name not in taken}
+
+
+def _pretrain(folder, corpus, options, family, kind, verbose):
     checkpoint = options.from_checkpoint
     corpus_tokenizer = _tokenizer(options, folder, corpus)
-    family = _family(options.model or "gpt") if checkpoint is None else None
     keras.utils.set_random_seed(options.seed)  # before the heads a checkpoint lacks start fresh: a seed repeats a run
-    start_model, family = _start(options, checkpoint, family)
-    objective = _configured_objective(folder, options, family, start_model, corpus_tokenizer)
+    start_model = _start(options, checkpoint, kind)
+    objective = _objective(folder, options, kind, family, start_model, corpus_tokenizer)
     target = None if options.config is None else _target_config(options, family, corpus_tokenizer)
     if start_model is None and not _accelerated():  # before the corpus is read (a GPU's memory is not what it reads)
         checks.memory(target, options)
@@ -227,29 +240,41 @@ def _pretrain(folder, corpus, options, verbose):
     return PretrainResult(**trainer.run(), recipe=why, advice=advice)
 
 
-def _configured_objective(folder, options, family, start_model, corpus_tokenizer):
-    """The run's objective, made for its tokenizer and family and given its options (those of another objective
-    refused); the heads a `--from` checkpoint lacks, which start fresh, logged."""
-    objective = _objective_for(family, options.objective).made_for(
-        corpus_tokenizer, options.seq_len, options.whole_word_mask, family
-    )
-    refuse_untaken(options, objective)
-    _same_teacher(folder, options.teacher)
-    objective = objective.configured(options, corpus_tokenizer)
+def _objective(folder, options, kind, family, start_model, corpus_tokenizer):
+    """The run's objective (of class `kind`), made for its tokenizer, family and options, once a resume finds
+    what else it began with (its `fingerprint`) unchanged; the heads a `--from` checkpoint lacks, which start
+    fresh, logged."""
+    for key, now in kind.fingerprint(options).items():
+        began = folder.record_value(key)
+        if began is None:
+            folder.record_value(key, now)
+        elif began != now:
+            raise ValueError(kind.differs(options, key, began, now))
+    objective = kind.made_for(corpus_tokenizer, family, options)
     if getattr(start_model, "fresh_weights", ()):
         folder.log(f"--from {options.from_checkpoint}: it has no weights for the heads {objective.name} trains; they "
                    f"start freshly initialised: {', '.join(start_model.fresh_weights)}")  # fmt: skip
     return objective
 
 
-def _recorded(options):
-    """`options` as run.json keeps them: paths absolute ("run/" and "run", or a relative and an absolute path, are
-    one run), a config file's content, the model's family named."""
+def _absolute_paths(options):
+    """`options` (a dataclass of `kwiden.arguments.option` fields) with its paths absolute ("run/" and "run", or a
+    relative and an absolute path, are one run); "bytes", the byte tokenizer, is no path."""
     changes = {}
-    for name in ("tokenizer", "from_checkpoint", "teacher"):
-        value = getattr(options, name)
-        if value is not None and not (name == "tokenizer" and value == vocabulary.BYTES):
-            changes[name] = str(pathlib.Path(value).resolve())
+    for field in dataclasses.fields(options):
+        value = getattr(options, field.name)
+        if field.metadata["kind"] in ("path", "checkpoint") and value is not None and value != vocabulary.BYTES:
+            changes[field.name] = str(pathlib.Path(value).resolve())
+    return dataclasses.replace(options, **changes)
+
+
+def _recorded(options):
+    """`options` as run.json keeps them: paths absolute, a config file's or a preset's content, the model's family
+    named."""
+    options, changes = _absolute_paths(options), {}
+    if isinstance(options.config, str) and options.config in PRESETS and not pathlib.Path(options.config).exists():
+        model, config = preset(options.config, options.model)
+        options = dataclasses.replace(options, model=model, config=config)
     if options.model is None and options.from_checkpoint is None:
         changes["model"] = "gpt"
     if options.config is not None and not isinstance(options.config, dict):
@@ -257,22 +282,6 @@ def _recorded(options):
     elif options.config is not None:
         changes["config"] = json.loads(json.dumps(options.config))  # NumPy numbers as Python's
     return dataclasses.replace(options, **changes)
-
-
-def _same_teacher(folder, teacher):
-    """Refuse a resumed run whose `--teacher` folder is not what it began with (its files' SHA-256, which the first
-    call records in run.json): another teacher's cosines would make another run."""
-    if teacher is None:
-        return
-    files = sorted(path for path in pathlib.Path(teacher).rglob("*") if path.is_file())
-    now = {str(path.relative_to(teacher)): file_digest(path) for path in files}
-    began = folder.record_value("teacher")
-    if began is None:
-        folder.record_value("teacher", now)
-    elif began != now:
-        changed = sorted(name for name in set(began) | set(now) if began.get(name) != now.get(name))
-        raise ValueError(f"--teacher {teacher} is not the folder this run began with ({', '.join(changed[:4])} "
-                         "changed since): restore it, or give another --output-dir for a new run.")  # fmt: skip
 
 
 def _absolute(corpus):
@@ -366,28 +375,34 @@ def _family(name):
         ) from None
 
 
-def _objective_for(family, name):
-    """The objective class `--objective` names, else the family's."""
-    name = name or family.pretrains_with
+def _family_of(options):
+    """The target's family: `--model`'s (by default gpt), or the `--from` checkpoint's."""
+    if options.from_checkpoint is not None:
+        return checkpoint_family(options.from_checkpoint, options.model)
+    return _family(options.model or "gpt")
+
+
+def _objective_class(options):
+    """`(the target's family, the objective class --objective names, else the family's)`."""
+    family = _family_of(options)
+    name = options.objective or family.pretrains_with
     if name is None:
         raise ValueError(
             f"--model {family.name}: the family names no pretraining objective; give --objective "
             f"({', '.join(sorted(objectives.OBJECTIVES))})."
         )
-    return objectives.get_objective(name)
+    return family, objectives.get_objective(name)
 
 
-def _start(options, checkpoint, family):
-    """`(the loaded model or None, its family)`: with `from_checkpoint`, the checkpoint with the heads its
-    objective trains."""
+def _start(options, checkpoint, kind):
+    """The loaded model (None without `from_checkpoint`): the checkpoint with the heads its objective trains."""
     if checkpoint is None:
-        return None, family
+        return None
     probe = build_transformer_model(checkpoint_path=checkpoint, model=options.model)
-    family = family_of(probe)
-    heads = _objective_for(family, options.objective).model_arguments
-    if heads:  # the objective's heads: from the checkpoint where it has them, else fresh (a BertModel folder)
-        probe = build_transformer_model(checkpoint_path=checkpoint, model=options.model, fresh_heads=True, **heads)
-    return probe, family
+    if kind.model_arguments:  # the objective's heads: from the checkpoint where it has them, else fresh (a BertModel)
+        probe = build_transformer_model(checkpoint_path=checkpoint, model=options.model, fresh_heads=True,
+                                        **kind.model_arguments)  # fmt: skip
+    return probe
 
 
 def _target_config(options, family, corpus_tokenizer):

@@ -11,10 +11,10 @@ import zipfile
 import keras
 import numpy as np
 
+from kwiden.arguments import is_count
 from kwiden.growth.pipeline import grow
 from kwiden.models import naming
 from kwiden.models.builder import build_transformer_model
-from kwiden.models.config import is_count
 from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
 from kwiden.pretraining.outputs import BACKUP, trained_length

@@ -6,11 +6,12 @@ import keras
 import numpy as np
 
 from kwiden import checkpoints, keras_internals
+from kwiden.arguments import is_count
 from kwiden.checkpoints.generation_config import trained_max_length
 from kwiden.messages import warn
 from kwiden.models import naming
 from kwiden.models.builder import build_transformer_model
-from kwiden.models.config import is_count, read_config_file
+from kwiden.models.config import read_config_file
 from kwiden.models.family import family_of_config
 from kwiden.text.folder import read_settings
 from kwiden.text.pairs import Tokenizer

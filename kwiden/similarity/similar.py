@@ -2,9 +2,9 @@
 from a UniLM given the text as its first, and keep those whose sentence
 vectors lie closest to the text's."""
 
+from kwiden.arguments import is_count
 from kwiden.generation import generate, load_generator, most_new_tokens
 from kwiden.generation.arguments import ArgumentError
-from kwiden.models.config import is_count
 from kwiden.similarity.sentence import ENCODERS, SentenceEncoder
 
 

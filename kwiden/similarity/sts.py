@@ -1,17 +1,29 @@
 """Evaluating sentence vectors: Spearman's correlation with human scores
 (STS files), and retrieval of each text's partner among all the others
-(pair files). `kwiden eval-sts CHECKPOINT FILE` runs them."""
+(pair files). `kwiden eval-sts CHECKPOINT FILE` runs them, with the
+`kwiden.SentenceEncoder` options `StsOptions` declares."""
 
 import dataclasses
 import pathlib
 
 import numpy as np
 
+from kwiden.arguments import option
 from kwiden.files import read_text
 from kwiden.similarity.retrieval import partner_ranks
 
 # Cosines closer than this differ by float32 rounding alone: ranked, they would order the pairs at random.
 SAME_COSINE = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class StsOptions:
+    """What `kwiden eval-sts` gives `kwiden.SentenceEncoder`, with its defaults."""
+
+    pooling: str = option(None, "default: a sentence-transformers folder's 1_Pooling; else pooler (SimBERT's: the "
+                          "pooler Dense on [CLS], no tanh) where the checkpoint has one; else cls", "choice",
+                          choices=("cls", "pooler", "mean"))  # fmt: skip
+    batch_size: int = option(32, "texts a forward pass", "count", 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,9 +10,9 @@ import pathlib
 import keras
 import numpy as np
 
+from kwiden.arguments import is_count
 from kwiden.files import TEMPORARY, FolderLock, replaced_atomically, sweep
 from kwiden.keras_internals import compile_arguments, saved_optimizer_config, seed_generator_states
-from kwiden.models.config import is_count
 
 
 class SavedModel:

@@ -7,8 +7,8 @@ import weakref
 
 import keras
 
+from kwiden.arguments import is_count
 from kwiden.keras_internals import compile_arguments, inner_optimizer
-from kwiden.models.config import is_count
 from kwiden.optimizers import AccumulatingOptimizer
 from kwiden.training.backups import Position, RunBackup, held
 from kwiden.training.loop import GrowingLoop, LoopHooks, could_be_at, missed_growth

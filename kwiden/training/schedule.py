@@ -6,10 +6,10 @@ run one (`kwiden.training.loop`)."""
 
 import dataclasses
 
+from kwiden.arguments import is_count
 from kwiden.growth.options import GROW, names
 from kwiden.models import get_family
 from kwiden.models.builder import build_transformer_model
-from kwiden.models.config import is_count
 from kwiden.training import recipe
 from kwiden.training.compute import flops_per_token
 

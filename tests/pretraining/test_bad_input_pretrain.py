@@ -106,7 +106,10 @@ def test_an_output_folder_of_another_run_is_refused_naming_the_argument(english,
 
 
 def test_options_that_do_not_fit_the_model(english, tmp_path):
-    with pytest.raises(ValueError, match=r"--whole-word-mask is for masked LMs"):
+    with pytest.raises(
+        ValueError,
+        match=r"--whole-word-mask is not an option of --objective causal_lm; it is for masked_lm: mask whole words",
+    ):
         pretrain(english, tmp_path / "a", whole_word_mask=True)
     with pytest.raises(ValueError, match=r"--seq-len 64 is longer than the config's max_position_embeddings 32"):
         pretrain(english, tmp_path / "b", seq_len=64)

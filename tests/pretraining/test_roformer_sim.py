@@ -6,6 +6,7 @@ import dataclasses
 import json
 import re
 import shutil
+import types
 
 import jieba
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from conftest import TINY_BERT, TINY_RUN, after_update, assert_same_final, chinese_lines, kill
 
 import kwiden
+from kwiden.models import get_family
 from kwiden.pretraining.objectives.seq2seq import Rows, Seq2Seq, source_starts
 from kwiden.pretraining.objectives.simbert import SimBERT
 from kwiden.pretraining.options import PretrainOptions
@@ -125,9 +127,10 @@ def similar(english, tmp_path_factory):
 def test_a_batch_carries_the_teachers_cosines_of_the_clean_sources(similar, tmp_path):
     path, words, teacher = similar
     tokenizer = vocabulary.load_tokenizer(words)
-    defaults = {field.name: field.default for field in dataclasses.fields(PretrainOptions)}
-    options = PretrainOptions.checked(**{**defaults, "config": TINY_BERT, "teacher": str(teacher), "corrupt": 1.0})
-    objective = SimBERT(24, tokenizer.vocab_size, tokenizer.cls, tokenizer.separator).configured(options, tokenizer)
+    shared = PretrainOptions.checked(config=TINY_BERT, seq_len=24)
+    own = SimBERT.options(dict(teacher=str(teacher), corrupt=1.0))
+    options = types.SimpleNamespace(**dataclasses.asdict(shared), **dataclasses.asdict(own))
+    objective = SimBERT.made_for(tokenizer, get_family("bert"), options)
     assert (objective.distill_weight, objective.scale, objective.corrupt) == (100.0, 30.0, 1.0)
     data = objective.read(path, tokenizer, tmp_path, verbose=0)
     (_, _), (_, cosines, _) = objective.validation_batches(data, 8, 0)[0]

@@ -3,9 +3,13 @@
 tokens (`masked_lm`, encoders: BERT's 15%, 80/10/10, loss on the masked
 positions only, optionally whole words)."""
 
+import dataclasses
+
 import keras
 import numpy as np
 
+from kwiden import arguments
+from kwiden.arguments import option
 from kwiden.text import tokens
 
 MASKED = 0.15
@@ -17,18 +21,37 @@ MAX_VALID_WINDOWS = 256
 LEAST_VALID_WINDOWS = 4
 
 
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """The options of an objective that adds none."""
+
+
 class Objective:
     """What a pretraining objective is to the trainer; subclass it and
     `register_objective` the subclass to pretrain with it (`--objective NAME`,
     or a family's `pretrains_with`).
 
-    `made_for(tokenizer, seq_len, whole_words, family)` makes one for a run
-    (refusing, naming the flag, what it cannot train); `window` is how many
-    tokens of the stream one example reads; `batch(tokens, starts, rng)` the
-    `(inputs, targets)` of the examples at `starts`; `model_arguments` what
-    `kwiden.build_transformer_model` takes to give the model the heads the
-    objective trains; `losses()` what `compile` takes; `counted(targets)` how
-    many targets a batch's loss averages over (evaluations weigh batches so).
+    Its own options: `Options`, a frozen dataclass whose fields are
+    `kwiden.arguments.option(...)` (default, kind and range, help, flag):
+    they become `kwiden pretrain` flags and `kwiden.pretrain` keywords, are
+    checked by `options(values)` (each by its field; override it for checks
+    across them), recorded in run.json beside every run's, compared on a
+    resume (but those declared `resume=FREE`), and refused, naming the flag,
+    in a run of another objective. `fingerprint(options)` is what else a
+    resume must find unchanged (`{key: value}`, kept in run.json under
+    `key`, e.g. the files of a folder an option names; compared before
+    `made_for`), `differs(options, key, began, now)` the refusal where it
+    changed.
+
+    `made_for(tokenizer, family, options)` makes one for a run (refusing,
+    naming the flag, what it cannot train); `options` holds every run's
+    options (`PretrainOptions`: `seq_len`, `batch_size`, …) and its own, as
+    attributes. `window` is how many tokens of the stream one example reads;
+    `batch(tokens, starts, rng)` the `(inputs, targets)` of the examples at
+    `starts`; `model_arguments` what `kwiden.build_transformer_model` takes
+    to give the model the heads the objective trains; `losses()` what
+    `compile` takes; `counted(targets)` how many targets a batch's loss
+    averages over (evaluations weigh batches so).
 
     Its data: `read(corpus, tokenizer, folder, verbose)` makes it from the
     corpus files (by default the token stream, `kwiden.text.tokens`;
@@ -38,28 +61,37 @@ class Objective:
     (sentence pairs, documents) overrides these four; `notes(data)` are lines
     the run's log.txt gets about what it read (pairs cut, …).
 
-    Its own options: `takes` names the `PretrainOptions` it reads beyond
-    every objective's (`scale`, `corrupt`, …; another run refuses them, naming
-    the flag), which `configured(options, tokenizer)` takes before the corpus
-    is read. Beside the validation loss, `measured` names what a metrics row
-    records as `valid_NAME` (a loss's parts, an accuracy): `measures(outputs,
+    Beside the validation loss, `measured` names what a metrics row records
+    as `valid_NAME` (a loss's parts, an accuracy): `measures(outputs,
     targets)` of one validation batch's outputs, `{name: (value, weight)}`,
     averaged over the batches by weight.
     """
 
     name = None
+    Options = NoOptions
     model_arguments = {}
-    takes = ()
     measured = ()
 
     def __init__(self, seq_len, vocab_size):
         self.seq_len, self.vocab_size = seq_len, vocab_size
 
     @classmethod
-    def made_for(cls, tokenizer, seq_len, whole_words, family):
-        if whole_words:
-            raise ValueError(f"--whole-word-mask is for masked LMs (bert, roformer); {cls.name} does not mask.")
-        return cls(seq_len, tokenizer.vocab_size)
+    def options(cls, values):
+        """Its own options from `values` (`{name: value}`, those missing at their defaults), each checked by its
+        field; refused naming the flag."""
+        return cls.Options(**arguments.checked(cls.Options, values))
+
+    @classmethod
+    def made_for(cls, tokenizer, family, options):
+        return cls(options.seq_len, tokenizer.vocab_size)
+
+    @classmethod
+    def fingerprint(cls, options):
+        return {}
+
+    @classmethod
+    def differs(cls, options, key, began, now):
+        return f"{key} is not what this run began with: restore it, or give another --output-dir for a new run."
 
     @property
     def window(self):
@@ -73,10 +105,6 @@ class Objective:
 
     def counted(self, targets):
         return int(np.size(targets))
-
-    def configured(self, options, tokenizer):
-        """The objective with the options of `takes` (by default none)."""
-        return self
 
     def measures(self, outputs, targets):
         return {}
@@ -108,11 +136,34 @@ OBJECTIVES = {}
 
 
 def register_objective(objective):
-    """Add an `Objective` subclass under its `name`; returns it (a decorator)."""
+    """Add an `Objective` subclass under its `name`; returns it (a decorator). Its options (`Options`) join the
+    command line: one named as another objective's option must be declared the same (one flag takes both)."""
     if not (isinstance(objective, type) and issubclass(objective, Objective) and isinstance(objective.name, str)):
         raise ValueError(f"register_objective takes an Objective subclass with a `name`, got {objective!r}.")
+    if not dataclasses.is_dataclass(objective.Options):
+        raise ValueError(f"{objective.__name__}.Options must be a dataclass of kwiden.arguments.option fields.")
+    declared = {field.name: field for field in option_fields()}
+    for field in dataclasses.fields(objective.Options):
+        other = declared.get(field.name)
+        if other is not None and (other.default, other.metadata) != (field.default, field.metadata):
+            raise ValueError(f"{objective.__name__} declares the option {field.name!r} otherwise than --objective "
+                             f"{', '.join(takers(field.name))} does: give it another name.")  # fmt: skip
     OBJECTIVES[objective.name] = objective
     return objective
+
+
+def option_fields():
+    """The options the registered objectives declare, each once, in the order they were registered."""
+    found = {}
+    for objective in OBJECTIVES.values():
+        for field in dataclasses.fields(objective.Options):
+            found.setdefault(field.name, field)
+    return tuple(found.values())
+
+
+def takers(name):
+    """The registered objectives that take the option `name`, by name."""
+    return [key for key, o in sorted(OBJECTIVES.items()) if name in {f.name for f in dataclasses.fields(o.Options)}]
 
 
 def get_objective(name):
@@ -139,6 +190,11 @@ class CausalLM(Objective):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class WholeWords:
+    whole_word_mask: bool = option(False, "mask whole words (Chinese words by jieba)", "switch")
+
+
 @register_objective
 class MaskedLM(Objective):
     """Masked tokens, as encoders learn (BERT, RoFormer): 15% of the
@@ -146,6 +202,7 @@ class MaskedLM(Objective):
     alone; windows between [CLS] and [SEP] where the tokenizer has them."""
 
     name = "masked_lm"
+    Options = WholeWords
     model_arguments = {"with_mlm": True}
 
     def __init__(self, seq_len, vocab_size, mask, cls=None, separator=None, whole_words=False):
@@ -154,12 +211,13 @@ class MaskedLM(Objective):
         self.marks_words = whole_words
 
     @classmethod
-    def made_for(cls, tokenizer, seq_len, whole_words, family):
+    def made_for(cls, tokenizer, family, options):
         if tokenizer.mask is None:
             raise ValueError(
                 f"The tokenizer {tokenizer.source} has no [MASK] token, which the masked LM of {family.name} needs."
             )
-        return cls(seq_len, tokenizer.vocab_size, tokenizer.mask, tokenizer.cls, tokenizer.separator, whole_words)
+        return cls(options.seq_len, tokenizer.vocab_size, tokenizer.mask, tokenizer.cls, tokenizer.separator,
+                   options.whole_word_mask)  # fmt: skip
 
     @property
     def wrapped(self):

@@ -10,12 +10,14 @@ training rows get their source whole-word masked (15% of its words, each
 whole: 80% [MASK] tokens, 10% random tokens, 10% kept; Chinese words by
 jieba), and must still generate the target, which is never touched."""
 
+import dataclasses
 import hashlib
 import json
 
 import keras
 import numpy as np
 
+from kwiden.arguments import option
 from kwiden.pretraining.objectives import (
     IGNORED,
     LEAST_VALID_WINDOWS,
@@ -54,6 +56,12 @@ class Rows:
         return Rows(self.token_ids[rows], self.segment_ids[rows], word_starts=starts)
 
 
+@dataclasses.dataclass(frozen=True)
+class Corruption:
+    corrupt: float = option(0.0, "the share of sources whole-word masked (RoFormer-Sim's)",
+                            "portion", metavar="F")  # fmt: skip
+
+
 @register_objective
 class Seq2Seq(Objective):
     """The target generated from the source, left to right (UniLM)."""
@@ -63,37 +71,32 @@ class Seq2Seq(Objective):
     fields = ("source", "target")
     line_format = '{"source": …, "target": …}'
     records_are = "pairs"
-    takes = ("corrupt",)
+    Options = Corruption
 
     def __init__(self, seq_len, vocab_size, cls, separator, mask=None, corrupt=0.0):
         super().__init__(seq_len, vocab_size)
         self.cls, self.separator, self.mask, self.corrupt = cls, separator, mask, corrupt
 
     @classmethod
-    def made_for(cls, tokenizer, seq_len, whole_words, family):
+    def made_for(cls, tokenizer, family, options):
         if "unilm" not in family.flags:
             raise ValueError(f"--objective {cls.name} trains a UniLM (--model bert or roformer), not {family.name}.")
-        if whole_words:
-            raise ValueError(f"--whole-word-mask is for masked LMs; --objective {cls.name} does not mask.")
         if tokenizer.cls is None or tokenizer.separator is None:
             raise ValueError(f"--objective {cls.name} needs a tokenizer with [CLS] and [SEP] (a WordPiece vocab.txt "
                              f"or --build-vocab); {tokenizer.source} has none.")  # fmt: skip
-        if seq_len < 5:
-            raise ValueError(f"--seq-len {seq_len}: a pair needs [CLS], [SEP] twice and a token of each side.")
-        return cls(seq_len, tokenizer.vocab_size, tokenizer.cls, tokenizer.separator)
+        if options.seq_len < 5:
+            raise ValueError(f"--seq-len {options.seq_len}: a pair needs [CLS], [SEP] twice and a token of each side.")
+        if options.corrupt and tokenizer.mask is None:
+            raise ValueError(f"--corrupt {options.corrupt:g} masks words with [MASK]; the tokenizer "
+                             f"{tokenizer.source} has none.")  # fmt: skip
+        return cls(options.seq_len, tokenizer.vocab_size, tokenizer.cls, tokenizer.separator, tokenizer.mask,
+                   options.corrupt)  # fmt: skip
 
     def losses(self):
         return [None, keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)]
 
     def counted(self, targets):
         return int(np.sum(targets[-1] != IGNORED))  # the tokens, the last target
-
-    def configured(self, options, tokenizer):
-        if options.corrupt and tokenizer.mask is None:
-            raise ValueError(f"--corrupt {options.corrupt:g} masks words with [MASK]; the tokenizer "
-                             f"{tokenizer.source} has none.")  # fmt: skip
-        self.corrupt, self.mask = options.corrupt, tokenizer.mask
-        return self
 
     # Its data: records, not the token stream.
     def read(self, corpus, tokenizer, folder, verbose):

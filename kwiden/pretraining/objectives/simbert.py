@@ -14,6 +14,7 @@ must still generate its partner) and `--teacher CHECKPOINT` (distillation: the
 squared differences of the batch's cosines from a teacher's, weighted by
 `--distill-weight`)."""
 
+import dataclasses
 import hashlib
 import pathlib
 
@@ -21,10 +22,12 @@ import keras
 import numpy as np
 from keras import ops
 
+from kwiden.arguments import option
+from kwiden.files import file_digest
 from kwiden.models import naming
 from kwiden.pretraining.objectives import IGNORED, register_objective
-from kwiden.pretraining.objectives.seq2seq import MAX_VALID_ROWS, Seq2Seq, source_starts, word_starts
-from kwiden.similarity.losses import SCALE, InBatchSimilarity
+from kwiden.pretraining.objectives.seq2seq import MAX_VALID_ROWS, Corruption, Seq2Seq, source_starts, word_starts
+from kwiden.similarity.losses import DISTILL_WEIGHT, SCALE, InBatchSimilarity
 from kwiden.similarity.retrieval import retrieval_accuracy
 from kwiden.similarity.sentence import SentenceEncoder
 from kwiden.text import vocabulary
@@ -55,6 +58,15 @@ class Sentences:
         return Sentences(self.ids, [self.groups[r] for r in records], self.texts, self.starts)
 
 
+@dataclasses.dataclass(frozen=True)
+class SimilarityOptions(Corruption):
+    scale: float = option(SCALE, "the cosines' scale in the in-batch softmax", "positive", metavar="S")
+    teacher: str = option(None, "distil the cosines of this checkpoint's sentence vectors (RoFormer-Sim)",
+                          "checkpoint", metavar="CHECKPOINT")  # fmt: skip
+    distill_weight: float = option(None, f"with --teacher: the weight of the squared cosine differences (default: "
+                                   f"{DISTILL_WEIGHT:g})", "weight", metavar="W")  # fmt: skip
+
+
 @register_objective
 class SimBERT(Seq2Seq):
     """A similar sentence generated from each sentence, and the pair's `[CLS]` vectors pulled together."""
@@ -63,20 +75,45 @@ class SimBERT(Seq2Seq):
     fields = ("text", "synonyms")
     line_format = '{"text": …, "synonyms": [ … ]}'
     records_are = "records"
-    takes = ("scale", "corrupt", "teacher", "distill_weight")
+    Options = SimilarityOptions
     measured = ("seq2seq_loss", "similarity_loss", "retrieval_accuracy")
     model_arguments = {**Seq2Seq.model_arguments, "with_pool": "linear"}  # outputs: sequence, vector, logits
     scale, distill_weight, teacher, pairs_a_batch = SCALE, 0.0, None, None
 
-    def configured(self, options, tokenizer):
-        super().configured(options, tokenizer)
-        self.pairs_a_batch = self._pairs(options.batch_size)  # refused before the corpus is read
-        self.scale = options.scale
+    @classmethod
+    def options(cls, values):
+        """Its options, checked; `distill_weight` only with a teacher, whose default it takes then."""
+        options = super().options(values)
+        if options.distill_weight is not None and options.teacher is None:
+            raise ValueError("--distill-weight weighs the distillation from a --teacher: give --teacher CHECKPOINT.")
+        if options.teacher is not None and options.distill_weight is None:
+            options = dataclasses.replace(options, distill_weight=DISTILL_WEIGHT)
+        return options
+
+    @classmethod
+    def made_for(cls, tokenizer, family, options):
+        objective = super().made_for(tokenizer, family, options)
+        objective.pairs_a_batch = objective._pairs(options.batch_size)  # refused before the corpus is read
+        objective.scale = options.scale
         if options.teacher is not None:
-            self.teacher = teacher_for(options.teacher, tokenizer, self.seq_len)
-            self.distill_weight = options.distill_weight
-            self.measured = (*self.measured, "distill_loss")
-        return self
+            objective.teacher = teacher_for(options.teacher, tokenizer, objective.seq_len)
+            objective.distill_weight = options.distill_weight
+            objective.measured = (*objective.measured, "distill_loss")
+        return objective
+
+    @classmethod
+    def fingerprint(cls, options):
+        """The `--teacher` folder's files (their SHA-256): another teacher's cosines would make another run."""
+        if options.teacher is None:
+            return {}
+        files = sorted(path for path in pathlib.Path(options.teacher).rglob("*") if path.is_file())
+        return {"teacher": {str(path.relative_to(options.teacher)): file_digest(path) for path in files}}
+
+    @classmethod
+    def differs(cls, options, key, began, now):
+        changed = sorted(name for name in set(began) | set(now) if began.get(name) != now.get(name))
+        return (f"--teacher {options.teacher} is not the folder this run began with ({', '.join(changed[:4])} changed since): "
+                "restore it, or give another --output-dir for a new run.")  # fmt: skip
 
     def losses(self):
         tokens = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)

@@ -1,0 +1,144 @@
+"""Options declared once, as data, the one way every entry point declares
+them: a dataclass whose fields are `option(...)`, each with its default,
+its kind and range, its help, its flag and whether a resume may change it.
+From such a dataclass come the command's flags and their `--help`
+(`add_flags`), the checks of every value (`checked`), and what a command
+line gives (`given`); the entry point's signature spells the same names and
+defaults, and tests/test_architecture.py fails when they part. Also the one
+whole-number check (`is_count`), which every layer may import."""
+
+import dataclasses
+import math
+import numbers
+import pathlib
+
+# Whether a resume may give another value: "same" (it would compute another run), "free" (how often it
+# evaluates or backs up, where its folder is: nothing the run computes).
+SAME, FREE = "same", "free"
+# The real numbers' kinds: (whether 0 is included, their bound above, whether it is included), and how an error
+# spells their range.
+RANGES = {
+    "positive": (False, math.inf, False, "a positive number"),
+    "fraction": (False, 1, False, "in (0, 1)"),
+    "share": (False, 1, True, "in (0, 1]"),
+    "portion": (True, 1, True, "in [0, 1]"),
+    "weight": (True, math.inf, False, "a finite number of at least 0"),
+}
+
+
+def is_count(value, least=0):
+    """Whether `value` is a whole number (a NumPy one too, not a bool) of at least `least`."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= least
+
+
+def option(default, help, kind="text", least=None, most=None, choices=None, resume=SAME, flag=None, metavar=None,
+           command=dataclasses.MISSING, why="", parse=None, many=False):  # fmt: skip
+    """A field of an options dataclass: `kind` is "count" (a whole number from `least` to `most`), "positive" (a
+    finite number above 0), "fraction" (in (0, 1)), "share" (in (0, 1]), "portion" (in [0, 1]), "weight" (a finite
+    number of at least 0), "choice" (one of `choices`), "switch", "text", "path" or
+    "checkpoint" (a folder that exists). `command`: the command line's own default, for the reason `why` says;
+    `parse`: how the command reads a value's text (by default, by its kind); `many`: the flag repeats, each a value
+    of a list."""
+    rules = dict(help=help, kind=kind, least=least, most=most, choices=choices, resume=resume, flag=flag,
+                 metavar=metavar, command=command, why=why, parse=parse, many=many)  # fmt: skip
+    return dataclasses.field(default=default, metadata=rules)
+
+
+def flag_of(field):
+    """The flag of an option: its own, else its name with dashes."""
+    return field.metadata["flag"] or "--" + field.name.replace("_", "-")
+
+
+def command_default(field):
+    """The default the command line gives an option: the function's, unless the declaration says why not."""
+    command = field.metadata["command"]
+    return field.default if command is dataclasses.MISSING else command
+
+
+def defaults(options):
+    """`{name: default}` of an options dataclass (or its fields)."""
+    return {field.name: field.default for field in fields_of(options)}
+
+
+def fields_of(options):
+    return options if isinstance(options, (list, tuple)) else dataclasses.fields(options)
+
+
+def checked(options, values):
+    """`values` (by name; those missing take their defaults) each checked by its field, refused naming its flag
+    where it is of the wrong kind or range; NumPy scalars become Python numbers."""
+    unknown = sorted(set(values) - {field.name for field in fields_of(options)})
+    if unknown:
+        raise TypeError(f"unexpected option {unknown[0]!r}; the options are {', '.join(defaults(options))}.")
+    return {field.name: checked_value(field, values.get(field.name, field.default)) for field in fields_of(options)}
+
+
+def checked_value(field, value):
+    """`value` checked as `field` declares, as its kind's Python value."""
+    rules, flag = field.metadata, flag_of(field)
+    if value is None and field.default is None:
+        return None
+    kind = rules["kind"]
+    if kind == "count":
+        if not is_count(value, rules["least"]) or (rules["most"] is not None and value > rules["most"]):
+            most = rules["most"]
+            span = f"from {rules['least']} to {most}" if most is not None else f"of at least {rules['least']}"
+            raise ValueError(f"{flag} must be a whole number {span}, got {value!r}.")
+        return int(value)
+    if kind in RANGES:
+        zero, most, included, span = RANGES[kind]
+        fits = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+        low = fits and (0 <= value if zero else 0 < value)
+        if not (low and (value <= most if included else value < most)):
+            raise ValueError(f"{flag} must be {span}, got {value!r}.")
+        return float(value)
+    if kind == "choice" and value not in rules["choices"]:
+        raise ValueError(f"{flag} must be one of {', '.join(map(str, rules['choices']))}, got {value!r}.")
+    if kind == "switch":
+        return bool(value)
+    if kind == "checkpoint" and not pathlib.Path(value).is_dir():
+        state = "is not a folder" if pathlib.Path(value).exists() else "does not exist"
+        raise ValueError(
+            f"{flag} {value} {state}: give a checkpoint folder (Hugging Face: config.json and "
+            "model.safetensors; Google: bert_config.json and bert_model.ckpt.*)."
+        )
+    return value
+
+
+def help_of(field, known=None, prefix=""):
+    """An option's help after `prefix`, with its command-line default (and why it is not the function's, where it
+    is not); `known` fills in what it lists (`{name}` in its help, a registry's names)."""
+    default, text = command_default(field), prefix + field.metadata["help"]
+    for name, value in (known or {}).items():
+        text = text.replace("{" + name + "}", value)
+    if default is not None and default is not False:
+        text += f" (default: {default}{': ' + field.metadata['why'] if field.metadata['why'] else ''})"
+    return text.replace("%", "%%")
+
+
+def add_flags(parser, options, skip=(), known=None, prefix=None):
+    """The flags of every option of `options` (a dataclass or its fields) but those named in `skip`, with their
+    command-line defaults and help (`known`: what it lists, `help_of`; `prefix(field)`: what it starts with);
+    returns `{name: flag}`."""
+    flags = {}
+    for field in fields_of(options):
+        if field.name in skip:
+            continue
+        rules, flags[field.name] = field.metadata, flag_of(field)
+        given = dict(dest=field.name, help=help_of(field, known, prefix(field) if prefix else ""))
+        if rules["kind"] == "switch":
+            parser.add_argument(flag_of(field), action="store_true", **given)
+            continue
+        parse = rules["parse"] or (int if rules["kind"] == "count" else float if rules["kind"] in RANGES else str)
+        parser.add_argument(flag_of(field), type=parse, default=command_default(field), metavar=rules["metavar"],
+                            choices=rules["choices"], action="append" if rules["many"] else "store",
+                            **given)  # fmt: skip
+    return flags
+
+
+def given(args, options):
+    """The options of `options` an `argparse` namespace holds."""
+    return {field.name: getattr(args, field.name) for field in fields_of(options)}
+
+
+__all__ = ["FREE", "SAME", "add_flags", "checked", "defaults", "flag_of", "given", "is_count", "option"]

@@ -1,0 +1,56 @@
+"""`kwiden.arguments`: options declared once as dataclass fields, and what derives from them (the command's flags,
+their help and defaults, the checks, what a command line gives); `is_count`, the one whole-number check."""
+
+import argparse
+import dataclasses
+
+import numpy as np
+import pytest
+
+from kwiden import arguments
+from kwiden.arguments import option
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    size: int = option(3, "how many", "count", 1, 10)
+    share: float = option(0.5, "how much", "share", metavar="S")
+    mode: str = option("a", "which", "choice", choices=("a", "b"))
+    quiet: bool = option(False, "say nothing", "switch")
+    folder: str = option(None, "where", "checkpoint", flag="--from")
+    words: list = option(None, "one a flag", parse=str.upper, many=True, flag="--word")
+    rows: int = option(None, "how many rows", "count", 1, command=8, why="the command prints a screenful")
+
+
+def test_is_count_takes_whole_numbers_numpy_ones_too_not_bools():
+    assert arguments.is_count(3) and arguments.is_count(np.int64(3), 3) and arguments.is_count(0)
+    assert not any(arguments.is_count(v) for v in (True, 3.0, "3", None, -1))
+    assert not arguments.is_count(2, 3)
+
+
+def test_values_are_checked_as_declared_and_refused_naming_the_flag(tmp_path):
+    assert arguments.checked(Options, dict(size=np.int64(4))) == {**arguments.defaults(Options), "size": 4}
+    for values, message in [
+        (dict(size=0), r"--size must be a whole number from 1 to 10, got 0\."),
+        (dict(size=2.0), r"--size must be a whole number from 1 to 10, got 2\.0\."),
+        (dict(share=0), r"--share must be in \(0, 1\], got 0\."),
+        (dict(share=float("nan")), r"--share must be in \(0, 1\], got nan\."),
+        (dict(mode="c"), r"--mode must be one of a, b, got 'c'\."),
+        (dict(folder=str(tmp_path / "gone")), r"--from .*gone does not exist: give a checkpoint folder"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            arguments.checked(Options, values)
+    with pytest.raises(TypeError, match=r"unexpected option 'sise'; the options are size, share"):
+        arguments.checked(Options, dict(sise=3))
+
+
+def test_the_flags_their_help_and_defaults_come_from_the_declaration():
+    parser = argparse.ArgumentParser()
+    assert arguments.add_flags(parser, Options, skip=("quiet",))["folder"] == "--from"
+    given = arguments.given(parser.parse_args(["--word", "x", "--word", "y"]), [f for f in dataclasses.fields(
+        Options) if f.name != "quiet"])  # fmt: skip
+    expected = {**arguments.defaults(Options), "words": ["X", "Y"], "rows": 8}
+    assert given == {name: value for name, value in expected.items() if name != "quiet"}
+    shown = " ".join(parser.format_help().split())
+    assert "--share S how much (default: 0.5)" in shown
+    assert "--rows ROWS how many rows (default: 8: the command prints a screenful)" in shown
