@@ -1,6 +1,6 @@
 """Small Hugging Face folders of each decoder family, and reading a folder's
 tensors back: shared by tests/growth/test_streaming.py (`kwiden.grow_checkpoint`)
-and tests/test_bad_input_checkpoints.py. Every test directory's tests can import
+and tests/checkpoints/test_bad_input_checkpoints.py. Every test directory's tests can import
 it: tests/conftest.py puts tests/ on the import path."""
 
 import pathlib

@@ -551,3 +551,13 @@ def test_the_drawing_of_the_imports_is_current():
 
 if __name__ == "__main__":
     (PACKAGE.parent / "docs" / "imports.md").write_text(drawing())
+
+
+def test_the_tests_mirror_the_package():
+    """Each folder of the package has its tests in the folder of its name; a folder of tests names a folder of
+    the package, or what is not a package's: examples (the CLUE scripts), parity (against bert4keras)."""
+    tests = PACKAGE.parent / "tests"
+    package_folders = {p.parent.name for _, p in modules() if p.parent != PACKAGE and p.parent.parent == PACKAGE}
+    test_folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    assert sorted(package_folders - test_folders) == []
+    assert sorted(test_folders - package_folders) == ["examples", "parity"]

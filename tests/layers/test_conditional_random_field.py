@@ -8,6 +8,7 @@ import itertools
 import keras
 import numpy as np
 import pytest
+from graph_mode import compiled
 
 from kwiden import GrowthError, Space, layers
 from kwiden.growth.expansion import UNCHANGED
@@ -198,20 +199,6 @@ def test_a_tensorflow_graph_of_unknown_length_decodes_and_scores():
     np.testing.assert_array_equal(
         log_partition(emissions, MASK).numpy(), np.asarray(crf.log_partition(emissions, MASK))
     )
-
-
-def compiled(function):
-    """`function` traced into the backend's graph, where values are not known to Python (a compiled train step)."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(function)
-    if backend == "jax":
-        import jax
-
-        return jax.jit(function)
-    pytest.skip(f"{backend} runs these eagerly, where the ValueError tests cover them")
 
 
 @pytest.mark.backends

@@ -1,7 +1,7 @@
 import runpy
 from pathlib import Path
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
+EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 def test_grow_classifier_example_keeps_accuracy_through_growth():

@@ -4,7 +4,7 @@ against numpy loops; the span F1 metric against counting by hand."""
 import keras
 import numpy as np
 import pytest
-from test_conditional_random_field import compiled
+from graph_mode import compiled
 
 from kwiden import layers
 from kwiden.layers.spans import MASKED

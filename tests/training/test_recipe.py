@@ -69,7 +69,7 @@ def test_the_measured_figures_are_shipped_data_covering_every_ratio():
     for (up_to, says), (_, beyond) in zip(table, table[1:]):
         assert recipe.measured(up_to) == says and recipe.measured(up_to + 1e-6) == beyond
     assert recipe.measured_table() is table  # read once
-    setup = (pathlib.Path(__file__).resolve().parents[1] / "setup.py").read_text()
+    setup = (pathlib.Path(__file__).resolve().parents[2] / "setup.py").read_text()
     patterns = re.findall(r'"(data/[^"]+)"', setup)
     assert any(fnmatch.fnmatch(f"data/{recipe.MEASURED_FILE}", pattern) for pattern in patterns), patterns
 

@@ -12,7 +12,7 @@ import sys
 import keras
 import pytest
 
-CLUE = pathlib.Path(__file__).parent.parent / "examples" / "clue"
+CLUE = pathlib.Path(__file__).parents[2] / "examples" / "clue"
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "clue"
 # task -> (script, prediction file)
 TASKS = {
