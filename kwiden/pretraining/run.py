@@ -10,6 +10,7 @@ import types
 import keras
 
 from kwiden.files import file_digest
+from kwiden.memory import accelerated
 from kwiden.models import naming
 from kwiden.models.builder import build_transformer_model, checkpoint_family
 from kwiden.models.config import read_config_file
@@ -202,7 +203,7 @@ def _pretrain(folder, corpus, options, family, kind, verbose):
     start_model = _start(options, checkpoint, kind)
     objective = _objective(folder, options, kind, family, start_model, corpus_tokenizer)
     target = None if options.config is None else _target_config(options, family, corpus_tokenizer)
-    if start_model is None and not _accelerated():  # before the corpus is read (a GPU's memory is not what it reads)
+    if start_model is None:  # before the corpus is read
         checks.memory(target, options)
     folder.will_write(TOKENS)
     token_file = objective.read(corpus, corpus_tokenizer, folder.folder, verbose)
@@ -289,14 +290,9 @@ def _absolute(corpus):
     return [str(pathlib.Path(p).resolve()) for p in paths]
 
 
-def _accelerated():
-    """Whether a GPU trains (its memory, not the host's, holds the model)."""
-    return any("gpu" in d.lower() or "cuda" in d.lower() for d in keras.distribution.list_devices())
-
-
 def _precision(precision):
     if precision == "auto":
-        return "mixed_bfloat16" if _accelerated() else "float32"
+        return "mixed_bfloat16" if accelerated() else "float32"
     if precision not in ("float32", "mixed_bfloat16"):
         raise ValueError(f"--precision must be auto, float32 or mixed_bfloat16, got {precision!r}.")
     return precision
@@ -398,11 +394,10 @@ def _start(options, checkpoint, kind):
     """The loaded model (None without `from_checkpoint`): the checkpoint with the heads its objective trains."""
     if checkpoint is None:
         return None
-    probe = build_transformer_model(checkpoint_path=checkpoint, model=options.model)
     if kind.model_arguments:  # the objective's heads: from the checkpoint where it has them, else fresh (a BertModel)
-        probe = build_transformer_model(checkpoint_path=checkpoint, model=options.model, fresh_heads=True,
-                                        **kind.model_arguments)  # fmt: skip
-    return probe
+        return build_transformer_model(checkpoint_path=checkpoint, model=options.model, fresh_heads=True,
+                                       **kind.model_arguments)  # fmt: skip
+    return build_transformer_model(checkpoint_path=checkpoint, model=options.model)
 
 
 def _target_config(options, family, corpus_tokenizer):
@@ -444,7 +439,7 @@ def _stages(options, family, start_model, corpus_tokenizer, target, objective):
             parsed = [] if parsed == "none" else parsed
         phases = Phase.grown_from(start_model, parsed, family, objective)
         if target is not None:
-            wanted = Phase.built(target, family, objective)
+            wanted = Phase.planned(target, family, objective)
             if wanted.weight_shapes != phases[-1].weight_shapes:
                 raise ValueError(
                     f"--grow {options.grow!r} grows {options.from_checkpoint} to {phases[-1].describe()}, not the "
@@ -461,7 +456,7 @@ def _stages(options, family, start_model, corpus_tokenizer, target, objective):
     first = Phase.built(recipe.undone(target, parsed), family, objective)
     phases = Phase.grown_from(first.model, parsed, family, objective)
     if parsed:  # undoing, then growing, must land on the target (without growths the first model is it)
-        wanted = Phase.built(target, family, objective)
+        wanted = Phase.planned(target, family, objective)
         if wanted.weight_shapes != phases[-1].weight_shapes:
             raise ValueError(f"--grow {options.grow!r} does not reach the target {wanted.describe()}.")
     return phases, parsed, why

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 
 from kwiden.arguments import is_count
-from kwiden.growth.pipeline import grow
+from kwiden.growth.pipeline import grown_skeleton
 from kwiden.models import naming
 from kwiden.models.builder import build_transformer_model
 from kwiden.models.hf import refuse_copied_rotary
@@ -67,16 +67,24 @@ class Phase:
         return cls.of(model, objective.seq_len, keep=True)
 
     @classmethod
+    def planned(cls, config, family, objective):
+        """The phase of a model `config` gives, built as a skeleton: shapes, no weights held."""
+        with keras.StatelessScope(initialize_variables=False):
+            model = build_transformer_model(config, model=family.name, **objective.model_arguments)
+        return cls.of(model, objective.seq_len)
+
+    @classmethod
     def grown_from(cls, model, growths, family, objective):
         """The first phase (`model`) and what each growth makes of it, grown
-        once here, untrained, to learn their sizes and to refuse a growth
-        `grow` would refuse before any training."""
+        here as skeletons (`grown_skeleton`: shapes, no weights held) to learn
+        their sizes and to refuse a growth `grow` would refuse, before any
+        training."""
         phases = [cls.of(model, objective.seq_len, keep=True)]
         for growth in growths:
             shape_only = {k: v for k, v in growth.arguments.items() if k not in OPTIMIZER_ARGUMENTS}
             where = f"--grow: the growth at {growth.fraction:g} ({recipe.arguments_text(shape_only)})"
             try:
-                model = grow(model, **shape_only)
+                model = grown_skeleton(model, **shape_only)
             except ValueError as error:  # GrowthError too
                 raise ValueError(f"{where}: {error}") from None
             try:

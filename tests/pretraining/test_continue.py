@@ -77,3 +77,21 @@ def test_a_run_begun_at_another_default_rate_resumes_with_it(english, tmp_path, 
     assert "resuming from the backup at update 4" in (tmp_path / "run" / "log.txt").read_text()
     with pytest.raises(ValueError, match=r"holds a run made with --lr 0.001, not 0.0002: run the same command"):
         kwiden.pretrain(english, tmp_path / "run", lr=2e-4, **arguments)
+
+
+def test_a_checkpoint_is_read_once_and_a_schedule_planned_on_shapes(english, tmp_path, monkeypatch):
+    """Before training, memory holds about one model: `--from` is read once (with the objective's heads), and
+    the growths are planned on skeletons, their weights filled only when the run grows."""
+    from kwiden.growth import pipeline
+    from kwiden.pretraining import run as run_module
+
+    start = body_only(tmp_path / "start")
+    reads, fills = [], []
+    read, transfer = run_module.build_transformer_model, pipeline.transfer
+    monkeypatch.setattr(run_module, "build_transformer_model", lambda *a, **k: reads.append(k) or read(*a, **k))
+    monkeypatch.setattr(pipeline, "transfer", lambda *a, **k: fills.append(1) or transfer(*a, **k))
+    kwiden.pretrain(
+        english, tmp_path / "on", from_checkpoint=str(start), **{**TINY_RUN, "budget": 6, "grow": "0.5:k=2"}
+    )
+    assert [k.get("checkpoint_path") for k in reads] == [str(start)]
+    assert len(fills) == 1  # the growth at update 3, and no other

@@ -308,6 +308,15 @@ def test_a_target_too_big_for_memory_is_refused_before_it_is_built(english, tmp_
     assert pretrain(english, tmp_path / "run", budget=2, grow="none").updates == 2  # the folder was left free
 
 
+def test_on_an_accelerator_the_target_is_held_to_the_devices_free_memory(english, tmp_path, monkeypatch):
+    big = {**TINY_GPT, "hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 8, "intermediate_size": 4096}
+    monkeypatch.setattr(checks, "accelerated", lambda: True)
+    monkeypatch.setattr(checks, "available_memory", lambda: 1e15)  # the host's memory is not what trains
+    monkeypatch.setattr(checks, "device_memory", lambda: 1e8)
+    with pytest.raises(ValueError, match=r"and 0.1 GB is available: .* \(The memory is the accelerator's.\)"):
+        pretrain(english, tmp_path / "run", config=big)
+
+
 def test_a_pipe_or_a_file_given_to_from_is_named_for_what_it_is(english, tmp_path):
     pipe = tmp_path / "corpus.txt"
     os.mkfifo(pipe)
