@@ -561,3 +561,15 @@ def test_the_tests_mirror_the_package():
     test_folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
     assert sorted(package_folders - test_folders) == []
     assert sorted(test_folders - package_folders) == ["examples", "parity"]
+
+
+def test_every_raises_says_what_the_message_must_say():
+    """A `pytest.raises` without `match=` passes on any error of its type, a wrong one too."""
+    bare = []
+    for path in sorted((PACKAGE.parent / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = getattr(node, "func", None)
+            if isinstance(node, ast.Call) and getattr(called, "attr", None) == "raises":
+                if getattr(getattr(called, "value", None), "id", None) == "pytest":
+                    bare += [] if any(k.arg == "match" for k in node.keywords) else [f"{path.name}:{node.lineno}"]
+    assert bare == []

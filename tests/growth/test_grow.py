@@ -357,8 +357,13 @@ def test_a_skeleton_refuses_what_grow_refuses():
     from kwiden.growth.pipeline import grown_skeleton
 
     rotary = kwiden.build_transformer_model(tiny_config(), model="llama")
-    for refused in (dict(k=2, rope="standard"), dict(k=0), dict(depth=2, num_layers=4)):
-        with pytest.raises(ValueError) as real:
+    refusals = [
+        (dict(k=2, rope="standard"), r"rope='standard'.*allow_approximate=True"),
+        (dict(k=0), r"k=0"),
+        (dict(depth=2, num_layers=4), r"Give `depth` \(a factor\) or `num_layers` \(a total\), not both"),
+    ]
+    for refused, message in refusals:
+        with pytest.raises(ValueError, match=message) as real:
             kwiden.grow(rotary, **refused)
-        with pytest.raises(ValueError, match=re.escape(str(real.value))):
+        with pytest.raises(ValueError, match=re.escape(str(real.value))):  # the same words
             grown_skeleton(rotary, **refused)
