@@ -6,7 +6,7 @@ import pytest
 
 from kwiden.text import corpus
 
-FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures" / "clue"
+FIXTURES = pathlib.Path(__file__).parents[1] / "examples" / "fixtures" / "clue"
 # A tiny target: every weight trained, LayerNorm ε large enough that a wrong one shows.
 TINY_GPT = dict(
     hidden_size=16,

@@ -84,7 +84,7 @@ def test_a_masked_run_with_its_own_vocabulary_fine_tunes_on_clue(chinese, tmp_pa
     clue = pathlib.Path(__file__).parents[2] / "examples" / "clue"
     monkeypatch.syspath_prepend(str(clue))
     tnews = runpy.run_path(str(clue / "tnews.py"))["main"]
-    fixtures = pathlib.Path(__file__).parents[1] / "fixtures" / "clue" / "tnews"
+    fixtures = pathlib.Path(__file__).parents[1] / "examples" / "fixtures" / "clue" / "tnews"
     done = tnews(["--data-dir", str(fixtures), "--checkpoint", str(result.final), "--vocab",
                   str(result.final / "vocab.txt"), "--output-dir", str(tmp_path / "tnews"), "--epochs", "1",
                   "--batch-size", "4", "--maxlen", "32"])  # fmt: skip
