@@ -178,6 +178,9 @@ def build_vocabulary(lines, size, folder, lowercase=True):
     # a token; all are kept up to the vocabulary's size.
     trainer.train_from_iterator(lines, vocab_size=size, special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False,
                                 limit_alphabet=size)  # fmt: skip
+    if trainer.get_vocab_size() <= len(BERT_SPECIAL_TOKENS):
+        raise ValueError(f"--build-vocab {size}: the corpus gave the vocabulary no token beside the special ones; "
+                         "give a corpus of text, or a --tokenizer.")  # fmt: skip
     built = _described(trainer, "wordpiece", f"--build-vocab {size}", lowercase=lowercase)
     return load_tokenizer(built.save(folder), lowercase=lowercase)
 

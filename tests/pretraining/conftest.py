@@ -39,6 +39,7 @@ def chinese_lines():
             record = json.loads(line)
             if isinstance(record, dict):
                 lines += [v for v in record.values() if isinstance(v, str) and len(v) > 4]
+    assert lines, f"no fixture text under {FIXTURES}"
     return lines
 
 

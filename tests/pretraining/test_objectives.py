@@ -35,6 +35,8 @@ def test_a_vocabulary_built_on_chinese_splits_every_character(tmp_path):
     assert [words[i] for i in ids[0]] == ["花", "呗", "逾", "期"]
     with pytest.raises(ValueError, match=r"--build-vocab 3 is too small"):
         vocabulary.build_vocabulary(iter(lines), 3, tmp_path)
+    with pytest.raises(ValueError, match=r"--build-vocab 400: the corpus gave the vocabulary no token beside"):
+        vocabulary.build_vocabulary(iter(["", "   "]), 400, tmp_path)
 
 
 def test_whole_words_are_masked_whole(tmp_path):
