@@ -69,10 +69,11 @@ def _grow_folder(args):
             f"{args.src} is a folder, grown (as a Hugging Face checkpoint) into a new folder, not a .keras file: "
             "give DST as a folder name. To grow a .keras model, give its .keras file as SRC."
         )
+    folder = growth_options.names(growth_options.CHECKPOINT)
     in_memory = [
         arguments.flag_of(field)
         for field in dataclasses.fields(growth_options.GrowthArguments)
-        if field.name in flags_given(args) and field not in growth_options.taken_by(growth_options.CHECKPOINT)
+        if field.name in _growth_flags(args) and field.name not in folder
         and getattr(args, field.name) != arguments.command_default(field)
     ]  # fmt: skip
     if in_memory:
@@ -92,7 +93,7 @@ def _grow_folder(args):
     return 0
 
 
-def flags_given(args):
+def _growth_flags(args):
     """The growth options the `kwiden grow` command line holds (those it offers)."""
     return arguments.given(args, growth_options.GrowthArguments)
 
@@ -101,7 +102,7 @@ def _growth_options(args, entry):
     """The options `entry` (GROW or CHECKPOINT) takes, as the command line
     gives them: a flag's value, else `entry`'s default; and what the command
     passes without a flag, where it has a default of its own (`progress`)."""
-    options, given = {}, flags_given(args)
+    options, given = {}, _growth_flags(args)
     for field in growth_options.taken_by(entry):
         if field.name in given:
             value = given[field.name]
