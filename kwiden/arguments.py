@@ -4,7 +4,10 @@ its kind and range, its help, its flag and whether a resume may change it.
 From such a dataclass come the command's flags and their `--help`
 (`add_flags`), the checks of every value (`checked`), and what a command
 line gives (`given`); the entry point's signature spells the same names and
-defaults, and tests/test_architecture.py fails when they part. Also the one
+defaults, and tests/test_architecture.py fails when they part. One dataclass
+may declare the options of several functions a command calls (growth's:
+`kwiden.grow` and `kwiden.grow_checkpoint`): each field says which take it
+and where one's default is its own (`taken_by`, `default_in`). Also the one
 whole-number check (`is_count`), which every layer may import."""
 
 import argparse
