@@ -4,10 +4,15 @@ its kind and range, its help, its flag and whether a resume may change it.
 From such a dataclass come the command's flags and their `--help`
 (`add_flags`), the checks of every value (`checked`), and what a command
 line gives (`given`); the entry point's signature spells the same names and
-defaults, and tests/test_architecture.py fails when they part. Also the one
+defaults, and tests/test_architecture.py fails when they part. One dataclass
+may declare the options of several functions a command calls (growth's:
+`kwiden.grow` and `kwiden.grow_checkpoint`): each field says which take it
+and where one's default is its own (`taken_by`, `default_in`). Also the one
 whole-number check (`is_count`), which every layer may import."""
 
+import argparse
 import dataclasses
+import fractions
 import math
 import numbers
 import pathlib
@@ -32,21 +37,53 @@ def is_count(value, least=0):
 
 
 def option(default, help, kind="text", least=None, most=None, choices=None, resume=SAME, flag=None, metavar=None,
-           command=dataclasses.MISSING, why="", parse=None, many=False):  # fmt: skip
+           command=dataclasses.MISSING, why="", parse=None, many=False, takers=None, own=None):  # fmt: skip
     """A field of an options dataclass: `kind` is "count" (a whole number from `least` to `most`), "positive" (a
     finite number above 0), "fraction" (in (0, 1)), "share" (in (0, 1]), "portion" (in [0, 1]), "weight" (a finite
-    number of at least 0), "choice" (one of `choices`), "switch", "text", "path" or
-    "checkpoint" (a folder that exists). `command`: the command line's own default, for the reason `why` says;
-    `parse`: how the command reads a value's text (by default, by its kind); `many`: the flag repeats, each a value
-    of a list."""
+    number of at least 0), "factor" (a number above 0 such as 2, 1.5 or 4/3, read exactly), "choice" (one of
+    `choices`), "switch", "text", "path", "checkpoint" (a folder that exists) or "object" (any value: the function
+    checks it). `flag`: False where no command offers it; `command`: the command line's own default, for the reason
+    `why` says; `parse`: how the command reads a value's text (by default, by its kind); `many`: the flag repeats,
+    each a value of a list. Where one dataclass declares the options of several functions: `takers`, those whose
+    signatures take it (None: every one), and `own`, `{function: its own default}`, for the reason `why` says."""
     rules = dict(help=help, kind=kind, least=least, most=most, choices=choices, resume=resume, flag=flag,
-                 metavar=metavar, command=command, why=why, parse=parse, many=many)  # fmt: skip
+                 metavar=metavar, command=command, why=why, parse=parse, many=many, takers=takers,
+                 own=own or {})  # fmt: skip
     return dataclasses.field(default=default, metadata=rules)
 
 
 def flag_of(field):
-    """The flag of an option: its own, else its name with dashes."""
+    """The flag of an option: its own, else its name with dashes; None where no command offers it."""
+    if field.metadata["flag"] is False:
+        return None
     return field.metadata["flag"] or "--" + field.name.replace("_", "-")
+
+
+def taken_by(options, taker):
+    """The fields of `options` that `taker` (one of the functions whose options they declare) takes, in order."""
+    return [
+        field for field in fields_of(options) if field.metadata["takers"] is None or taker in field.metadata["takers"]
+    ]
+
+
+def default_in(field, taker):
+    """An option's default in `taker`: its own where the declaration gives it one, else the field's."""
+    return field.metadata["own"].get(taker, field.default)
+
+
+def factor(text):
+    """A factor such as 2, 1.5 or 4/3, read exactly (a `Fraction`)."""
+    try:
+        return fractions.Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a factor such as 2, 1.5 or 4/3") from None
+
+
+def reader(field):
+    """How a command reads an option's text: its `parse`, else by its kind."""
+    kind = field.metadata["kind"]
+    return field.metadata["parse"] or (int if kind == "count" else float if kind in RANGES else
+                                       factor if kind == "factor" else str)  # fmt: skip
 
 
 def command_default(field):
@@ -75,7 +112,7 @@ def checked(options, values):
 
 def checked_value(field, value):
     """`value` checked as `field` declares, as its kind's Python value."""
-    rules, flag = field.metadata, flag_of(field)
+    rules, flag = field.metadata, flag_of(field) or field.name
     if value is None and field.default is None:
         return None
     kind = rules["kind"]
@@ -92,6 +129,10 @@ def checked_value(field, value):
         if not (low and (value <= most if included else value < most)):
             raise ValueError(f"{flag} must be {span}, got {value!r}.")
         return float(value)
+    if kind == "factor":
+        if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < math.inf):
+            raise ValueError(f"{flag} must be a number above 0 such as 2, 1.5 or 4/3, got {value!r}.")
+        return value
     if kind == "choice" and value not in rules["choices"]:
         raise ValueError(f"{flag} must be one of {', '.join(map(str, rules['choices']))}, got {value!r}.")
     if kind == "switch":
@@ -105,40 +146,57 @@ def checked_value(field, value):
     return value
 
 
-def help_of(field, known=None, prefix=""):
+def help_of(field, known=None, prefix="", where=None):
     """An option's help after `prefix`, with its command-line default (and why it is not the function's, where it
-    is not); `known` fills in what it lists (`{name}` in its help, a registry's names)."""
+    is not); `known` fills in what it lists (`{name}` in its help, a registry's names). `where`: `{taker: what it
+    is for}`, where the command calls one taker or another; an option with defaults of their own, which the command
+    leaves to the one it calls, says each."""
     default, text = command_default(field), prefix + field.metadata["help"]
     for name, value in (known or {}).items():
         text = text.replace("{" + name + "}", value)
+    if where and field.metadata["own"] and default is None:
+        default = ", ".join(f"{default_in(field, taker)} for {label}" for taker, label in where.items())
     if default is not None and default is not False:
         text += f" (default: {default}{': ' + field.metadata['why'] if field.metadata['why'] else ''})"
     return text.replace("%", "%%")
 
 
-def add_flags(parser, options, skip=(), known=None, prefix=None):
-    """The flags of every option of `options` (a dataclass or its fields) but those named in `skip`, with their
-    command-line defaults and help (`known`: what it lists, `help_of`; `prefix(field)`: what it starts with);
-    returns `{name: flag}`."""
+def add_flags(parser, options, skip=(), known=None, prefix=None, where=None):
+    """The flags of every option of `options` (a dataclass or its fields) but those named in `skip` and those no
+    command offers, with their command-line defaults and help (`known`: what it lists, `help_of`; `prefix(field)`:
+    what it starts with; `where`: `{taker: what it is for}`, see `help_of`); returns `{name: flag}`."""
     flags = {}
     for field in fields_of(options):
-        if field.name in skip:
+        if field.name in skip or flag_of(field) is None:
             continue
         rules, flags[field.name] = field.metadata, flag_of(field)
-        given = dict(dest=field.name, help=help_of(field, known, prefix(field) if prefix else ""))
+        given = dict(dest=field.name, help=help_of(field, known, prefix(field) if prefix else "", where))
         if rules["kind"] == "switch":
             parser.add_argument(flag_of(field), action="store_true", **given)
             continue
-        parse = rules["parse"] or (int if rules["kind"] == "count" else float if rules["kind"] in RANGES else str)
-        parser.add_argument(flag_of(field), type=parse, default=command_default(field), metavar=rules["metavar"],
-                            choices=rules["choices"], action="append" if rules["many"] else "store",
-                            **given)  # fmt: skip
+        parser.add_argument(flag_of(field), type=reader(field), default=command_default(field),
+                            metavar=rules["metavar"], choices=rules["choices"],
+                            action="append" if rules["many"] else "store", **given)  # fmt: skip
     return flags
 
 
 def given(args, options):
-    """The options of `options` an `argparse` namespace holds."""
-    return {field.name: getattr(args, field.name) for field in fields_of(options)}
+    """The options of `options` an `argparse` namespace holds (those a command offers)."""
+    return {field.name: getattr(args, field.name) for field in fields_of(options) if flag_of(field) is not None}
 
 
-__all__ = ["FREE", "SAME", "add_flags", "checked", "defaults", "flag_of", "given", "is_count", "option"]
+__all__ = [
+    "FREE",
+    "SAME",
+    "add_flags",
+    "checked",
+    "default_in",
+    "defaults",
+    "factor",
+    "flag_of",
+    "given",
+    "is_count",
+    "option",
+    "reader",
+    "taken_by",
+]

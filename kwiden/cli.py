@@ -5,13 +5,13 @@ grown tensor by tensor), `kwiden demo`."""
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import pathlib
 import sys
 import warnings
 import zipfile
-from fractions import Fraction
 
 from kwiden import arguments
 from kwiden.files import replaced_atomically
@@ -23,7 +23,7 @@ from kwiden.generation.arguments import (
     GenerateOptions,
     SimilarOptions,
 )
-from kwiden.growth.options import CHECKPOINT, COMMAND, GROW, OPTIONS, taken_by
+from kwiden.growth import options as growth_options
 from kwiden.models import family, presets
 from kwiden.pretraining import objectives
 from kwiden.pretraining import options as pretrain_options
@@ -40,7 +40,7 @@ def _grow(args):
 
     src, dst = _source_path(args.src), _destination_path(args.dst, args.src)
     small = keras.saving.load_model(src)
-    options = _growth_options(args, GROW)
+    options = _growth_options(args, growth_options.GROW)
     options["check"] = sample_inputs(small, seed=args.seed) if args.check else None  # --check is a switch
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="kwiden.grow")  # the report is printed below
@@ -69,11 +69,13 @@ def _grow_folder(args):
             f"{args.src} is a folder, grown (as a Hugging Face checkpoint) into a new folder, not a .keras file: "
             "give DST as a folder name. To grow a .keras model, give its .keras file as SRC."
         )
+    folder = growth_options.names(growth_options.CHECKPOINT)
     in_memory = [
-        option.flag
-        for option in OPTIONS
-        if option.flag and CHECKPOINT not in option.takers and getattr(args, option.name) != option.default_for(COMMAND)
-    ]
+        arguments.flag_of(field)
+        for field in dataclasses.fields(growth_options.GrowthArguments)
+        if field.name in _growth_flags(args) and field.name not in folder
+        and getattr(args, field.name) != arguments.command_default(field)
+    ]  # fmt: skip
     if in_memory:
         raise CommandError(
             f"{' and '.join(in_memory)} need{'s' * (len(in_memory) == 1)} both models in memory, which growing a "
@@ -81,7 +83,7 @@ def _grow_folder(args):
             "them with kwiden.verify."
         )
     try:
-        grown = kwiden.grow_checkpoint(args.src, args.dst, **_growth_options(args, CHECKPOINT))
+        grown = kwiden.grow_checkpoint(args.src, args.dst, **_growth_options(args, growth_options.CHECKPOINT))
     except kwiden.GrowthError as error:
         raise CommandError(str(error)) from None
     print(f"parameters: {grown.source_parameters:,} -> {grown.parameters:,}")
@@ -91,17 +93,22 @@ def _grow_folder(args):
     return 0
 
 
+def _growth_flags(args):
+    """The growth options the `kwiden grow` command line holds (those it offers)."""
+    return arguments.given(args, growth_options.GrowthArguments)
+
+
 def _growth_options(args, entry):
     """The options `entry` (GROW or CHECKPOINT) takes, as the command line
     gives them: a flag's value, else `entry`'s default; and what the command
-    passes without a flag (`progress`)."""
-    options = {}
-    for option in taken_by(entry):
-        if option.flag:
-            value = getattr(args, option.name)
-            options[option.name] = option.default_for(entry) if value is None else value
-        elif COMMAND in option.defaults:
-            options[option.name] = option.defaults[COMMAND]
+    passes without a flag, where it has a default of its own (`progress`)."""
+    options, given = {}, _growth_flags(args)
+    for field in growth_options.taken_by(entry):
+        if field.name in given:
+            value = given[field.name]
+            options[field.name] = arguments.default_in(field, entry) if value is None else value
+        elif arguments.command_default(field) != field.default:
+            options[field.name] = arguments.command_default(field)
     return options
 
 
@@ -217,41 +224,11 @@ def _announce():
     print(f"kwiden: Keras {keras.__version__}, {keras.backend.backend()} backend, devices: {', '.join(devices)}")
 
 
-def _fraction(text):
-    """A factor such as 2, 1.5 or 4/3."""
-    try:
-        return Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a factor such as 2, 1.5 or 4/3") from None
-
-
 def _positive(text):
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
-
-
-def _parsed(option):
-    """How argparse reads `option`'s flag: a switch, or a value of its type (and choices)."""
-    default = option.default_for(COMMAND)
-    if default is False:
-        return dict(action="store_true")
-    parsed = dict(type=_fraction if option.type is Fraction else option.type, default=default)
-    return parsed if option.choices is None else dict(parsed, choices=list(option.choices))
-
-
-def _help(option):
-    """`option`'s help, with where it applies and its default."""
-    where = {(GROW,): ".keras models: ", (CHECKPOINT,): "folders: "}.get(option.takers, "")
-    default = option.default_for(COMMAND)
-    if option.differs and COMMAND not in option.defaults:
-        default = (
-            f"{option.default_for(GROW)} for .keras models, {option.default_for(CHECKPOINT)} for folders: {option.why}"
-        )
-    elif COMMAND in option.defaults and default is not False:
-        default = f"{default}: {option.why}"
-    return where + option.help + ("" if default is None or default is False else f" (default: {default})")
 
 
 def parser():
@@ -260,9 +237,7 @@ def parser():
     grow = commands.add_parser("grow", help="grow a saved .keras model or a Hugging Face folder to a wider one")
     grow.add_argument("src", help="the .keras model to grow, or a Hugging Face checkpoint folder")
     grow.add_argument("dst", help="where to save the grown .keras model (a new folder for a folder)")
-    for option in OPTIONS:
-        if option.flag:
-            grow.add_argument(option.flag, dest=option.name, help=_help(option), **_parsed(option))
+    arguments.add_flags(grow, growth_options.GrowthArguments, prefix=_where, where=growth_options.WHERE)
     grow.set_defaults(run=_grow)
     pretrain = commands.add_parser("pretrain", help="pretrain on your corpus, small first and grown on the way")
     pretrain.add_argument("corpus", nargs="+", help="text files (.txt, .gz) or folders of them")
@@ -290,6 +265,12 @@ def parser():
     arguments.add_flags(similar, SimilarOptions)
     similar.set_defaults(run=_similar, flags=SIMILAR_FLAGS)
     return root
+
+
+def _where(field):
+    """What a `kwiden grow` option's help starts with: what it is for, where only one path takes it."""
+    takers = field.metadata["takers"]
+    return "" if takers is None else ", ".join(growth_options.WHERE[taker] for taker in takers) + ": "
 
 
 def _generate_parser(commands):

@@ -402,20 +402,17 @@ def test_each_command_takes_its_functions_options_and_defaults():
 
 def test_growth_options_are_declared_once():
     """`kwiden.grow`, `kwiden.grow_checkpoint`, `kwiden grow` and `fit_growing`
-    take the growth options `kwiden/growth/options.py` declares (`OPTIONS`),
-    with its defaults, and no others."""
+    take the growth options `kwiden/growth/options.py` declares
+    (`GrowthArguments`, `kwiden.arguments` fields), with its defaults, and no others."""
     import contextlib
+    import dataclasses
     import inspect
     import io
-    import re
 
     import kwiden
-    from kwiden import cli
+    from kwiden import arguments, cli
     from kwiden.growth import options
     from kwiden.training import schedule as training
-
-    def declared(entry):
-        return [(option.name, option.default_for(entry)) for option in options.taken_by(entry)]
 
     def taken(function, leading):
         parameters = list(inspect.signature(function).parameters.values())
@@ -424,8 +421,8 @@ def test_growth_options_are_declared_once():
         return [(p.name, p.default) for p in parameters[len(leading) :]]
 
     # The signatures: the names, their order and their defaults.
-    assert taken(kwiden.grow, ["model"]) == declared(options.GROW)
-    assert taken(kwiden.grow_checkpoint, ["src", "dst"]) == declared(options.CHECKPOINT)
+    assert taken(kwiden.grow, ["model"]) == list(options.defaults(options.GROW).items())
+    assert taken(kwiden.grow_checkpoint, ["src", "dst"]) == list(options.defaults(options.CHECKPOINT).items())
     for function, entry in ((kwiden.grow, options.GROW), (kwiden.grow_checkpoint, options.CHECKPOINT)):
         missing = [
             name
@@ -437,20 +434,23 @@ def test_growth_options_are_declared_once():
     assert [p.kind for p in inspect.signature(options.resolve).parameters.values()][1:] == [
         inspect.Parameter.VAR_KEYWORD
     ]
-    # A default that differs says why.
-    assert all(option.why for option in options.OPTIONS if option.defaults), "a default of its own needs a `why`"
+    # A default of its own (an entry point's, or the command's) says why; every option is some entry point's.
+    fields = dataclasses.fields(options.GrowthArguments)
+    assert all(f.metadata["why"] for f in fields if f.metadata["own"] or arguments.command_default(f) != f.default)
+    assert {f.name for f in fields} == set(options.names(options.GROW)) | set(options.names(options.CHECKPOINT))
 
     # The command: every flag is a declared option's, with the command's default.
     args = vars(cli.parser().parse_args(["grow", "src", "dst"]))
-    flagged = [option for option in options.OPTIONS if option.flag]
-    assert set(args) == {"command", "run", "src", "dst"} | {option.name for option in flagged}
-    assert {option.name: args[option.name] for option in flagged} == {
-        option.name: option.default_for(options.COMMAND) for option in flagged
+    flagged = [field for field in fields if arguments.flag_of(field)]
+    assert set(args) == {"command", "run", "src", "dst"} | {field.name for field in flagged}
+    assert {field.name: args[field.name] for field in flagged} == {
+        field.name: arguments.command_default(field) for field in flagged
     }
     help_text = io.StringIO()
     with contextlib.redirect_stdout(help_text), pytest.raises(SystemExit, match="^0$"):  # --help exits 0
         cli.parser().parse_args(["grow", "--help"])
-    assert set(re.findall(r"--[a-z][a-z-]*", help_text.getvalue())) == {"--help"} | {o.flag for o in flagged}
+    flags = set(re.findall(r"--[a-z][a-z-]*", help_text.getvalue()))
+    assert flags == {"--help"} | {arguments.flag_of(field) for field in flagged}
 
     # Every call of grow / grow_checkpoint / resolve in the package names declared options only.
     entries = {"grow": options.GROW, "resolve": options.GROW, "grow_checkpoint": options.CHECKPOINT}
@@ -461,11 +461,11 @@ def test_growth_options_are_declared_once():
                 if called in entries:
                     given = {keyword.arg for keyword in node.keywords if keyword.arg is not None}
                     unknown = given - set(options.names(entries[called]))
-                    assert not unknown, f"{name}:{node.lineno} passes {called} {sorted(unknown)}, which OPTIONS lacks"
+                    assert not unknown, f"{name}:{node.lineno} passes {called} {sorted(unknown)}, undeclared"
 
     # A schedule sets grow's options but the optimizer, which the trainer passes.
     assert training.GROW_ARGUMENTS == tuple(name for name in options.names(options.GROW) if name != "optimizer")
-    kwiden.GrowthSchedule({1: {name: options.BY_NAME[name].default for name in training.GROW_ARGUMENTS}})
+    kwiden.GrowthSchedule({1: {name: options.defaults(options.GROW)[name] for name in training.GROW_ARGUMENTS}})
     with pytest.raises(ValueError, match=r"has 'dtype', which kwiden.grow does not take .* it takes k, check, rtol"):
         kwiden.GrowthSchedule({1: dict(dtype="float32")})
 

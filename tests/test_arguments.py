@@ -3,6 +3,7 @@ their help and defaults, the checks, what a command line gives); `is_count`, the
 
 import argparse
 import dataclasses
+import fractions
 
 import numpy as np
 import pytest
@@ -54,3 +55,33 @@ def test_the_flags_their_help_and_defaults_come_from_the_declaration():
     shown = " ".join(parser.format_help().split())
     assert "--share S how much (default: 0.5)" in shown
     assert "--rows ROWS how many rows (default: 8: the command prints a screenful)" in shown
+
+
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    """The options of two functions, `one` and `two`, and of a command that calls either."""
+
+    factor: object = option(None, "how much wider", "factor")
+    mode: str = option("a", "which", "choice", choices=("a", "b"), own={"two": "b"}, command=None, why="b suits two")
+    only: int = option(0, "one's alone", "count", 0, takers=("one",))
+    hidden: bool = option(False, "no flag", "switch", takers=("two",), flag=False, command=True, why="a command shows")
+
+
+def test_options_of_several_functions_each_take_theirs_with_their_own_defaults():
+    assert [field.name for field in arguments.taken_by(Shared, "one")] == ["factor", "mode", "only"]
+    assert [field.name for field in arguments.taken_by(Shared, "two")] == ["factor", "mode", "hidden"]
+    mode = dataclasses.fields(Shared)[1]
+    assert (arguments.default_in(mode, "one"), arguments.default_in(mode, "two")) == ("a", "b")
+    parser = argparse.ArgumentParser()
+    assert arguments.add_flags(parser, Shared, where={"one": "ones", "two": "twos"}) == {
+        "factor": "--factor", "mode": "--mode", "only": "--only"}  # fmt: skip
+    args = parser.parse_args(["--factor", "4/3"])
+    assert arguments.given(args, Shared) == dict(factor=fractions.Fraction(4, 3), mode=None, only=0)
+    shown = " ".join(parser.format_help().split())
+    assert "which (default: a for ones, b for twos: b suits two)" in shown and "no flag" not in shown
+    with pytest.raises(SystemExit, match="^2$"):
+        parser.parse_args(["--factor", "1/0"])
+    with pytest.raises(ValueError, match=r"--factor must be a number above 0 such as 2, 1\.5 or 4/3, got 0\."):
+        arguments.checked(Shared, dict(factor=0))
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^'x' is not a factor such as 2, 1\.5 or 4/3$"):
+        arguments.factor("x")

@@ -1,4 +1,9 @@
+import contextlib
+import dataclasses
+import inspect
+import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -9,6 +14,7 @@ import numpy as np
 import pytest
 
 import kwiden
+from kwiden import cli
 from kwiden.cli import main
 from kwiden.growth.verify import sample_inputs
 from kwiden.testing import padded_batch, randomize_weights
@@ -43,6 +49,52 @@ def test_grow_command_rejects_a_bad_factor(bert, tmp_path, capsys):
     bert().save(src)
     assert main(["grow", str(src), str(tmp_path / "big.keras"), "--factor", "0"]) == 1
     assert "`k` must be a number >= 1" in capsys.readouterr().err
+
+
+def grow_help():
+    """What `kwiden grow --help` says of each flag, `{flag: its help on one line}`."""
+    help_text = io.StringIO()
+    with contextlib.redirect_stdout(help_text), pytest.raises(SystemExit, match="^0$"):  # --help exits 0
+        cli.parser().parse_args(["grow", "--help"])
+    options = help_text.getvalue().split("\noptions:\n")[1]
+    entries = re.split(r"\n  (?=--)", "\n" + options)[1:]  # each flag's lines, from its line on
+    return {entry.split()[0]: " ".join(entry.split()[1:]) for entry in entries}
+
+
+def test_grow_help_shows_each_default_as_the_functions():
+    """`kwiden grow --help` says each flag's default as the function it calls takes it: the one default where
+    `kwiden.grow` and `kwiden.grow_checkpoint` share it, each one's where they differ, and the command's own, with
+    why, where it has one; a switch and an option without a default say none."""
+    from kwiden import arguments
+    from kwiden.growth import options
+
+    signatures = {
+        options.GROW: inspect.signature(kwiden.grow).parameters,
+        options.CHECKPOINT: inspect.signature(kwiden.grow_checkpoint).parameters,
+    }
+    said_of = grow_help()
+    for field in dataclasses.fields(options.GrowthArguments):
+        flag = arguments.flag_of(field)
+        if flag is None:
+            continue
+        said = said_of.pop(flag)
+        taking = {
+            entry: signatures[entry][field.name].default for entry in signatures if field.name in signatures[entry]
+        }
+        command = arguments.command_default(field)
+        if command is not field.default and command is not None:  # the command's own, and why
+            expected = None if command is False else f"(default: {command}: {field.metadata['why']})"
+        elif len(set(map(repr, taking.values()))) > 1:  # each path its function's
+            each = ", ".join(f"{taking[entry]} for {options.WHERE[entry]}" for entry in taking)
+            expected = f"(default: {each}: {field.metadata['why']})"
+        else:
+            (default,) = set(taking.values())
+            expected = None if default is None or default is False else f"(default: {default})"
+        if expected is None:
+            assert "(default: " not in said or "(default: " in field.metadata["help"], (flag, said)
+        else:
+            assert said.endswith(expected), (flag, said, expected)
+    assert not said_of, f"--help shows flags that are no option's: {sorted(said_of)}"
 
 
 def test_demo_command_pretrains_grown_and_from_scratch_at_equal_compute(capsys):

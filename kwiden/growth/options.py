@@ -1,14 +1,18 @@
-"""Stage 1 of `grow`: the growth options, declared once (`OPTIONS`), and
-`resolve`, which checks them into one `GrowthOptions`.
+"""Stage 1 of `grow`: the growth options, declared once (`GrowthArguments`,
+`kwiden.arguments`), and `resolve`, which checks them into one `GrowthOptions`.
 
-`OPTIONS` is the one list of what a growth can be asked: every option's name,
-default, type, allowed values and one line of help, and which entry points take
-it: `kwiden.grow` (a model in memory), `kwiden.grow_checkpoint` (a Hugging Face
-folder grown tensor by tensor) or both. From it come `resolve`'s defaults, the
-`kwiden grow` command's flags (`kwiden.cli`) and the arguments a
-`GrowthSchedule` may set (`kwiden.training.schedule`); `grow`'s and `grow_checkpoint`'s
-signatures spell the same names and defaults so that readers and IDEs see
-them, and tests/test_architecture.py fails when they part from `OPTIONS`.
+`GrowthArguments` is the one declaration of what a growth can be asked: each
+field an option, with its default, kind, allowed values, one line of help, its
+`kwiden grow` flag (or none), and which entry points take it (`takers`):
+`kwiden.grow` (a model in memory), `kwiden.grow_checkpoint` (a Hugging Face
+folder grown tensor by tensor) or both, where an entry point's default is its
+own (`own`) for the reason `why` says. From it come `resolve`'s names and
+defaults, the `kwiden grow` command's flags and their `--help` (`kwiden.cli`),
+what the `--grow` spec's values are (`kwiden.training.recipe`) and the
+arguments a `GrowthSchedule` may set (`kwiden.training.schedule`); `grow`'s and
+`grow_checkpoint`'s signatures spell the same names and defaults so that
+readers and IDEs see them, and tests/test_architecture.py fails when they part
+from `GrowthArguments`.
 """
 
 import dataclasses
@@ -16,7 +20,8 @@ import fractions
 
 import numpy as np
 
-from kwiden.arguments import is_count
+from kwiden import arguments as declared
+from kwiden.arguments import is_count, option
 from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE
 from kwiden.growth.expansion import HEAD_MODES, ROPE_MODES, Growth
 from kwiden.growth.optimizer import DEFAULT_RELAX, DEFAULT_STATE, STATES
@@ -31,175 +36,76 @@ NEW_BLOCKS = ("identity", "copy", "fresh")
 # The entry points that take growth options.
 GROW = "grow"  # kwiden.grow: a model in memory
 CHECKPOINT = "grow_checkpoint"  # kwiden.grow_checkpoint: a Hugging Face folder, tensor by tensor
-COMMAND = "command"  # `kwiden grow`: kwiden.grow for a .keras file, kwiden.grow_checkpoint for a folder
-BOTH = (GROW, CHECKPOINT)
+# What each is for, as `kwiden grow` (kwiden.grow for a .keras file, kwiden.grow_checkpoint for a folder) says it.
+WHERE = {GROW: ".keras models", CHECKPOINT: "folders"}
+IN_MEMORY, FOLDER = (GROW,), (CHECKPOINT,)
 
 
 @dataclasses.dataclass(frozen=True)
-class Option:
-    """One growth option. `default` is its default wherever it is taken,
-    unless `defaults` gives an entry point its own, for the reason `why`
-    says."""
+class GrowthArguments:
+    """The options of `kwiden.grow` and `kwiden.grow_checkpoint` (each takes
+    those whose `takers` name it, in this order), and the `kwiden grow` flags."""
 
-    name: str  # the keyword argument
-    default: object
-    help: str  # one line: the command's --help
-    takers: tuple = BOTH  # the entry points whose signatures take it
-    type: object = None  # what a value is; the command turns its text into one
-    choices: tuple | None = None  # the values it takes: the tuples `Growth` and `resolve` check; argparse's choices
-    flag: str | None = None  # the `kwiden grow` flag; None: the command does not offer it
-    defaults: dict = dataclasses.field(default_factory=dict)  # {entry point: its own default}
-    why: str = ""  # why an entry point's default differs
-
-    def default_for(self, entry):
-        """The default in `entry`: GROW, CHECKPOINT, or COMMAND (None where
-        GROW's and CHECKPOINT's differ: each of the command's paths takes its
-        function's)."""
-        if entry in self.defaults:
-            return self.defaults[entry]
-        return None if entry == COMMAND and self.differs else self.default
-
-    @property
-    def differs(self):
-        """Whether the entry points taking it default to different values."""
-        return len({repr(self.defaults.get(entry, self.default)) for entry in self.takers}) > 1
-
-
-OPTIONS = (
-    Option("k", None, "width factor k (2 doubles; 4/3 is 384 -> 512)", type=fractions.Fraction, flag="--factor"),
-    Option(
-        "check",
-        None,
-        "verify on random inputs; do not save if not exact",
-        takers=(GROW,),
-        flag="--check",
-        defaults={COMMAND: False},
-        why="kwiden.grow compares on the inputs given; the command, a switch, on random inputs (verify.sample_inputs)",
-    ),
-    Option(
-        "rtol",
-        None,
-        "relative error --check accepts (default: 1e-5 in float32)",
-        takers=(GROW,),
-        type=float,
-        flag="--rtol",
-    ),
-    Option(
-        "ffn_factor",
-        None,
-        "the FFN width's own factor (default: --factor)",
-        type=fractions.Fraction,
-        flag="--ffn-factor",
-    ),
+    k: object = option(None, "width factor k (2 doubles; 4/3 is 384 -> 512)", "factor", flag="--factor")
+    check: object = option(None, "verify on random inputs; do not save if not exact", "switch", takers=IN_MEMORY,
+                           command=False, why="kwiden.grow compares on the inputs given; the command, a switch, on "
+                           "random inputs (verify.sample_inputs)")  # fmt: skip
+    rtol: float = option(None, "relative error --check accepts (default: 1e-5 in float32)", "positive",
+                         takers=IN_MEMORY)  # fmt: skip
+    ffn_factor: object = option(None, "the FFN width's own factor (default: --factor)", "factor")
     # kwiden.grow widens each head, exact for every family (rotary ones with rope="exact", their frequencies copied
     # pair-wise); a folder's config.json can say only head_dim and rope_theta, so a LLaMA, Mistral or Qwen2 grown
-    # there must keep both, as growing the number of heads does (models.hf.refuse_copied_rotary).
-    Option(
-        "heads",
-        "size",
-        "grow head size or head count",
-        type=str,
-        choices=HEAD_MODES,
-        flag="--heads",
-        defaults={CHECKPOINT: "count"},
-        why="count keeps head_dim and the RoPE schedule, which LLaMA's, Mistral's and Qwen2's config.json need",
-    ),
-    Option("rope", "exact", "rotary frequencies when heads grow", type=str, choices=ROPE_MODES, flag="--rope"),
-    Option("spread", 2.0, "exact symmetry breaking, at most 100; 0: plain copies", type=float, flag="--spread"),
-    Option(
-        "seed",
-        None,
-        "seed of the random splits (and of --check's inputs)",
-        type=int,
-        flag="--seed",
-        defaults={COMMAND: 0},
-        why="the same command writes the same model; kwiden.grow's None draws the splits afresh",
-    ),
-    Option("optimizer", None, "the small model's optimizer, grown with the model", takers=(GROW,)),
-    Option(
-        "scale_learning_rates",
-        None,
-        "growth scales as learning-rate multipliers (None: where each tensor has one)",
-        takers=(GROW,),
-        type=bool,
-    ),
-    Option(
-        "relax_learning_rates",
-        DEFAULT_RELAX,
-        "updates over which the width-aware rates move to one rate; 0: they hold",
-        takers=(GROW,),
-        type=int,
-    ),
-    Option(
-        "optimizer_state",
-        DEFAULT_STATE,
-        "what the grown optimizer slots hold",
-        takers=(GROW,),
-        type=str,
-        choices=STATES,
-    ),
-    Option("rewarm", 0, "updates over which the new copies' learning rate climbs", takers=(GROW,), type=int),
-    Option("depth", None, "multiply the number of Transformer blocks", type=int, flag="--depth"),
-    Option(
-        "new_blocks",
-        "identity",
-        "new blocks: identity (exact), copy (whole copies, G_stack) or fresh (newly initialised): both approximate",
-        takers=(GROW,),
-        type=str,
-        choices=NEW_BLOCKS,
-    ),
-    Option("num_layers", None, "make the number of Transformer blocks this", type=int, flag="--num-layers"),
-    Option(
-        "allow_approximate", False, "accept growth that is not exact (reported)", type=bool, flag="--allow-approximate"
-    ),
-    Option("hidden_size", None, "target hidden size instead of --factor", type=int, flag="--hidden-size"),
-    Option("intermediate_size", None, "target FFN width instead of --ffn-factor", type=int, flag="--intermediate-size"),
+    # there must keep both, as growing the number of heads does (models.hf.refuse_copied_rotary). The command
+    # leaves it to the function it calls.
+    heads: str = option("size", "grow head size or head count", "choice", choices=HEAD_MODES, own={CHECKPOINT: "count"},
+                        command=None, why="count keeps head_dim and the RoPE schedule, which LLaMA's, Mistral's and "
+                        "Qwen2's config.json need")  # fmt: skip
+    rope: str = option("exact", "rotary frequencies when heads grow", "choice", choices=ROPE_MODES)
+    spread: float = option(2.0, "exact symmetry breaking, at most 100; 0: plain copies", "weight")
+    seed: int = option(None, "seed of the random splits (and of --check's inputs)", "count", 0, command=0,
+                       why="the same command writes the same model; kwiden.grow's None draws the splits afresh")  # fmt: skip
+    optimizer: object = option(None, "the small model's optimizer, grown with the model", "object",
+                               takers=IN_MEMORY, flag=False)  # fmt: skip
+    scale_learning_rates: bool = option(None, "growth scales as learning-rate multipliers (None: where each tensor "
+                                        "has one)", "switch", takers=IN_MEMORY, flag=False)  # fmt: skip
+    relax_learning_rates: int = option(DEFAULT_RELAX, "updates over which the width-aware rates move to one rate; 0: "
+                                       "they hold", "count", 0, takers=IN_MEMORY, flag=False)  # fmt: skip
+    optimizer_state: str = option(DEFAULT_STATE, "what the grown optimizer slots hold", "choice", choices=STATES,
+                                  takers=IN_MEMORY, flag=False)  # fmt: skip
+    rewarm: int = option(0, "updates over which the new copies' learning rate climbs", "count", 0, takers=IN_MEMORY,
+                         flag=False)  # fmt: skip
+    depth: int = option(None, "multiply the number of Transformer blocks", "count", 1)
+    new_blocks: str = option("identity", "new blocks: identity (exact), copy (whole copies, G_stack) or fresh (newly "
+                             "initialised): both approximate", "choice", choices=NEW_BLOCKS, takers=IN_MEMORY,
+                             flag=False)  # fmt: skip
+    num_layers: int = option(None, "make the number of Transformer blocks this", "count", 1)
+    allow_approximate: bool = option(False, "accept growth that is not exact (reported)", "switch")
+    hidden_size: int = option(None, "target hidden size instead of --factor", "count", 1)
+    intermediate_size: int = option(None, "target FFN width instead of --ffn-factor", "count", 1)
     # Python takes "float64" too (streaming.DTYPES); the command offers the dtypes checkpoints are shared in.
-    Option(
-        "dtype",
-        None,
-        "the grown tensors' dtype (default: the source's)",
-        takers=(CHECKPOINT,),
-        type=str,
-        choices=("float32", "bfloat16", "float16"),
-        flag="--dtype",
-    ),
-    Option(
-        "max_shard_size",
-        MAX_SHARD_SIZE,
-        "the largest weight file",
-        takers=(CHECKPOINT,),
-        type=str,
-        flag="--max-shard-size",
-    ),
-    Option(
-        "model",
-        None,
-        "the model family, where config.json's model_type does not name it",
-        takers=(CHECKPOINT,),
-        type=str,
-    ),
-    Option("allow_nonfinite", False, "grow tensors with NaN or infinite values", takers=(CHECKPOINT,), type=bool),
-    Option(
-        "progress",
-        False,
-        "show a progress bar (bytes written)",
-        takers=(CHECKPOINT,),
-        type=bool,
-        defaults={COMMAND: True},
-        why="a command growing a folder shows how far it is",
-    ),
-)
-BY_NAME = {option.name: option for option in OPTIONS}
+    dtype: str = option(None, "the grown tensors' dtype (default: the source's)", "choice",
+                        choices=("float32", "bfloat16", "float16"), takers=FOLDER)  # fmt: skip
+    max_shard_size: str = option(MAX_SHARD_SIZE, "the largest weight file", takers=FOLDER)
+    model: str = option(None, "the model family, where config.json's model_type does not name it", takers=FOLDER,
+                        flag=False)  # fmt: skip
+    allow_nonfinite: bool = option(False, "grow tensors with NaN or infinite values", "switch", takers=FOLDER,
+                                   flag=False)  # fmt: skip
+    progress: bool = option(False, "show a progress bar (bytes written)", "switch", takers=FOLDER, flag=False,
+                            command=True, why="a command growing a folder shows how far it is")  # fmt: skip
 
 
 def taken_by(entry):
-    """The options `entry` (GROW or CHECKPOINT) takes, in its signature's order."""
-    return tuple(option for option in OPTIONS if entry in option.takers)
+    """The options `entry` (GROW or CHECKPOINT) takes, in its signature's order: the fields of `GrowthArguments`."""
+    return declared.taken_by(GrowthArguments, entry)
 
 
 def names(entry):
-    return tuple(option.name for option in taken_by(entry))
+    return tuple(field.name for field in taken_by(entry))
+
+
+def defaults(entry):
+    """`{name: default}` of the options `entry` takes, its own defaults where it has them."""
+    return {field.name: declared.default_in(field, entry) for field in taken_by(entry)}
 
 
 @dataclasses.dataclass
@@ -234,11 +140,11 @@ class GrowthOptions:
 
 def resolve(model, **given):
     """`GrowthOptions` from `kwiden.grow`'s options, by name; those not
-    given take `grow`'s defaults (`OPTIONS`)."""
+    given take `grow`'s defaults (`GrowthArguments`)."""
     unknown = sorted(set(given) - set(names(GROW)))
     if unknown:
         raise TypeError(f"resolve() got {unknown[0]!r}, no option of kwiden.grow's: {', '.join(names(GROW))}.")
-    rest = {option.name: given.get(option.name, option.default_for(GROW)) for option in taken_by(GROW)}
+    rest = {name: given.get(name, default) for name, default in defaults(GROW).items()}
     k, ffn_factor = rest.pop("k"), rest.pop("ffn_factor")
     hidden_size, intermediate_size = rest.pop("hidden_size"), rest.pop("intermediate_size")
     if k is None and hidden_size is None and (rest["depth"] is not None or rest["num_layers"] is not None):

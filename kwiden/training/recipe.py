@@ -4,6 +4,7 @@ found from the target's by undoing the growths, and the updates of each stage
 chosen so that every run spends the FLOPs the target would on `--budget`
 updates from scratch."""
 
+import argparse
 import dataclasses
 import fractions
 import functools
@@ -11,6 +12,7 @@ import json
 import math
 from importlib import resources
 
+from kwiden import arguments as declared
 from kwiden.growth.options import GROW, taken_by
 from kwiden.growth.pipeline import grow
 from kwiden.keras_internals import compile_arguments, inner_optimizer
@@ -57,7 +59,7 @@ def parse(spec):
         return spec
     if not isinstance(spec, str) or not spec:
         raise ValueError(f'--grow takes auto, none, or growths such as "0.33:k=2 0.67:depth=2"; got {spec!r}.')
-    options = {option.name: option for option in taken_by(GROW) if option.name not in TRAINER_GIVES}
+    options = {field.name: field for field in taken_by(GROW) if field.name not in TRAINER_GIVES}
     growths = []
     for item in spec.split():
         fraction_text, colon, pairs_text = item.partition(":")
@@ -113,17 +115,19 @@ def _check_growing(arguments, item, spec):
 
 
 def _value(option, text, spec):
-    if option.type is bool:
+    """`text`, the value of `option` (a field of `growth.options.GrowthArguments`), read as its kind."""
+    kind, choices = option.metadata["kind"], option.metadata["choices"]
+    if kind == "switch":
         if text not in ("True", "False", "true", "false", "1", "0"):
             raise ValueError(f"--grow {spec!r}: {option.name}={text} is not True or False.")
         return text in ("True", "true", "1")
     try:
-        value = (option.type or str)(text)
-    except (ValueError, ZeroDivisionError):
-        kind = {int: "an integer", float: "a number", fractions.Fraction: "a fraction"}.get(option.type, "a value")
+        value = declared.reader(option)(text)
+    except (ValueError, ZeroDivisionError, argparse.ArgumentTypeError):
+        kind = "an integer" if kind == "count" else "a fraction" if kind == "factor" else "a number"
         raise ValueError(f"--grow {spec!r}: {option.name}={text} is not {kind}.") from None
-    if option.choices is not None and value not in option.choices:
-        raise ValueError(f"--grow {spec!r}: {option.name}={text}; it takes {', '.join(map(str, option.choices))}.")
+    if choices is not None and value not in choices:
+        raise ValueError(f"--grow {spec!r}: {option.name}={text}; it takes {', '.join(map(str, choices))}.")
     if isinstance(value, fractions.Fraction) and value.denominator == 1:
         value = int(value)
     return value
