@@ -77,11 +77,17 @@ def test_bad_input_is_named_before_training(pairs, tmp_path):
                                 r"'target'"),
         ('{"source": "a", "target": "b"}\nnot json\n', r"bad\.jsonl, line 2: not JSON"),
         ('{"source": "a", "target": "  "}\n', r"line 1: .* wants a non-empty text"),
-        ("\n\n", r"the corpus holds no JSON lines"),
     ]:  # fmt: skip
         bad.write_text(text)
         with pytest.raises(ValueError, match=message):
             pretrain(bad)
+    bad.write_text("\n\n")
+    with pytest.raises(ValueError, match=r"--build-vocab 300: the corpus gave the vocabulary no token beside the spec"):
+        pretrain(bad)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(token + "\n" for token in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
+    with pytest.raises(ValueError, match=r"the corpus holds no JSON lines"):
+        pretrain(bad, build_vocab=None, tokenizer=str(vocab))
     with pytest.raises(ValueError, match=r"--objective seq2seq trains a UniLM \(--model bert or roformer\), not gpt"):
         pretrain(pairs, model="gpt")
     with pytest.raises(ValueError, match=r"--objective seq2seq needs a tokenizer with \[CLS\] and \[SEP\]"):
