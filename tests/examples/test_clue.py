@@ -11,8 +11,8 @@ import sys
 
 import keras
 import pytest
+from clue_scripts import CLUE, snippets_importable  # noqa: F401 (an autouse fixture)
 
-CLUE = pathlib.Path(__file__).parents[2] / "examples" / "clue"
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "clue"
 # task -> (script, prediction file)
 TASKS = {
@@ -72,12 +72,6 @@ def model_files(tmp_path_factory):
 
 def script(task):
     return runpy.run_path(str(CLUE / f"{task}.py"))["main"]
-
-
-@pytest.fixture(autouse=True)
-def snippets_importable(monkeypatch):
-    """The scripts `import snippets` from their folder, as `python examples/clue/x.py` would find it."""
-    monkeypatch.syspath_prepend(str(CLUE))
 
 
 def run(task, model_files, output_dir, data_dir=None, *flags, lr="1e-3"):

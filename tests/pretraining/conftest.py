@@ -71,6 +71,29 @@ def kill(logs):
     raise SystemExit("killed")
 
 
+def assert_resumes_bit_for_bit(corpus, run, result, folder, monkeypatch):
+    """`run` killed at update 9 and resumed from its backup at 6 (the optimizer's state, the data's position, the
+    objective's masks and Dropout's generators), through its growth, ends on `result`'s final/ bit for bit; on
+    the vocabulary `result`'s run built (two builds of --build-vocab on one corpus may order tied tokens
+    differently). Returns the resumed run."""
+    import kwiden
+
+    killed = {
+        **{k: v for k, v in run.items() if k != "build_vocab"},
+        "tokenizer": str(result.final.parent / "vocab.txt"),
+    }
+    after_update(monkeypatch, 9, kill)
+    with pytest.raises(SystemExit, match="^killed$"):
+        kwiden.pretrain(corpus, folder, **killed)
+    assert not (folder / "final").exists()
+    monkeypatch.undo()
+    resumed = kwiden.pretrain(corpus, folder, **killed)
+    assert "resuming from the backup at update 6" in (folder / "log.txt").read_text()
+    assert resumed.updates == result.updates
+    assert_same_final(result.final, resumed.final)
+    return resumed
+
+
 def assert_same_final(a, b):
     """Every tensor of two runs' final/model.safetensors, the same names and bit for bit the same values."""
     from kwiden.checkpoints.safetensors import SafetensorsTensors

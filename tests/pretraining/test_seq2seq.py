@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import TINY_BERT, TINY_RUN, after_update, assert_same_final, kill
+from conftest import TINY_BERT, TINY_RUN, assert_resumes_bit_for_bit
 
 import kwiden
 from kwiden.pretraining import objectives
@@ -51,19 +51,7 @@ def test_pretrains_a_unilm_and_resumes(pairs, tmp_path, monkeypatch, family, cor
     cut = sum(len(a) + len(b) + 3 > RUN["seq_len"] for a, b in zip(sources, targets))
     assert 0 < cut < len(records)
     assert f"pairs longer than --seq-len 24: {cut:,} of {len(records):,}, the longer side cut first\n" in log
-    # Killed at update 9, resumed from the backup at 6 (its optimizer state, data position, corruption's masks and
-    # Dropout's generators), through the growth: bit for bit the uninterrupted run's final/. On the vocabulary the
-    # run built (two builds of --build-vocab on one corpus may order tied tokens differently).
-    killed = {**{k: v for k, v in run.items() if k != "build_vocab"}, "tokenizer": str(tmp_path / "run" / "vocab.txt")}
-    after_update(monkeypatch, 9, kill)
-    with pytest.raises(SystemExit, match="^killed$"):
-        kwiden.pretrain(pairs, tmp_path / "killed", **killed)
-    assert not (tmp_path / "killed" / "final").exists()
-    monkeypatch.undo()
-    resumed = kwiden.pretrain(pairs, tmp_path / "killed", **killed)
-    assert "resuming from the backup at update 6" in (tmp_path / "killed" / "log.txt").read_text()
-    assert resumed.updates == result.updates
-    assert_same_final(result.final, resumed.final)
+    assert_resumes_bit_for_bit(pairs, run, result, tmp_path / "killed", monkeypatch)
 
 
 def test_bad_input_is_named_before_training(pairs, tmp_path):

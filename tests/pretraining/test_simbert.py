@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import TINY_BERT, TINY_RUN, after_update, assert_same_final, kill
+from conftest import TINY_BERT, TINY_RUN, assert_resumes_bit_for_bit
 
 import kwiden
 from kwiden.pretraining.objectives import IGNORED
@@ -129,19 +129,8 @@ def test_trains_a_tiny_bert_and_resumes(similar, tmp_path, monkeypatch):
         assert row["valid_retrieval_accuracy"] * 8 in range(9)  # of 8 rows
     written = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert written == result.metrics
-    # Killed at update 9, resumed from the backup at 6 (its optimizer state, data position and Dropout's
-    # generators), through the growth: bit for bit the uninterrupted run's final/. On the vocabulary the run built
-    # (two builds of --build-vocab on one corpus may order tied tokens differently).
-    killed = {**{k: v for k, v in run.items() if k != "build_vocab"}, "tokenizer": str(tmp_path / "run" / "vocab.txt")}
-    after_update(monkeypatch, 9, kill)
-    with pytest.raises(SystemExit, match="^killed$"):
-        kwiden.pretrain(similar, tmp_path / "killed", **killed)
-    assert not (tmp_path / "killed" / "final").exists()
-    monkeypatch.undo()
-    resumed = kwiden.pretrain(similar, tmp_path / "killed", **killed)
-    assert "resuming from the backup at update 6" in (tmp_path / "killed" / "log.txt").read_text()
-    assert resumed.updates == result.updates == 24
-    assert_same_final(result.final, resumed.final)
+    resumed = assert_resumes_bit_for_bit(similar, run, result, tmp_path / "killed", monkeypatch)
+    assert resumed.updates == 24
     # final/ holds the pooler it trained, and SentenceEncoder pools by it: the vectors of the model's second output
     encoder = kwiden.SentenceEncoder(result.final)
     texts = [json.loads(line)["text"] for line in similar.read_text().splitlines()[:5]]

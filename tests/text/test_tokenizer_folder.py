@@ -5,25 +5,16 @@ hold no tokenizer kwiden reads are refused, named, with what would work."""
 
 import argparse
 import json
-import pathlib
 import runpy
 import shutil
 
 import pytest
+from clue_scripts import CLUE, snippets_importable  # noqa: F401 (an autouse fixture)
 
 import kwiden
 from kwiden.generation import load_generator
 from kwiden.testing import randomize_weights, tiny_config
 from kwiden.text.vocabulary import load_tokenizer
-
-CLUE = pathlib.Path(__file__).parents[2] / "examples" / "clue"
-
-
-@pytest.fixture(autouse=True)
-def snippets_importable(monkeypatch):
-    """The CLUE scripts `import snippets` from their folder, as `python examples/clue/x.py` would find it."""
-    monkeypatch.syspath_prepend(str(CLUE))
-
 
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "Hello", "cafe", "café", "床", "前", "H", "h"]
 TEXT = "Hello café 床前"
