@@ -166,7 +166,7 @@ class Trainer(LoopHooks):
 
     def compile(self, model, optimizer):
         model.compile(optimizer, **self.compile_arguments())
-        return model
+        return self.objective.prepared(model)
 
     def fresh_model(self):
         optimizer = AdamW(self.schedule, weight_decay=WEIGHT_DECAY, accum_steps=self.options.accum_steps)
@@ -196,7 +196,7 @@ class Trainer(LoopHooks):
         position = self._position(state, path)
         model_file = self.backups / state["model"]
         try:
-            model = self.backup.load(state, **self.compile_arguments())
+            model = self.objective.prepared(self.backup.load(state, **self.compile_arguments()))
         except (OSError, ValueError, zipfile.BadZipFile) as error:
             raise ValueError(f"The backup {model_file} cannot be loaded ({str(error)[:200]}); restore it, or give "
                              "another --output-dir.") from None  # fmt: skip
@@ -332,6 +332,7 @@ class Trainer(LoopHooks):
             self.train_losses = []
 
     def grown(self, source, model, position, growth, arguments):
+        self.objective.prepared(model)  # compiled by the growth as `source` was, its loss step not carried
         self.folder.log(f"update {position.update}: grew ({recipe.arguments_text(growth.arguments)}) to "
                         f"{self.phases[position.growths_done].describe()}")  # fmt: skip
         self.record(model, position.update, position.growths_done, [], grew=True)

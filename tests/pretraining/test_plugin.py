@@ -1,4 +1,4 @@
-"""A user's own objective and family reach `kwiden pretrain` without touching the package: `--plugin FILE` imports
+"""A user's own objective (its own option and loss step, a frozen reference model on the device) and family reach `kwiden pretrain` without touching the package: `--plugin FILE` imports
 a module that registers them, and the objective's own option becomes a flag, reaches the objective, and is recorded
 in run.json and held on a resume; and a run.json an earlier kwiden wrote (every objective's options in every run)
 still resumes."""
@@ -40,8 +40,8 @@ def reference_model(vocab_size, seed):
 
 
 class Imitate(objectives.CausalLM):
-    """The frozen reference model's likeliest next token at each position, as the target (its outputs the
-    target, as SimBERT's batches carry its teacher's cosines)."""
+    """The frozen reference model's next-token distribution, as the target: a loss step of its own
+    (`compute_loss`), the reference run on the device inside the compiled step."""
 
     name = "imitate"
     Options = ReferenceOptions
@@ -58,11 +58,19 @@ class Imitate(objectives.CausalLM):
         weights = reference_model(8, options.reference_seed).get_weights()  # its weights' seeds, drawn small
         return {"reference": hashlib.sha256(b"".join(w.tobytes() for w in weights)).hexdigest()}
 
-    def batch(self, tokens, starts, rng):
-        inputs, _ = super().batch(tokens, starts, rng)
-        targets = np.argmax(keras.ops.convert_to_numpy(self.reference(inputs, training=False)), -1)
-        SEEN["batch"] = inputs, targets.astype(np.int32)
-        return SEEN["batch"]
+    def compute_loss(self, model, x, y, y_pred, sample_weight=None, training=True):
+        SEEN.setdefault("traced", set()).add(training)  # Python runs as the step is traced, in training or not
+        return imitation_loss(self.reference(x, training=False), y_pred)
+
+    def validation_batches(self, valid, batch_size, seed):
+        SEEN["valid"] = super().validation_batches(valid, batch_size, seed)
+        return SEEN["valid"]
+
+
+def imitation_loss(reference_logits, logits):
+    """The cross-entropy of the model's next token against the reference's distribution, averaged."""
+    target = keras.ops.softmax(reference_logits)
+    return keras.ops.mean(keras.losses.categorical_crossentropy(target, logits, from_logits=True))
 
 
 def register():
@@ -82,8 +90,8 @@ def plugin(tmp_path, monkeypatch):
     sys.modules.pop("my_plugin", None)
 
 
-def command(english, folder, config, *flags):
-    return ["pretrain", str(english), "--output-dir", str(folder), "--config", str(config), "--grow", "none",
+def command(english, folder, config, *flags, grow="none"):
+    return ["pretrain", str(english), "--output-dir", str(folder), "--config", str(config), "--grow", grow,
             "--seq-len", "16", "--batch-size", "4", "--budget", "3", "--lr", "3e-3", "--quiet", *flags]  # fmt: skip
 
 
@@ -92,17 +100,22 @@ def test_an_objective_and_a_family_of_a_plugin_train_from_the_command_line(engli
     config.write_text(json.dumps(TINY_GPT))
     run = tmp_path / "run"
     flags = ("--plugin", str(plugin), "--model", "imitating-gpt", "--reference-seed", "7")
-    assert main(command(english, run, config, *flags)) == 0
+    assert main(command(english, run, config, *flags, grow="0.5:k=2")) == 0
     assert SEEN["reference_seed"] == 7  # the flag reached the objective
     record = json.loads((run / "run.json").read_text())
     assert record["arguments"]["reference_seed"] == 7 and record["arguments"]["model"] == "imitating-gpt"
     assert record["reference"] == Imitate.fingerprint(ReferenceOptions(7))["reference"]
     assert "objective: imitate" in (run / "log.txt").read_text()
-    inputs, targets = SEEN["batch"]  # the targets are the frozen reference's outputs
-    expected = np.argmax(keras.ops.convert_to_numpy(reference_model(SEEN["vocab_size"], 7)(inputs)), -1)
-    np.testing.assert_array_equal(targets, expected)
+    # its loss step trained and evaluated, grown or not: the last validation loss is its loss of final/ (the grown
+    # model) on the held-out batches
+    assert SEEN["traced"] == {True, False}
+    final = kwiden.build_transformer_model(checkpoint_path=run / "final")
+    reference = reference_model(SEEN["vocab_size"], 7)
+    losses = [float(imitation_loss(reference(x), final(x))) for x, _ in SEEN["valid"]]
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["valid_loss"] == pytest.approx(np.mean(losses), rel=1e-5)
     # a resume holds the option: another value is another run
-    assert main(command(english, run, config, *flags[:-1], "8")) == 1
+    assert main(command(english, run, config, *flags[:-1], "8", grow="0.5:k=2")) == 1
     assert "holds a run made with --reference-seed 7, not 8" in capsys.readouterr().err
     # another objective refuses it, naming whose it is
     assert main(command(english, tmp_path / "causal", config, "--plugin", str(plugin), "--objective", "causal_lm",

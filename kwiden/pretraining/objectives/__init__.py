@@ -4,6 +4,7 @@ tokens (`masked_lm`, encoders: BERT's 15%, 80/10/10, loss on the masked
 positions only, optionally whole words)."""
 
 import dataclasses
+import functools
 
 import keras
 import numpy as np
@@ -61,6 +62,14 @@ class Objective:
     (sentence pairs, documents) overrides these four; `notes(data)` are lines
     the run's log.txt gets about what it read (pairs cut, …).
 
+    Its own train step: `compute_loss(model, x, y, y_pred, sample_weight,
+    training)`, where an objective defines it, is the loss of each training
+    and validation batch in place of the compiled losses' (Keras'
+    `Model.compute_loss`, which it may call: `keras.Model.compute_loss(model,
+    x, y, y_pred, sample_weight, training)`). It runs inside the compiled
+    step, on the device, so a frozen reference model it calls (a teacher, a
+    reference policy) costs no trip to the host.
+
     Beside the validation loss, `measured` names what a metrics row records
     as `valid_NAME` (a loss's parts, an accuracy): `measures(outputs,
     targets)` of one validation batch's outputs, `{name: (value, weight)}`,
@@ -71,6 +80,7 @@ class Objective:
     Options = NoOptions
     model_arguments = {}
     measured = ()
+    compute_loss = None  # or a method: the loss of a batch, in place of the compiled losses'
 
     def __init__(self, seq_len, vocab_size):
         self.seq_len, self.vocab_size = seq_len, vocab_size
@@ -111,6 +121,12 @@ class Objective:
 
     def notes(self, data):
         return []
+
+    def prepared(self, model):
+        """`model` (compiled) computing its loss by the objective's own `compute_loss`, where it has one."""
+        if self.compute_loss is not None:
+            model.compute_loss = functools.partial(self.compute_loss, model)
+        return model
 
     # Its data; by default the token stream, its windows at random places.
     marks_words = False  # whether it reads where words start (whole-word masking)
