@@ -283,7 +283,7 @@ def _generate_parser(commands):
 
 def _registered():
     """What the help of `--model`, `--objective` and `--config` lists: the registries' names, now."""
-    return dict(families=", ".join(sorted(family.FAMILIES)), objectives=", ".join(sorted(objectives.OBJECTIVES)),
+    return dict(families=", ".join(sorted(family.FAMILIES)), objectives=", ".join(sorted(objectives.registered())),
                 presets=presets.described())  # fmt: skip
 
 

@@ -385,7 +385,7 @@ def _objective_class(options):
     if name is None:
         raise ValueError(
             f"--model {family.name}: the family names no pretraining objective; give --objective "
-            f"({', '.join(sorted(objectives.OBJECTIVES))})."
+            f"({', '.join(sorted(objectives.registered()))})."
         )
     return family, objectives.get_objective(name)
 

@@ -217,3 +217,19 @@ def test_a_wordpiece_tokenizer_json_is_saved_with_its_vocab_txt(tmp_path):
         "utf-8"
     )
     assert (tmp_path / "final" / "tokenizer.json").is_file()
+
+
+def test_what_is_registered_does_not_depend_on_what_was_imported():
+    import subprocess
+    import sys
+
+    listed = subprocess.run(
+        [sys.executable, "-c", "from kwiden.pretraining import objectives as o; print(*sorted(o.registered()))"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert listed.stdout.split() == ["causal_lm", "masked_lm", "seq2seq", "simbert"]
+
+
+def test_an_objective_that_is_not_one_is_refused_naming_what_register_objective_takes():
+    with pytest.raises(ValueError, match=r"register_objective takes an Objective subclass with a `name`, got 3"):
+        objectives.register_objective(3)

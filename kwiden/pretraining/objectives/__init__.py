@@ -1,10 +1,11 @@
-"""Pretraining objectives on a token stream, in a registry a new one joins
-(`register_objective`): the next token (`causal_lm`, decoders) and masked
+"""Pretraining objectives on a token stream, in a registry of kwiden's
+(`BUILT_IN`) a new one joins (`register_objective`): the next token (`causal_lm`, decoders) and masked
 tokens (`masked_lm`, encoders: BERT's 15%, 80/10/10, loss on the masked
 positions only, optionally whole words)."""
 
 import dataclasses
 import functools
+import importlib
 
 import keras
 import numpy as np
@@ -148,7 +149,24 @@ class Objective:
         return np.stack([tokens.ids[s : s + self.window] for s in starts]).astype(np.int32)
 
 
+# The objectives kwiden brings: the module and class of each, by name (imported when the objectives are asked for,
+# so that what is registered never depends on what was imported before).
+BUILT_IN = {
+    "causal_lm": ("kwiden.pretraining.objectives", "CausalLM"),
+    "masked_lm": ("kwiden.pretraining.objectives", "MaskedLM"),
+    "seq2seq": ("kwiden.pretraining.objectives.seq2seq", "Seq2Seq"),
+    "simbert": ("kwiden.pretraining.objectives.simbert", "SimBERT"),
+}
+# Those `register_objective` added, by name (one named as a built-in one replaces it).
 OBJECTIVES = {}
+
+
+def registered():
+    """Every objective by name: kwiden's (`BUILT_IN`), then those `register_objective` added."""
+    built_in = {
+        name: getattr(importlib.import_module(module), attribute) for name, (module, attribute) in BUILT_IN.items()
+    }
+    return {**built_in, **OBJECTIVES}
 
 
 def register_objective(objective):
@@ -158,7 +176,7 @@ def register_objective(objective):
         raise ValueError(f"register_objective takes an Objective subclass with a `name`, got {objective!r}.")
     if not dataclasses.is_dataclass(objective.Options):
         raise ValueError(f"{objective.__name__}.Options must be a dataclass of kwiden.arguments.option fields.")
-    declared = {field.name: field for field in option_fields()}
+    declared = {field.name: field for field in option_fields(without=objective.name)}
     for field in dataclasses.fields(objective.Options):
         other = declared.get(field.name)
         if other is not None and (other.default, other.metadata) != (field.default, field.metadata):
@@ -168,10 +186,13 @@ def register_objective(objective):
     return objective
 
 
-def option_fields():
-    """The options the registered objectives declare, each once, in the order they were registered."""
+def option_fields(without=None):
+    """The options the registered objectives (but the one named `without`) declare, each once, in the order they
+    were registered."""
     found = {}
-    for objective in OBJECTIVES.values():
+    for name, objective in registered().items():
+        if name == without:
+            continue
         for field in dataclasses.fields(objective.Options):
             found.setdefault(field.name, field)
     return tuple(found.values())
@@ -179,16 +200,16 @@ def option_fields():
 
 def takers(name):
     """The registered objectives that take the option `name`, by name."""
-    return [key for key, o in sorted(OBJECTIVES.items()) if name in {f.name for f in dataclasses.fields(o.Options)}]
+    return [key for key, o in sorted(registered().items()) if name in {f.name for f in dataclasses.fields(o.Options)}]
 
 
 def get_objective(name):
-    if name not in OBJECTIVES:
-        raise ValueError(f"--objective {name}: pretraining knows {', '.join(sorted(OBJECTIVES))}.")
-    return OBJECTIVES[name]
+    known = registered()
+    if name not in known:
+        raise ValueError(f"--objective {name}: pretraining knows {', '.join(sorted(known))}.")
+    return known[name]
 
 
-@register_objective
 class CausalLM(Objective):
     """The next token, as decoders learn (GPT, LLaMA, Qwen2, Mistral)."""
 
@@ -211,7 +232,6 @@ class WholeWords:
     whole_word_mask: bool = option(False, "mask whole words (Chinese words by jieba)", "switch")
 
 
-@register_objective
 class MaskedLM(Objective):
     """Masked tokens, as encoders learn (BERT, RoFormer): 15% of the
     positions (whole words with `whole_words`), 80/10/10, the loss on those

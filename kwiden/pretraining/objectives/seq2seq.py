@@ -26,7 +26,6 @@ from kwiden.pretraining.objectives import (
     REPLACED_BY_RANDOM,
     Objective,
     first_of,
-    register_objective,
 )
 from kwiden.text import tokens
 from kwiden.text.tokenizer import check_json_texts
@@ -62,7 +61,6 @@ class Corruption:
                             "portion", metavar="F")  # fmt: skip
 
 
-@register_objective
 class Seq2Seq(Objective):
     """The target generated from the source, left to right (UniLM)."""
 

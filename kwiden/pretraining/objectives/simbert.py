@@ -25,7 +25,7 @@ from keras import ops
 from kwiden.arguments import option
 from kwiden.files import file_digest
 from kwiden.models import naming
-from kwiden.pretraining.objectives import IGNORED, register_objective
+from kwiden.pretraining.objectives import IGNORED
 from kwiden.pretraining.objectives.seq2seq import MAX_VALID_ROWS, Corruption, Seq2Seq, source_starts, word_starts
 from kwiden.similarity.losses import DISTILL_WEIGHT, SCALE, InBatchSimilarity
 from kwiden.similarity.retrieval import retrieval_accuracy
@@ -67,7 +67,6 @@ class SimilarityOptions(Corruption):
                                    f"{DISTILL_WEIGHT:g})", "weight", metavar="W")  # fmt: skip
 
 
-@register_objective
 class SimBERT(Seq2Seq):
     """A similar sentence generated from each sentence, and the pair's `[CLS]` vectors pulled together."""
 
