@@ -101,49 +101,101 @@ def fields_of(options):
     return options if isinstance(options, (list, tuple)) else dataclasses.fields(options)
 
 
-def checked(options, values):
-    """`values` (by name; those missing take their defaults) each checked by its field, refused naming its flag
-    where it is of the wrong kind or range; NumPy scalars become Python numbers."""
+def checked(options, values, refused=None):
+    """`values` (by name; those missing take their defaults) each checked by its field, as its kind's Python value
+    (NumPy scalars become Python numbers). `refused(field, value, span)` is the exception raised where a value is not
+    of its field's kind or range (`span` says what it must be: "a whole number of at least 1"); by default a
+    ValueError that names its flag (`flag_refusal`; `keyword_refusal` names it as a Python caller does)."""
     unknown = sorted(set(values) - {field.name for field in fields_of(options)})
     if unknown:
         raise TypeError(f"unexpected option {unknown[0]!r}; the options are {', '.join(defaults(options))}.")
-    return {field.name: checked_value(field, values.get(field.name, field.default)) for field in fields_of(options)}
+    refused = refused or flag_refusal
+    return {
+        field.name: checked_value(field, values.get(field.name, field.default), refused) for field in fields_of(options)
+    }
 
 
-def checked_value(field, value):
-    """`value` checked as `field` declares, as its kind's Python value."""
-    rules, flag = field.metadata, flag_of(field) or field.name
+def flag_refusal(field, value, span):
+    shown = str(value) if isinstance(value, fractions.Fraction) else repr(value)  # as the command line gave it
+    return ValueError(f"{flag_of(field) or field.name} must be {span}, got {shown}.")
+
+
+def keyword_refusal(field, value, span):
+    return ValueError(f"`{field.name}` must be {span} ({field.metadata['help']}), got {field.name}={value!r}.")
+
+
+def checked_value(field, value, refused=None):
+    """`value` checked as `field` declares, as its kind's Python value; `refused` as `checked` takes it."""
+    refused = refused or flag_refusal
     if value is None and field.default is None:
         return None
-    kind = rules["kind"]
-    if kind == "count":
-        if not is_count(value, rules["least"]) or (rules["most"] is not None and value > rules["most"]):
-            most = rules["most"]
-            span = f"from {rules['least']} to {most}" if most is not None else f"of at least {rules['least']}"
-            raise ValueError(f"{flag} must be a whole number {span}, got {value!r}.")
-        return int(value)
-    if kind in RANGES:
-        zero, most, included, span = RANGES[kind]
-        fits = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-        low = fits and (0 <= value if zero else 0 < value)
-        if not (low and (value <= most if included else value < most)):
-            raise ValueError(f"{flag} must be {span}, got {value!r}.")
-        return float(value)
-    if kind == "factor":
-        if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < math.inf):
-            raise ValueError(f"{flag} must be a number above 0 such as 2, 1.5 or 4/3, got {value!r}.")
-        return value
-    if kind == "choice" and value not in rules["choices"]:
-        raise ValueError(f"{flag} must be one of {', '.join(map(str, rules['choices']))}, got {value!r}.")
-    if kind == "switch":
-        return bool(value)
-    if kind == "checkpoint" and not pathlib.Path(value).is_dir():
+    span = span_of(field)
+    fits, value = _fits(field, value)
+    if not fits:
+        raise refused(field, value, span)
+    if field.metadata["kind"] == "checkpoint" and not pathlib.Path(value).is_dir():
         state = "is not a folder" if pathlib.Path(value).exists() else "does not exist"
         raise ValueError(
-            f"{flag} {value} {state}: give a checkpoint folder (Hugging Face: config.json and "
+            f"{flag_of(field) or field.name} {value} {state}: give a checkpoint folder (Hugging Face: config.json and "
             "model.safetensors; Google: bert_config.json and bert_model.ckpt.*)."
         )
     return value
+
+
+def _bounds(field):
+    """A real kind's `(low, whether it is included, high, whether it is included)`, `least` and `most` (included)
+    in place of the kind's where the declaration gives them."""
+    rules = field.metadata
+    zero, high, high_included, _ = RANGES.get(rules["kind"], (False, math.inf, False, ""))
+    low, low_included = (0, zero) if rules["least"] is None else (rules["least"], True)
+    if rules["most"] is not None:
+        high, high_included = rules["most"], True
+    return low, low_included, high, high_included
+
+
+def _real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fits(field, value):
+    """`(whether value is of field's kind and range, the value as its kind's Python value)`."""
+    rules, kind = field.metadata, field.metadata["kind"]
+    if kind == "count":
+        fits = is_count(value, rules["least"] or 0) and (rules["most"] is None or value <= rules["most"])
+        return fits, int(value) if fits else value
+    if kind in RANGES or kind == "factor":
+        low, low_included, high, high_included = _bounds(field)
+        fits = _real(value) and (value >= low if low_included else value > low)
+        fits = fits and (value <= high if high_included else value < high)
+        return fits, (float(value) if kind in RANGES else value) if fits else value
+    if kind == "choice":
+        return value in rules["choices"], value
+    if kind == "switch":
+        return isinstance(value, bool) or type(value).__name__ == "bool_", bool(value)  # NumPy's too
+    return True, value
+
+
+def span_of(field):
+    """What a value of `field` must be, as a refusal says it."""
+    rules, kind = field.metadata, field.metadata["kind"]
+    if kind == "count":
+        most = rules["most"]
+        return f"a whole number from {rules['least'] or 0} to {most}" if most is not None else (
+            f"a whole number of at least {rules['least'] or 0}")  # fmt: skip
+    if kind == "choice":
+        return "one of " + ", ".join(map(str, rules["choices"]))
+    if kind == "switch":
+        return "True or False"
+    if kind in RANGES and rules["least"] is None and rules["most"] is None:
+        return RANGES[kind][3]
+    if kind in RANGES or kind == "factor":
+        low, low_included, high, high_included = _bounds(field)
+        such = " such as 2, 1.5 or 4/3" if kind == "factor" else ""
+        if high == math.inf:
+            return f"a number {'of at least' if low_included else 'above'} {low:g}{such}"
+        return f"a number from {low:g} to {high:g}{such}" if low_included and high_included else (
+            f"in {'[' if low_included else '('}{low:g}, {high:g}{']' if high_included else ')'}")  # fmt: skip
+    return "a " + kind
 
 
 def help_of(field, known=None, prefix="", where=None):
@@ -190,6 +242,8 @@ __all__ = [
     "SAME",
     "add_flags",
     "checked",
+    "flag_refusal",
+    "keyword_refusal",
     "default_in",
     "defaults",
     "factor",

@@ -48,7 +48,11 @@ def test_grow_command_rejects_a_bad_factor(bert, tmp_path, capsys):
     src = tmp_path / "small.keras"
     bert().save(src)
     assert main(["grow", str(src), str(tmp_path / "big.keras"), "--factor", "0"]) == 1
-    assert "`k` must be a number >= 1" in capsys.readouterr().err
+    assert (
+        "kwiden grow: --factor must be a number of at least 1 such as 2, 1.5 or 4/3, got 0." in capsys.readouterr().err
+    )
+    assert main(["grow", str(src), str(tmp_path / "big.keras"), "--factor", "2", "--spread", "200"]) == 1
+    assert "kwiden grow: --spread must be a number from 0 to 100, got 200.0." in capsys.readouterr().err
 
 
 def grow_help():

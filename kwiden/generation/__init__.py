@@ -13,7 +13,7 @@ from kwiden.arguments import is_count
 from kwiden.checkpoints import config_beside, holds_layer
 from kwiden.checkpoints.generation_config import read_generation_config, trained_max_length
 from kwiden.files import read_json
-from kwiden.generation.arguments import ArgumentError, ArgumentWarning
+from kwiden.generation.arguments import ArgumentError, ArgumentWarning, GenerateOptions, checked
 from kwiden.generation.footprint import check_memory
 from kwiden.generation.rollout import Decoder, check_positions
 from kwiden.generation.search import Search, beam_rows, decode_rows
@@ -137,10 +137,7 @@ def _checked_ids(decoder, prompts, end_ids, banned):
 
 
 def _check_counts(search, max_new_tokens, num_samples, seed):
-    _whole("max_new_tokens", max_new_tokens)
-    _whole("num_samples", num_samples)
-    if seed is not None and not is_count(seed):
-        raise ArgumentError("{seed}={value!r}: must be a whole number ≥ 0, or None (fresh randomness).", value=seed)
+    checked(GenerateOptions, dict(max_new_tokens=max_new_tokens, num_samples=num_samples, seed=seed))
     if search.beam is not None and num_samples > search.beam:
         raise ArgumentError(
             "{num_samples}={value}: {beam}={beam_width} keeps {beam_width} continuations at most.",
@@ -306,11 +303,6 @@ def _checked_search(greedy, beam, top_k, top_p, temperature, num_samples):
     if greedy and num_samples != 1:
         raise ArgumentError("{greedy} gives one continuation a prompt, not {num_samples}={value}.", value=num_samples)
     return search
-
-
-def _whole(name, value):
-    if not is_count(value, 1):
-        raise ArgumentError("{" + name + "}={value!r}: must be a whole number ≥ 1.", value=value)
 
 
 def _encoded(tokenizer, text, segments, index, end_ids):

@@ -11,8 +11,11 @@ point's argument would advise what the user cannot give."""
 import dataclasses
 import re
 
+from kwiden import arguments
 from kwiden.arguments import flag_of, option
 
+# Below this, logits / temperature overflow float64 and sampling would give NaN.
+LEAST_TEMPERATURE = 1e-6
 # How Python callers name the switches (the rest: as written).
 PYTHON = {"greedy": "greedy=True"}
 # A backslash escape in a token's text, and the character it stands for.
@@ -35,7 +38,8 @@ class GenerateOptions:
     beam: int = option(None, "beam search of K continuations", "count", 1, metavar="K")
     top_k: int = option(None, "sample from the K likeliest tokens", "count", 1, metavar="K")
     top_p: float = option(1.0, "sample from the likeliest tokens holding P", "share", metavar="P")
-    temperature: float = option(1.0, "divide the logits by T before sampling", "positive", metavar="T")
+    temperature: float = option(1.0, "divide the logits by T before sampling", "positive", LEAST_TEMPERATURE,
+                                metavar="T")  # fmt: skip
     num_samples: int = option(1, "continuations a prompt", "count", 1)
     seed: int = option(None, "makes sampling repeat", "count", 0)
     end_tokens: list = option(None, "a token that ends a continuation: its text (or a text the tokenizer reads as "
@@ -54,6 +58,17 @@ class SimilarOptions:
     max_new_tokens: int = option(None, "tokens a sentence at most (default: twice the text's and 2 more, or as many "
                                  "as the positions the model holds and was trained on allow)", "count", 1)  # fmt: skip
     seed: int = option(None, "makes sampling repeat", "count", 0)
+
+
+def checked(options, values):
+    """`values`, options of `options` (`GenerateOptions`, `SimilarOptions`) by name, each checked by its field;
+    refused naming it as the caller spells it (`ArgumentError`)."""
+    fields = [field for field in dataclasses.fields(options) if field.name in values]
+    return arguments.checked(fields, values, _refused)
+
+
+def _refused(field, value, span):
+    return ArgumentError("{" + field.name + "}={value!r}: must be " + span + ".", value=value)
 
 
 def flags(options):

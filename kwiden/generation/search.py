@@ -3,18 +3,15 @@ beam search, over a `Rollout`'s logits, on the host in float64 numpy, so a
 seed gives the same samples on every backend."""
 
 import dataclasses
-import numbers
 
 import numpy as np
 
-from kwiden.arguments import is_count
-from kwiden.generation.arguments import ArgumentError
+from kwiden.generation.arguments import ArgumentError, GenerateOptions, checked
 from kwiden.generation.rollout import Rollout
 
 # Beam search ranks finished continuations by their log-probability over their length, as transformers'
 # `length_penalty=1.0`.
 LENGTH_PENALTY = 1.0
-LEAST_TEMPERATURE = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,18 +33,10 @@ class Search:
             raise ArgumentError(
                 "Choose one of {greedy}, {beam}=K, or sampling ({top_k}=K, {top_p}=P, {temperature}=T)."
             )
-        for name in ("beam", "top_k"):
-            value = getattr(self, name)
-            if value is not None and not is_count(value, 1):
-                raise ArgumentError("{" + name + "}={value!r}: must be a whole number ≥ 1.", value=value)
-        if not (isinstance(self.top_p, numbers.Real) and 0 < self.top_p <= 1):
-            raise ArgumentError("{top_p}={value!r}: must be in (0, 1].", value=self.top_p)
-        # Below this, logits / temperature overflow float64 and sampling would give NaN.
-        if not (isinstance(self.temperature, numbers.Real) and LEAST_TEMPERATURE <= self.temperature < float("inf")):
-            raise ArgumentError(
-                "{temperature}={value!r}: must be a number from {least} up.", value=self.temperature,
-                least=LEAST_TEMPERATURE,
-            )  # fmt: skip
+        values = dict(greedy=self.greedy, beam=self.beam, top_k=self.top_k, top_p=self.top_p,
+                      temperature=self.temperature)  # fmt: skip
+        for name, value in checked(GenerateOptions, values).items():
+            object.__setattr__(self, name, value)
 
     @property
     def samples(self):

@@ -27,11 +27,17 @@ from kwiden.growth.expansion import HEAD_MODES, ROPE_MODES, Growth
 from kwiden.growth.optimizer import DEFAULT_RELAX, DEFAULT_STATE, STATES
 from kwiden.growth.plan import hidden_size_of, intermediate_size_of
 from kwiden.growth.verify import check_inputs
-from kwiden.optimizers import arguments
 
 # What depth growth's new blocks are: the block with its residual branches ending in zeros (exact), the
 # whole block again (G_stack, arXiv 2405.15319), or a newly initialised block (Bu, arXiv 2511.04981).
 NEW_BLOCKS = ("identity", "copy", "fresh")
+
+# Beyond this, unequal splits cancel in float32 and the grown model is no longer
+# exact (measured on a BERT: 9e-7 at 100, 7e-5 at 1e4).
+MAX_SPREAD = 100.0
+# The options `resolve` leaves to others: the inputs `check` compares on (a switch to the command;
+# `verify.check_inputs` checks them) and the optimizer (`growth.optimizer`).
+CHECKED_ELSEWHERE = ("check", "optimizer")
 
 # The entry points that take growth options.
 GROW = "grow"  # kwiden.grow: a model in memory
@@ -46,13 +52,13 @@ class GrowthArguments:
     """The options of `kwiden.grow` and `kwiden.grow_checkpoint` (each takes
     those whose `takers` name it, in this order), and the `kwiden grow` flags."""
 
-    k: object = option(None, "width factor k (2 doubles; 4/3 is 384 -> 512)", "factor", flag="--factor")
+    k: object = option(None, "width factor k (2 doubles; 4/3 is 384 -> 512)", "factor", 1, flag="--factor")
     check: object = option(None, "verify on random inputs; do not save if not exact", "switch", takers=IN_MEMORY,
                            command=False, why="kwiden.grow compares on the inputs given; the command, a switch, on "
                            "random inputs (verify.sample_inputs)")  # fmt: skip
     rtol: float = option(None, "relative error --check accepts (default: 1e-5 in float32)", "positive",
                          takers=IN_MEMORY)  # fmt: skip
-    ffn_factor: object = option(None, "the FFN width's own factor (default: --factor)", "factor")
+    ffn_factor: object = option(None, "the FFN width's own factor (default: --factor)", "factor", 1)
     # kwiden.grow widens each head, exact for every family (rotary ones with rope="exact", their frequencies copied
     # pair-wise); a folder's config.json can say only head_dim and rope_theta, so a LLaMA, Mistral or Qwen2 grown
     # there must keep both, as growing the number of heads does (models.hf.refuse_copied_rotary). The command
@@ -61,7 +67,8 @@ class GrowthArguments:
                         command=None, why="count keeps head_dim and the RoPE schedule, which LLaMA's, Mistral's and "
                         "Qwen2's config.json need")  # fmt: skip
     rope: str = option("exact", "rotary frequencies when heads grow", "choice", choices=ROPE_MODES)
-    spread: float = option(2.0, "exact symmetry breaking, at most 100; 0: plain copies", "weight")
+    spread: float = option(2.0, "exact symmetry breaking, of order 1; 0: plain copies; larger than 100, the splits "
+                           "cancel in float32", "weight", most=MAX_SPREAD)  # fmt: skip
     seed: int = option(None, "seed of the random splits (and of --check's inputs)", "count", 0, command=0,
                        why="the same command writes the same model; kwiden.grow's None draws the splits afresh")  # fmt: skip
     optimizer: object = option(None, "the small model's optimizer, grown with the model", "object",
@@ -145,6 +152,8 @@ def resolve(model, **given):
     if unknown:
         raise TypeError(f"resolve() got {unknown[0]!r}, no option of kwiden.grow's: {', '.join(names(GROW))}.")
     rest = {name: given.get(name, default) for name, default in defaults(GROW).items()}
+    fields = [field for field in taken_by(GROW) if field.name not in CHECKED_ELSEWHERE]
+    rest.update(declared.checked(fields, {f.name: rest[f.name] for f in fields}, declared.keyword_refusal))
     k, ffn_factor = rest.pop("k"), rest.pop("ffn_factor")
     hidden_size, intermediate_size = rest.pop("hidden_size"), rest.pop("intermediate_size")
     if k is None and hidden_size is None and (rest["depth"] is not None or rest["num_layers"] is not None):
@@ -152,7 +161,6 @@ def resolve(model, **given):
     k, ffn_factor = _factors(model, k, ffn_factor, hidden_size, intermediate_size)
     growth = Growth(k, ffn_factor, rest.pop("heads"), rest.pop("rope"), rest.pop("allow_approximate"))
     options = GrowthOptions(growth, **rest)
-    _check_spread(options.spread)
     _check_optimizer_options(options)
     _check_new_blocks(options)
     if options.check is not None:
@@ -160,28 +168,7 @@ def resolve(model, **given):
     return options
 
 
-# Beyond this, unequal splits cancel in float32 and the grown model is no longer
-# exact (measured on a BERT: 9e-7 at 100, 7e-5 at 1e4).
-MAX_SPREAD = 100.0
-
-
-def _check_spread(spread):
-    if isinstance(spread, bool) or not isinstance(spread, (int, float, np.integer, np.floating)):
-        raise ValueError(f"`spread` must be a number in [0, {MAX_SPREAD:g}] (0: plain copies), got spread={spread!r}.")
-    if not 0 <= spread <= MAX_SPREAD:  # NaN fails both
-        raise ValueError(
-            f"`spread` must be a number in [0, {MAX_SPREAD:g}] (0: plain copies; values of order 1 are where to "
-            f"start), got spread={spread!r}: larger splits cancel in float32 and the grown model would not be exact."
-        )
-
-
 def _check_new_blocks(options):
-    if options.new_blocks not in NEW_BLOCKS:
-        raise ValueError(
-            f"`new_blocks` must be 'identity' (exact: each new block's residual branches end in zeros), 'copy' "
-            f"(whole copies of the block, as G_stack stacks them: approximate) or 'fresh' (newly initialised "
-            f"blocks: approximate), got new_blocks={options.new_blocks!r}."
-        )
     if options.new_blocks != "identity" and not options.growth.allow_approximate:
         raise ValueError(
             f"new_blocks={options.new_blocks!r} adds blocks that change the function: pass allow_approximate=True "
@@ -190,21 +177,6 @@ def _check_new_blocks(options):
 
 
 def _check_optimizer_options(options):
-    if options.optimizer_state not in STATES:
-        raise ValueError(
-            f"`optimizer_state` must be one of {', '.join(map(repr, STATES))}, got optimizer_state={options.optimizer_state!r}."
-        )
-    options.rewarm = arguments.integer(options.rewarm, "rewarm", at_least=0, hint="updates; 0: none")
-    scale = options.scale_learning_rates
-    if not (scale is None or isinstance(scale, (bool, np.bool_))):
-        raise ValueError(
-            "`scale_learning_rates` must be None (width-aware rates where each tensor has one multiplier), True "
-            f"or False, got scale_learning_rates={scale!r}."
-        )
-    options.scale_learning_rates = None if scale is None else bool(scale)
-    options.relax_learning_rates = arguments.integer(
-        options.relax_learning_rates, "relax_learning_rates", at_least=0, hint="updates; 0: the width-aware rates hold"
-    )
     if options.scale_learning_rates is False and options.relax_learning_rates not in (0, DEFAULT_RELAX):
         raise ValueError(
             f"`relax_learning_rates={options.relax_learning_rates}` relaxes width-aware learning rates, and "

@@ -2,9 +2,8 @@
 from a UniLM given the text as its first, and keep those whose sentence
 vectors lie closest to the text's."""
 
-from kwiden.arguments import is_count
 from kwiden.generation import generate, load_generator, most_new_tokens
-from kwiden.generation.arguments import ArgumentError
+from kwiden.generation.arguments import ArgumentError, SimilarOptions, checked
 from kwiden.similarity.sentence import ENCODERS, SentenceEncoder
 
 
@@ -34,9 +33,8 @@ def similar(checkpoint, texts, n=5, candidates=100, top_k=5, max_new_tokens=None
     """
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
-    if not is_count(candidates, 1):
-        raise ArgumentError("{candidates}={value!r}: must be a whole number ≥ 1.", value=candidates)
-    if not (is_count(n, 1) and n <= candidates):
+    checked(SimilarOptions, dict(n=n, candidates=candidates, top_k=top_k, max_new_tokens=max_new_tokens, seed=seed))
+    if n > candidates:
         raise ArgumentError("{n}={value!r}: must be a whole number from 1 to {candidates}={most}.", value=n,
                             most=candidates)  # fmt: skip
     if not texts:

@@ -191,7 +191,7 @@ def test_a_model_that_masks_padding_never_generates_it():
 
 def test_search_options_are_checked_where_they_are_made():
     for options, message in [
-        (dict(beam=0), "beam=0: must be a whole number ≥ 1"),
+        (dict(beam=0), "beam=0: must be a whole number of at least 1"),
         (dict(top_k=0), "top_k=0: must"),
         (dict(temperature=1e-320), "temperature=1e-320: must be"),
         (dict(top_p=0.0), "top_p=0.0: must"),

@@ -132,10 +132,17 @@ def test_keeps_dtype_policy_and_trainable_flags(gpt):
 # Errors, by type and message.
 
 
-@pytest.mark.parametrize("k", [0, -2, 0.5, 1.0000001, "2", True])
+@pytest.mark.parametrize("k", [0, -2, 0.5, "2", True])
 def test_bad_factor(gpt, k):
-    with pytest.raises(ValueError, match=r"`k` must be a number >= 1.*k="):
+    with pytest.raises(ValueError, match=r"`k` must be a number of at least 1 such as 2, 1\.5 or 4/3 .*got k="):
         kwiden.grow(gpt(), k)
+
+
+def test_a_factor_that_is_no_simple_ratio_is_refused(gpt):
+    with pytest.raises(
+        ValueError, match=r"got k=1\.0000001, which is no simple ratio: pass a Fraction, or target sizes"
+    ):
+        kwiden.grow(gpt(), 1.0000001)
 
 
 def test_subclassed_model_is_refused():
@@ -202,9 +209,11 @@ def test_head_count_growth_is_exact(bert, gpt, k, family):
 
 
 def test_bad_growth_options(gpt):
-    with pytest.raises(ValueError, match=r"`heads` must be one of \('size', 'count'\), got heads='both'"):
+    with pytest.raises(
+        ValueError, match=r"`heads` must be one of size, count \(grow head size or head count\), got heads='both'"
+    ):
         kwiden.grow(gpt(), 2, heads="both")
-    with pytest.raises(ValueError, match=r"`ffn_factor` must be a number >= 1.*ffn_factor=0"):
+    with pytest.raises(ValueError, match=r"`ffn_factor` must be a number of at least 1 .*got ffn_factor=0"):
         kwiden.grow(gpt(), 2, ffn_factor=0)
 
 
@@ -267,7 +276,9 @@ def test_roformer_standard_rope_is_approximate_and_reported():
     assert not report.ok
     assert report.first_departure[0] == "Transformer-0-MultiHeadSelfAttention"
     assert 1e-3 < report.first_departure[1] < 2.0, str(report)
-    with pytest.raises(ValueError, match=r"`rope` must be one of \('exact', 'standard'\)"):
+    with pytest.raises(
+        ValueError, match=r"`rope` must be one of exact, standard \(rotary frequencies when heads grow\), got rope="
+    ):
         kwiden.grow(small, 2, rope="linear")
 
 

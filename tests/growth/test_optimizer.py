@@ -65,7 +65,10 @@ def test_spread_is_reproducible_and_rejects_negative_values(gpt):
     b = kwiden.grow(small, 2, spread=0.5, seed=7)
     for x, y in zip(a.weights, b.weights):
         np.testing.assert_array_equal(x.numpy(), y.numpy())
-    with pytest.raises(ValueError, match=r"`spread` must be a number in \[0, 100\] \(0: plain copies"):
+    with pytest.raises(
+        ValueError,
+        match=r"`spread` must be a number from 0 to 100 \(exact symmetry breaking, of order 1; 0: plain copies",
+    ):
         kwiden.grow(small, 2, spread=-1.0)
 
 
@@ -302,9 +305,12 @@ def test_rewarm_of_a_deeper_model_rewarms_its_new_blocks(gpt):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(optimizer_state="copies"), r"`optimizer_state` must be one of 'grown', 'grown_v', 'source', 'zero'"),
-        (dict(rewarm=-1), r"`rewarm` must be an integer >= 0 \(updates; 0: none\), got rewarm=-1"),
-        (dict(rewarm=2.5), r"`rewarm` must be an integer >= 0"),
+        (
+            dict(optimizer_state="copies"),
+            r"`optimizer_state` must be one of grown, grown_v, source, zero \(what the grown optimizer slots hold\)",
+        ),
+        (dict(rewarm=-1), r"`rewarm` must be a whole number of at least 0 \(updates over which .*\), got rewarm=-1\."),
+        (dict(rewarm=2.5), r"`rewarm` must be a whole number of at least 0 .*got rewarm=2\.5\."),
     ],
 )
 def test_bad_optimizer_options(gpt, kwargs, message):
