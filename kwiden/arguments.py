@@ -171,7 +171,8 @@ def _fits(field, value):
     if kind == "choice":
         return value in rules["choices"], value
     if kind == "switch":
-        return isinstance(value, bool) or type(value).__name__ == "bool_", bool(value)  # NumPy's too
+        fits = isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b" and value.ndim == 0
+        return fits, bool(value) if fits else value
     return True, value
 
 

@@ -4,6 +4,7 @@ their help and defaults, the checks, what a command line gives); `is_count`, the
 import argparse
 import dataclasses
 import fractions
+import re
 
 import numpy as np
 import pytest
@@ -85,3 +86,37 @@ def test_options_of_several_functions_each_take_theirs_with_their_own_defaults()
         arguments.checked(Shared, dict(factor=0))
     with pytest.raises(argparse.ArgumentTypeError, match=r"^'x' is not a factor such as 2, 1\.5 or 4/3$"):
         arguments.factor("x")
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounded:
+    spread: float = option(2.0, "how far apart", "weight", most=100)
+    temperature: float = option(1.0, "how hot", "positive", 1e-6)
+    k: object = option(None, "the factor", "factor", 1)
+    flag: bool = option(None, "on or off", "switch")
+
+
+@pytest.mark.parametrize(
+    ("values", "refusal"),
+    [
+        (dict(spread=100.5), "`spread` must be a number from 0 to 100 (how far apart), got spread=100.5."),
+        (dict(temperature=1e-7), "`temperature` must be a number of at least 1e-06 (how hot), got temperature=1e-07."),
+        (
+            dict(k=fractions.Fraction(1, 2)),
+            "`k` must be a number of at least 1 such as 2, 1.5 or 4/3 (the factor), got k=Fraction(1, 2).",
+        ),  # fmt: skip
+        (dict(flag="yes"), "`flag` must be True or False (on or off), got flag='yes'."),
+    ],
+)
+def test_real_kinds_honour_least_and_most_and_a_keyword_refusal_says_what_the_option_is(values, refusal):
+    with pytest.raises(ValueError, match="^" + re.escape(refusal) + "$"):
+        arguments.checked(Bounded, values, arguments.keyword_refusal)
+
+
+def test_bounds_include_their_ends_and_numpy_values_become_python_ones():
+    got = arguments.checked(Bounded, dict(spread=np.float32(100), temperature=1e-6, k=fractions.Fraction(4, 3),
+                                          flag=np.bool_(True)))  # fmt: skip
+    assert got == dict(spread=100.0, temperature=1e-6, k=fractions.Fraction(4, 3), flag=True)
+    assert type(got["spread"]) is float and type(got["flag"]) is bool
+    with pytest.raises(ValueError, match=r"^--k must be a number of at least 1 such as 2, 1\.5 or 4/3, got 1/2\.$"):
+        arguments.checked(Bounded, dict(k=fractions.Fraction(1, 2)))
