@@ -121,6 +121,7 @@ def flag_refusal(field, value, span):
 
 
 def keyword_refusal(field, value, span):
+    span += ", or None" if field.default is None else ""  # what a Python caller may also give
     return ValueError(f"`{field.name}` must be {span} ({field.metadata['help']}), got {field.name}={value!r}.")
 
 

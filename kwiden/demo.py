@@ -14,7 +14,9 @@ from kwiden.models.presets import DEMO
 from kwiden.pretraining import pretrain
 
 TEXT = "python_tutorial.txt.gz"
-SEQ_LEN, BATCH_SIZE, LEARNING_RATE = DEMO["max_position_embeddings"], 16, 2e-3  # the preset's GPT: "gpt-demo"
+SEQ_LEN, BATCH_SIZE, LEARNING_RATE = 64, 16, 2e-3
+# The preset's GPT ("gpt-demo") with the positions of the window it trains.
+CONFIG = {**DEMO, "max_position_embeddings": SEQ_LEN}
 
 
 def run(budget=300, seed=0, output_dir=None, verbose=1):
@@ -29,7 +31,7 @@ def run(budget=300, seed=0, output_dir=None, verbose=1):
             if verbose:
                 print(f"\n{name}: kwiden pretrain --grow {grow}")
             results[name] = pretrain(
-                text, folder / name, config="gpt-demo", budget=budget, seq_len=SEQ_LEN,
+                text, folder / name, config=CONFIG, budget=budget, seq_len=SEQ_LEN,
                 batch_size=BATCH_SIZE, lr=LEARNING_RATE, grow=grow, seed=seed, verbose=verbose,
             )  # fmt: skip
         print(table(results))

@@ -103,9 +103,9 @@ class Bounded:
         (dict(temperature=1e-7), "`temperature` must be a number of at least 1e-06 (how hot), got temperature=1e-07."),
         (
             dict(k=fractions.Fraction(1, 2)),
-            "`k` must be a number of at least 1 such as 2, 1.5 or 4/3 (the factor), got k=Fraction(1, 2).",
+            "`k` must be a number of at least 1 such as 2, 1.5 or 4/3, or None (the factor), got k=Fraction(1, 2).",
         ),  # fmt: skip
-        (dict(flag="yes"), "`flag` must be True or False (on or off), got flag='yes'."),
+        (dict(flag="yes"), "`flag` must be True or False, or None (on or off), got flag='yes'."),
     ],
 )
 def test_real_kinds_honour_least_and_most_and_a_keyword_refusal_says_what_the_option_is(values, refusal):

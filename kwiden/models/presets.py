@@ -4,8 +4,9 @@ leaves out its family's defaults (`Family.config`)."""
 
 from kwiden.text import corpus
 
-# The demo's GPT (`kwiden demo`): byte-level, width 64 × 2 blocks, 64 positions, no dropout.
-DEMO = {key: value for key, value in corpus.gpt_config(64, 2, 64).items() if key != "vocab_size"}
+# The demo's GPT (`kwiden demo`: byte-level, width 64 × 2 blocks, no dropout), with the 128 positions that
+# `--seq-len`'s default reads (the demo trains 64).
+DEMO = {key: value for key, value in corpus.gpt_config(64, 2, 128).items() if key != "vocab_size"}
 
 
 def _bert(hidden, layers, heads):

@@ -24,7 +24,8 @@ def resolve_options(model, k):
 @pytest.mark.parametrize("k", [math.nan, math.inf, 1e-9, np.float64("nan")])
 def test_factors_that_are_no_factors(gpt, k):
     with pytest.raises(
-        ValueError, match=r"`k` must be a number of at least 1 such as 2, 1\.5 or 4/3 \(width factor k .*\), got k="
+        ValueError,
+        match=r"`k` must be a number of at least 1 such as 2, 1\.5 or 4/3, or None \(width factor k .*\), got k=",
     ):
         kwiden.grow(gpt(), k)
 

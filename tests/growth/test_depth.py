@@ -109,7 +109,7 @@ def test_depth_argument_errors(gpt):
         kwiden.grow(gpt(), 2, num_layers=1)
     with pytest.raises(
         ValueError,
-        match=r"`depth` must be a whole number of at least 1 \(multiply the number of Transformer blocks\), got depth=",
+        match=r"`depth` must be a whole number of at least 1, or None \(multiply the number of Transformer blocks\), got depth=",
     ):
         kwiden.grow(gpt(), 2, depth=0)
     x_in = keras.Input((None, 8))

@@ -134,7 +134,10 @@ def test_keeps_dtype_policy_and_trainable_flags(gpt):
 
 @pytest.mark.parametrize("k", [0, -2, 0.5, "2", True])
 def test_bad_factor(gpt, k):
-    with pytest.raises(ValueError, match=r"`k` must be a number of at least 1 such as 2, 1\.5 or 4/3 .*got k="):
+    with pytest.raises(
+        ValueError,
+        match=r"`k` must be a number of at least 1 such as 2, 1\.5 or 4/3, or None \(width factor k .*got k=",
+    ):
         kwiden.grow(gpt(), k)
 
 

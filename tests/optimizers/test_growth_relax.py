@@ -151,14 +151,20 @@ def test_a_non_integer_growth_gets_no_multipliers_by_default():
 def test_bad_relax_learning_rates(relax):
     small = gpt()
     optimizer = optimizers.Adam(1e-3)
-    with pytest.raises(ValueError, match=r"`relax_learning_rates` must be an integer >= 0 \(updates; 0: the width"):
+    with pytest.raises(
+        ValueError,
+        match=r"`relax_learning_rates` must be a whole number of at least 0 \(updates over which the width-aware rates move to one rate; 0: they hold\), got relax_learning_rates=",
+    ):
         kwiden.grow(small, 2, optimizer=optimizer, relax_learning_rates=relax)
 
 
 @pytest.mark.parametrize("scale", [0, 1, "False"])
 def test_bad_scale_learning_rates(scale):
     optimizer = optimizers.Adam(1e-3)
-    with pytest.raises(ValueError, match=r"`scale_learning_rates` must be None \(width-aware rates where each tensor"):
+    with pytest.raises(
+        ValueError,
+        match=r"`scale_learning_rates` must be True or False, or None \(growth scales as learning-rate multipliers \(None: where each tensor has one\)\), got scale_learning_rates=",
+    ):
         kwiden.grow(gpt(), 2, optimizer=optimizer, scale_learning_rates=scale)
 
 

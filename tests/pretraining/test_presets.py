@@ -36,3 +36,13 @@ def test_the_help_lists_the_presets(capsys):
         main(["pretrain", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
     assert "gpt-demo (gpt 64×2), gpt2-small (gpt 768×12), bert-tiny (bert 128×2)" in shown
+
+
+def test_every_preset_reads_the_window_pretrain_gives_by_default():
+    from kwiden.arguments import defaults
+    from kwiden.pretraining.options import PretrainOptions
+
+    window = defaults(PretrainOptions)["seq_len"]
+    for name, (family, config) in PRESETS.items():
+        complete = get_family(family).config({**config, "vocab_size": 10})
+        assert complete["max_position_embeddings"] >= window, name
