@@ -25,7 +25,7 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
-            "pytest-xdist>=3",
+            "pytest-xdist>=3.2",
             "jax[cpu]",
             "nbclient",
             "nbformat",
