@@ -109,7 +109,6 @@ def checked(options, values, refused=None):
     unknown = sorted(set(values) - {field.name for field in fields_of(options)})
     if unknown:
         raise TypeError(f"unexpected option {unknown[0]!r}; the options are {', '.join(defaults(options))}.")
-    refused = refused or flag_refusal
     return {
         field.name: checked_value(field, values.get(field.name, field.default), refused) for field in fields_of(options)
     }
@@ -127,13 +126,11 @@ def keyword_refusal(field, value, span):
 
 def checked_value(field, value, refused=None):
     """`value` checked as `field` declares, as its kind's Python value; `refused` as `checked` takes it."""
-    refused = refused or flag_refusal
     if value is None and field.default is None:
         return None
-    span = span_of(field)
     fits, value = _fits(field, value)
     if not fits:
-        raise refused(field, value, span)
+        raise (refused or flag_refusal)(field, value, span_of(field))
     if field.metadata["kind"] == "checkpoint" and not pathlib.Path(value).is_dir():
         state = "is not a folder" if pathlib.Path(value).exists() else "does not exist"
         raise ValueError(

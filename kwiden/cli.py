@@ -109,7 +109,9 @@ def _growth_options(args, entry):
             options[field.name] = arguments.default_in(field, entry) if value is None else value
         elif arguments.command_default(field) != field.default:
             options[field.name] = arguments.command_default(field)
-    flagged = [field for field in growth_options.taken_by(entry) if field.name in given and field.name != "check"]
+    flagged = [
+        f for f in growth_options.taken_by(entry) if f.name in given and f.name not in growth_options.CHECKED_ELSEWHERE
+    ]
     arguments.checked(flagged, {field.name: options[field.name] for field in flagged})  # refused naming the flag
     return options
 

@@ -33,9 +33,7 @@ def copies_per_block(blocks, depth=None, num_layers=None):
     """How many blocks each source block becomes, spread evenly."""
     if depth is not None and num_layers is not None:
         raise ValueError("Give `depth` (a factor) or `num_layers` (a total), not both.")
-    if depth is not None:
-        if not is_count(depth, 1):
-            raise ValueError(f"`depth` must be a positive integer, got depth={depth!r}.")
+    if depth is not None:  # a whole number of at least 1: `options.resolve` checked it
         num_layers = int(depth) * blocks
     if not is_count(num_layers, blocks):
         raise ValueError(
