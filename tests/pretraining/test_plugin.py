@@ -1,7 +1,7 @@
-"""A user's own objective (its own option and loss step, a frozen reference model on the device) and family reach `kwiden pretrain` without touching the package: `--plugin FILE` imports
-a module that registers them, and the objective's own option becomes a flag, reaches the objective, and is recorded
-in run.json and held on a resume; and a run.json an earlier kwiden wrote (every objective's options in every run)
-still resumes."""
+"""A user's own objective (its own option and loss step, a frozen reference model on the device) and family
+reach `kwiden pretrain` without touching the package: `--plugin FILE` imports a module that registers them, and
+the objective's own option becomes a flag, reaches the objective, and is recorded in run.json and held on a
+resume; and a run.json an earlier kwiden wrote (every objective's options in every run) still resumes."""
 
 import dataclasses
 import hashlib
