@@ -86,3 +86,11 @@ def seed_generator_states(model):
 def inner_optimizer(optimizer):
     """The optimizer under a `LossScaleOptimizer` (mixed_float16 wraps it), or `optimizer` itself."""
     return getattr(optimizer, "inner_optimizer", optimizer)
+
+
+def build_for_training(model, batch):
+    """Make the variables of `model`'s optimizer and compiled metrics from the shapes of one `batch`, before its
+    train step is traced. Keras' fit does so on JAX and PyTorch; on TensorFlow without a distribution strategy it
+    leaves them to the first trace, and TensorFlow traces a function that makes variables twice."""
+    with model.distribute_strategy.scope():
+        model._symbolic_build(data_batch=batch)
