@@ -13,6 +13,7 @@ import kwiden
 from kwiden import optimizers
 from kwiden.testing import padded_batch
 from kwiden.training.fit import STATE_FILE
+from kwiden.training.stretch import run_stretch
 
 SCHEDULE = {3: dict(k=2, spread=1.0), 6: dict(depth=2)}
 
@@ -106,3 +107,27 @@ def test_a_backup_at_a_position_its_schedule_cannot_reach_is_refused(gpt, tmp_pa
     (tmp_path / STATE_FILE).write_text(json.dumps({**state(tmp_path), "growths_done": 2}))
     with pytest.raises(ValueError, match=r"not a backup of this schedule's run to 9 updates .* after 2 growth"):
         kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, backup_dir=tmp_path)
+
+
+@pytest.mark.parametrize("fit_arguments", [None, dict(verbose=0)], ids=["compiled calls", "fit"])
+def test_a_stretch_makes_no_variable_inside_its_traced_step(gpt, fit_arguments):
+    """The optimizer's and the metrics' variables are made before the step is traced: TensorFlow traces a step
+    that makes variables twice, which doubled the compile time of every stretch after a growth."""
+    tf = pytest.importorskip("tensorflow")
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("only TensorFlow makes variables inside a traced step")
+    made = []
+
+    def record(make, **arguments):
+        if tf.inside_function():
+            made.append(arguments.get("name"))
+        return make(**arguments)
+
+    model = compiled(gpt)
+    model.compile(model.optimizer, model.loss, metrics=["accuracy"])
+    with tf.variable_creator_scope(record):
+        trained, logs, _ = run_stretch(
+            model, ((x, y) for x, y, _ in batches(3)), 3, lambda trained, logs: False, fit_arguments
+        )
+    assert trained == 3 and np.isfinite(logs["loss"])
+    assert model.optimizer.built and made == []
