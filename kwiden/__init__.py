@@ -3,62 +3,34 @@
 import pathlib as _pathlib
 import sys as _sys
 
+from kwiden.exports import lazy as _lazy
+
 # The `kwiden` command starts quietly (kwiden.quiet); a library import leaves TensorFlow's notices as they are.
 if _pathlib.Path(_sys.argv[0]).name == "kwiden":
     from kwiden.quiet import start_quietly
 
     start_quietly()
 
-from kwiden import layers, losses, metrics, models, optimizers, testing
-from kwiden.checkpoints import save_checkpoint
-from kwiden.generation import generate
-from kwiden.generation.generator import Generator
-from kwiden.growth.expansion import IN, OUT, Growth, GrowthError, Space
-from kwiden.growth.pipeline import GrowthResult, grow, growth_scales
-from kwiden.growth.streaming import GrownCheckpoint, grow_checkpoint
-from kwiden.growth.verify import VerifyReport, verify
-from kwiden.models.builder import build_transformer_model
-from kwiden.pretraining import PretrainResult, pretrain
-from kwiden.similarity.sentence import SentenceEncoder
-from kwiden.similarity.similar import similar
-from kwiden.text.pairs import Tokenizer
-from kwiden.training import admin
-from kwiden.training.distribution import layout_map
-from kwiden.training.fit import fit_growing
-from kwiden.training.schedule import GrowthSchedule
-
 __version__ = "0.1.0"
 
-__all__ = [
-    "admin",
-    "Generator",
-    "Growth",
-    "GrowthError",
-    "GrowthResult",
-    "GrowthSchedule",
-    "GrownCheckpoint",
-    "IN",
-    "OUT",
-    "Space",
-    "Tokenizer",
-    "build_transformer_model",
-    "fit_growing",
-    "generate",
-    "grow",
-    "grow_checkpoint",
-    "layout_map",
-    "growth_scales",
-    "layers",
-    "losses",
-    "metrics",
-    "models",
-    "optimizers",
-    "pretrain",
-    "PretrainResult",
-    "SentenceEncoder",
-    "save_checkpoint",
-    "similar",
-    "testing",
-    "verify",
-    "VerifyReport",
-]
+_MODULES = {name: f"kwiden.{name}" for name in ("layers", "losses", "metrics", "models", "optimizers", "testing")}
+_MODULES["admin"] = "kwiden.training.admin"
+_NAMES = {
+    "save_checkpoint": "kwiden.checkpoints",
+    "generate": "kwiden.generation.prompts",
+    "Generator": "kwiden.generation.generator",
+    **dict.fromkeys(("IN", "OUT", "Growth", "GrowthError", "Space"), "kwiden.growth.expansion"),
+    **dict.fromkeys(("GrowthResult", "grow", "growth_scales"), "kwiden.growth.pipeline"),
+    **dict.fromkeys(("GrownCheckpoint", "grow_checkpoint"), "kwiden.growth.streaming"),
+    **dict.fromkeys(("VerifyReport", "verify"), "kwiden.growth.verify"),
+    "build_transformer_model": "kwiden.models.builder",
+    **dict.fromkeys(("PretrainResult", "pretrain"), "kwiden.pretraining.run"),
+    "SentenceEncoder": "kwiden.similarity.sentence",
+    "similar": "kwiden.similarity.similar",
+    "Tokenizer": "kwiden.text.pairs",
+    "layout_map": "kwiden.training.distribution",
+    "fit_growing": "kwiden.training.fit",
+    "GrowthSchedule": "kwiden.training.schedule",
+}
+__getattr__, __dir__ = _lazy(__name__, _NAMES, _MODULES)
+__all__ = sorted([*_MODULES, *_NAMES], key=str.lower)

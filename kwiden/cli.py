@@ -14,6 +14,7 @@ import warnings
 import zipfile
 
 from kwiden import arguments
+from kwiden.checkpoints.formats import folder_config
 from kwiden.files import replaced_atomically
 from kwiden.generation.arguments import (
     GENERATE_FLAGS,
@@ -23,24 +24,25 @@ from kwiden.generation.arguments import (
     GenerateOptions,
     SimilarOptions,
 )
-from kwiden.growth import options as growth_options
+from kwiden.growth import arguments as growth_arguments
 from kwiden.models import family, presets
 from kwiden.pretraining import objectives
 from kwiden.pretraining import options as pretrain_options
 from kwiden.similarity.sts import StsOptions
+from kwiden.text import tokens
 
 
 def _grow(args):
     if pathlib.Path(args.src).is_dir():
         return _grow_folder(args)
+    src, dst = _source_path(args.src), _destination_path(args.dst, args.src)
+    options = _growth_options(args, growth_arguments.GROW)
     import keras
 
     import kwiden
     from kwiden.growth.verify import sample_inputs
 
-    src, dst = _source_path(args.src), _destination_path(args.dst, args.src)
     small = keras.saving.load_model(src)
-    options = _growth_options(args, growth_options.GROW)
     options["check"] = sample_inputs(small, seed=args.seed) if args.check else None  # --check is a switch
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="kwiden.grow")  # the report is printed below
@@ -69,10 +71,10 @@ def _grow_folder(args):
             f"{args.src} is a folder, grown (as a Hugging Face checkpoint) into a new folder, not a .keras file: "
             "give DST as a folder name. To grow a .keras model, give its .keras file as SRC."
         )
-    folder = growth_options.names(growth_options.CHECKPOINT)
+    folder = growth_arguments.names(growth_arguments.CHECKPOINT)
     in_memory = [
         arguments.flag_of(field)
-        for field in dataclasses.fields(growth_options.GrowthArguments)
+        for field in dataclasses.fields(growth_arguments.GrowthArguments)
         if field.name in _growth_flags(args) and field.name not in folder
         and getattr(args, field.name) != arguments.command_default(field)
     ]  # fmt: skip
@@ -83,7 +85,7 @@ def _grow_folder(args):
             "them with kwiden.verify."
         )
     try:
-        grown = kwiden.grow_checkpoint(args.src, args.dst, **_growth_options(args, growth_options.CHECKPOINT))
+        grown = kwiden.grow_checkpoint(args.src, args.dst, **_growth_options(args, growth_arguments.CHECKPOINT))
     except kwiden.GrowthError as error:
         raise CommandError(str(error)) from None
     print(f"parameters: {grown.source_parameters:,} -> {grown.parameters:,}")
@@ -95,7 +97,7 @@ def _grow_folder(args):
 
 def _growth_flags(args):
     """The growth options the `kwiden grow` command line holds (those it offers)."""
-    return arguments.given(args, growth_options.GrowthArguments)
+    return arguments.given(args, growth_arguments.GrowthArguments)
 
 
 def _growth_options(args, entry):
@@ -103,14 +105,16 @@ def _growth_options(args, entry):
     gives them: a flag's value, else `entry`'s default; and what the command
     passes without a flag, where it has a default of its own (`progress`)."""
     options, given = {}, _growth_flags(args)
-    for field in growth_options.taken_by(entry):
+    for field in growth_arguments.taken_by(entry):
         if field.name in given:
             value = given[field.name]
             options[field.name] = arguments.default_in(field, entry) if value is None else value
         elif arguments.command_default(field) != field.default:
             options[field.name] = arguments.command_default(field)
     flagged = [
-        f for f in growth_options.taken_by(entry) if f.name in given and f.name not in growth_options.CHECKED_ELSEWHERE
+        f
+        for f in growth_arguments.taken_by(entry)
+        if f.name in given and f.name not in growth_arguments.CHECKED_ELSEWHERE
     ]
     arguments.checked(flagged, {field.name: options[field.name] for field in flagged})  # refused naming the flag
     return options
@@ -145,6 +149,7 @@ def _destination_path(path, source):
 
 
 def _demo(args):
+    _announce()
     from kwiden import demo
 
     demo.run(budget=args.budget, seed=args.seed, output_dir=args.output_dir)
@@ -168,7 +173,8 @@ def _eval_sts(args):
 
 
 def _generate(args):
-    from kwiden.generation import generate, load_generator
+    folder_config(args.checkpoint)
+    from kwiden.generation.prompts import generate, load_generator
     from kwiden.models import naming
 
     model, tokenizer = load_generator(args.checkpoint)
@@ -184,6 +190,7 @@ def _generate(args):
 
 
 def _similar(args):
+    folder_config(args.checkpoint)
     import kwiden
 
     with _flag_warnings(args):
@@ -209,9 +216,12 @@ def _flag_warnings(args):
 
 
 def _pretrain(args):
+    shared, own = pretrain_options.given(args)
+    pretrain_options.PretrainOptions.checked(**shared)  # kwiden.pretrain checks them too, after importing Keras
+    tokens.corpus_files(args.corpus, args.output_dir)
+    _announce()
     import kwiden
 
-    shared, own = pretrain_options.given(args)
     try:
         kwiden.pretrain(args.corpus, args.output_dir, verbose=0 if args.quiet else 1, **shared, **own)
     except KeyboardInterrupt:
@@ -241,7 +251,7 @@ def parser():
     grow = commands.add_parser("grow", help="grow a saved .keras model or a Hugging Face folder to a wider one")
     grow.add_argument("src", help="the .keras model to grow, or a Hugging Face checkpoint folder")
     grow.add_argument("dst", help="where to save the grown .keras model (a new folder for a folder)")
-    arguments.add_flags(grow, growth_options.GrowthArguments, prefix=_where, where=growth_options.WHERE)
+    arguments.add_flags(grow, growth_arguments.GrowthArguments, prefix=_where, where=growth_arguments.WHERE)
     grow.set_defaults(run=_grow)
     pretrain = commands.add_parser("pretrain", help="pretrain on your corpus, small first and grown on the way")
     pretrain.add_argument("corpus", nargs="+", help="text files (.txt, .gz) or folders of them")
@@ -274,7 +284,7 @@ def parser():
 def _where(field):
     """What a `kwiden grow` option's help starts with: what it is for, where only one path takes it."""
     takers = field.metadata["takers"]
-    return "" if takers is None else ", ".join(growth_options.WHERE[taker] for taker in takers) + ": "
+    return "" if takers is None else ", ".join(growth_arguments.WHERE[taker] for taker in takers) + ": "
 
 
 def _generate_parser(commands):
@@ -287,7 +297,7 @@ def _generate_parser(commands):
 
 def _registered():
     """What the help of `--model`, `--objective` and `--config` lists: the registries' names, now."""
-    return dict(families=", ".join(sorted(family.FAMILIES)), objectives=", ".join(sorted(objectives.registered())),
+    return dict(families=", ".join(family.FAMILIES.names()), objectives=", ".join(sorted(objectives.registered())),
                 presets=presets.described())  # fmt: skip
 
 
@@ -322,8 +332,6 @@ def main(argv=None):
         print(f"kwiden: {error}", file=sys.stderr)
         return 1
     args = parser().parse_args(argv)
-    if args.command in ("pretrain", "demo"):
-        _announce()
     try:
         return args.run(args)
     except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for it (pretrain says how to resume)

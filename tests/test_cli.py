@@ -70,7 +70,7 @@ def test_grow_help_shows_each_default_as_the_functions():
     `kwiden.grow` and `kwiden.grow_checkpoint` share it, each one's where they differ, and the command's own, with
     why, where it has one; a switch and an option without a default say none."""
     from kwiden import arguments
-    from kwiden.growth import options
+    from kwiden.growth import arguments as options
 
     signatures = {
         options.GROW: inspect.signature(kwiden.grow).parameters,
@@ -138,6 +138,65 @@ def test_console_script_is_installed():
         pytest.fail("the `kwiden` console script is not installed: `pip install -e .[test]`")
     result = subprocess.run([script, "--help"], capture_output=True, text=True, check=True)
     assert "grow" in result.stdout and "demo" in result.stdout
+
+
+# Each command line answered before a backend is imported: its help, and refusals that need no model.
+ANSWERED_WITHOUT_KERAS = {
+    "--help": 0,
+    "pretrain --help": 0,
+    "grow --help": 0,
+    "generate --help": 0,
+    "similar --help": 0,
+    "eval-sts --help": 0,
+    "demo --help": 0,
+    "pretrain CORPUS --output-dir RUN --config gpt-demo --budget 0": 1,
+    "pretrain CORPUS --output-dir RUN --config gpt-demo --objective nonesuch": 1,
+    "pretrain CORPUS --output-dir RUN --config gpt-demo --grow 0.5:k=0": 1,
+    "pretrain missing.txt --output-dir RUN --config gpt-demo": 1,
+    "pretrain CORPUS --output-dir RUN": 1,
+    "grow missing.keras out.keras": 1,
+    "grow CORPUS out.keras": 1,
+    "grow SOURCE out.txt": 1,
+    "grow SOURCE out.keras --factor 0": 1,
+    "generate missing-folder hello": 1,
+    "similar missing-folder hello": 1,
+    "eval-sts missing-folder missing.tsv": 1,
+    "pretrain CORPUS --output-dir RUN --mistyped-flag": 2,
+}
+BACKENDS = ("keras", "tensorflow", "jax", "torch")
+
+
+def test_help_and_refusals_answer_before_a_backend_is_imported(tmp_path):
+    """`kwiden --help`, each command's, and a refused flag, file or folder import no backend: the user who
+    mistyped waits for none (docs/architecture.md#what-imports-keras)."""
+    corpus_file, source = tmp_path / "corpus.txt", tmp_path / "small.keras"
+    corpus_file.write_text("床前明月光\n")
+    with __import__("zipfile").ZipFile(source, "w") as archive:
+        archive.writestr("config.json", "{}")
+    lines = [
+        line.replace("CORPUS", str(corpus_file)).replace("RUN", str(tmp_path / "run")).replace("SOURCE", str(source))
+        for line in ANSWERED_WITHOUT_KERAS
+    ]
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from kwiden.cli import main\n"
+        "answers = []\n"
+        "for line in json.loads(sys.argv[1]):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:\n"
+        "        try:\n"
+        "            status = main(line.split())\n"
+        "        except SystemExit as stop:\n"
+        "            status = stop.code\n"
+        "    answers.append([status, err.getvalue()])\n"
+        f"print(json.dumps([answers, [m for m in {BACKENDS!r} if m in sys.modules]]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(lines)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers, imported = json.loads(done.stdout.splitlines()[-1])
+    for line, (status, error), expected in zip(lines, answers, ANSWERED_WITHOUT_KERAS.values()):
+        assert status == expected, (line, error)
+        assert expected == 0 or error.startswith(("kwiden", "usage: kwiden")), (line, error)
+    assert imported == [], f"a backend was imported: {imported}"
 
 
 def test_corpus_round_trips_bytes():
@@ -264,7 +323,9 @@ def test_ctrl_c_stops_pretrain_with_how_to_resume(tmp_path, capsys, monkeypatch)
 
     monkeypatch.setattr(kwiden, "pretrain", interrupted)
     monkeypatch.setattr("kwiden.cli._announce", lambda: None)
-    assert main(["pretrain", "corpus.txt", "--output-dir", str(tmp_path)]) == 130
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("床前明月光\n")
+    assert main(["pretrain", str(corpus), "--config", "gpt-demo", "--output-dir", str(tmp_path / "run")]) == 130
     assert capsys.readouterr().err == (
         "kwiden pretrain: stopped; run the same command to resume from the last backup\n"
     )

@@ -15,85 +15,59 @@ or nothing: a missing tensor, a wrong shape, a NaN or a damaged file raises
 before any weight is assigned.
 """
 
-from kwiden.checkpoints.companions import (
-    GROWN_REMEDY,
-    TOKENIZER_FILES,
-    WEIGHTLESS_MODULES,
-    companion_files,
-    copy_companions,
-    pooling_config,
-    refuse_stale_sentence_files,
-    refuse_weighted_modules,
-    sentence_modules,
-)
-from kwiden.checkpoints.formats import (
-    CONFIG_FILES,
-    FORMATS,
-    GOOGLE_PREFIX,
-    SAFETENSORS,
-    SAFETENSORS_INDEX,
-    Checkpoint,
-    config_beside,
-    detect_format,
-    open_checkpoint,
-)
-from kwiden.checkpoints.loading import load_weights
-from kwiden.checkpoints.manifest import MANIFEST, verify_manifest
-from kwiden.checkpoints.reading import (
-    Entry,
-    ReadPlan,
-    block_pattern,
-    check_config,
-    find_tensor,
-    holds_layer,
-    nonfinite,
-    one_dtype,
-    read_plan,
-    read_prefix,
-    read_tensors,
-    tensors_of,
-)
-from kwiden.checkpoints.safetensors import MAX_SHARD_SIZE, SafetensorsTensors, SafetensorsWriter
-from kwiden.checkpoints.saving import save_checkpoint, written_atomically, written_prefix
+from kwiden.exports import lazy as _lazy
 
-__all__ = [
-    "GROWN_REMEDY",
-    "TOKENIZER_FILES",
-    "WEIGHTLESS_MODULES",
-    "companion_files",
-    "copy_companions",
-    "pooling_config",
-    "refuse_stale_sentence_files",
-    "refuse_weighted_modules",
-    "sentence_modules",
-    "CONFIG_FILES",
-    "FORMATS",
-    "GOOGLE_PREFIX",
-    "MANIFEST",
-    "MAX_SHARD_SIZE",
-    "SAFETENSORS",
-    "SAFETENSORS_INDEX",
-    "Checkpoint",
-    "Entry",
-    "ReadPlan",
-    "SafetensorsTensors",
-    "SafetensorsWriter",
-    "block_pattern",
-    "check_config",
-    "config_beside",
-    "detect_format",
-    "find_tensor",
-    "holds_layer",
-    "load_weights",
-    "nonfinite",
-    "one_dtype",
-    "open_checkpoint",
-    "read_plan",
-    "read_prefix",
-    "read_tensors",
-    "tensors_of",
-    "save_checkpoint",
-    "verify_manifest",
-    "written_atomically",
-    "written_prefix",
-]
+_NAMES = {
+    **dict.fromkeys(
+        (
+            "GROWN_REMEDY",
+            "TOKENIZER_FILES",
+            "WEIGHTLESS_MODULES",
+            "companion_files",
+            "copy_companions",
+            "pooling_config",
+            "refuse_stale_sentence_files",
+            "refuse_weighted_modules",
+            "sentence_modules",
+        ),
+        "kwiden.checkpoints.companions",
+    ),
+    **dict.fromkeys(
+        (
+            "CONFIG_FILES",
+            "FORMATS",
+            "GOOGLE_PREFIX",
+            "SAFETENSORS",
+            "SAFETENSORS_INDEX",
+            "Checkpoint",
+            "config_beside",
+            "folder_config",
+            "detect_format",
+            "open_checkpoint",
+        ),
+        "kwiden.checkpoints.formats",
+    ),
+    "load_weights": "kwiden.checkpoints.loading",
+    **dict.fromkeys(("MANIFEST", "verify_manifest"), "kwiden.checkpoints.manifest"),
+    **dict.fromkeys(
+        (
+            "Entry",
+            "ReadPlan",
+            "block_pattern",
+            "check_config",
+            "find_tensor",
+            "holds_layer",
+            "nonfinite",
+            "one_dtype",
+            "read_plan",
+            "read_prefix",
+            "read_tensors",
+            "tensors_of",
+        ),
+        "kwiden.checkpoints.reading",
+    ),
+    **dict.fromkeys(("MAX_SHARD_SIZE", "SafetensorsTensors", "SafetensorsWriter"), "kwiden.checkpoints.safetensors"),
+    **dict.fromkeys(("save_checkpoint", "written_atomically", "written_prefix"), "kwiden.checkpoints.saving"),
+}
+__getattr__, __dir__ = _lazy(__name__, _NAMES)
+__all__ = sorted(_NAMES, key=str.lower)

@@ -9,6 +9,7 @@ import re
 from typing import Optional
 
 from kwiden.checkpoints.manifest import verify_manifest
+from kwiden.files import read_json
 
 FORMATS = ("hf", "google")
 SAFETENSORS = "model.safetensors"
@@ -61,6 +62,16 @@ def config_beside(checkpoint_path):
     if config is None:
         raise FileNotFoundError(f"No config.json or bert_config.json beside {path}; pass `config` or `config_path`.")
     return config
+
+
+def folder_config(checkpoint):
+    """`(folder, its config file, the config)` of the checkpoint folder `checkpoint`, refused where it is no folder
+    or its config is not JSON; read without Keras, so that a command refuses a wrong folder at once."""
+    folder = pathlib.Path(checkpoint)
+    if not folder.is_dir():
+        raise ValueError(f"{checkpoint} is not a checkpoint folder (one with config.json, weights and a tokenizer).")
+    path = config_beside(folder)
+    return folder, path, read_json(path, f"{path} is not JSON", "repair it")
 
 
 def _config_file(format, path):

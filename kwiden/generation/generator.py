@@ -2,8 +2,8 @@
 names transformers' `model.generate` and KerasHub's `CausalLM.generate` give their arguments, on
 `kwiden.generate` (whose checks it reuses, their refusals spelled with its names)."""
 
-from kwiden.generation import generate, load_generator
 from kwiden.generation.arguments import ArgumentError
+from kwiden.generation.prompts import generate, load_generator
 
 # kwiden.generate's names, as this entry point spells them (transformers').
 NAMES = {"greedy": "do_sample=False", "beam": "num_beams", "num_samples": "num_return_sequences"}

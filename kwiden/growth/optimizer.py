@@ -5,6 +5,7 @@ import typing
 
 import keras
 
+from kwiden.growth.arguments import DEFAULT_STATE
 from kwiden.growth.expansion import (
     GrowthError,
     copy_count,
@@ -19,14 +20,6 @@ from kwiden.optimizers import AccumulatingOptimizer
 
 # The optimizers whose slots kwiden knows how to grow (`keras_internals.OPTIMIZER_SLOTS`).
 SUPPORTED = (AccumulatingOptimizer, keras.optimizers.SGD, keras.optimizers.Adam)
-
-# What the grown slots hold (docs/optimizer-state.md#asymmetric-state).
-STATES = ("grown", "grown_v", "source", "zero")
-# grow's: the second moments say how large the first steps on the new copies and blocks are, and with the
-# first moments at zero they climb from small ones, so the loss does not jump after growth under any schedule
-# (docs/growth-that-pays.md#no-spike; "source" jumped after a late growth).
-DEFAULT_STATE = "grown_v"
-DEFAULT_RELAX = 1000  # updates: 1/(1 - β₂) for Adam's default β₂
 
 
 class VariableSource(typing.NamedTuple):

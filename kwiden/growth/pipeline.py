@@ -16,11 +16,12 @@ import typing
 import keras
 
 from kwiden.growth import hub
+from kwiden.growth.arguments import DEFAULT_RELAX
 from kwiden.growth.check import check as check_growth
 from kwiden.growth.check import needs_check
 from kwiden.growth.expansion import Growth, GrowthError, growth_scale
 from kwiden.growth.graph import is_keras_hub
-from kwiden.growth.optimizer import DEFAULT_RELAX, grow_optimizer, variable_sources
+from kwiden.growth.optimizer import grow_optimizer, variable_sources
 from kwiden.growth.options import GrowthOptions, resolve
 from kwiden.growth.plan import GrowthPlan, GrowthRecord, keep_record, plan_growth
 from kwiden.growth.rebuild import rebuild

@@ -91,7 +91,7 @@ def grow_checkpoint(
     (here `"count"` by default: it keeps head_dim and the RoPE schedule, which
     LLaMA's, Mistral's and Qwen2's configs need),
     `rope`, `spread`, `seed`, `depth`, `num_layers`, `allow_approximate`,
-    `hidden_size`, `intermediate_size`; `kwiden.growth.options.GrowthArguments`
+    `hidden_size`, `intermediate_size`; `kwiden.growth.arguments.GrowthArguments`
     declares them and the ones below); with the same options and `seed`, the
     grown tensors are bit for bit those `kwiden.save_checkpoint` writes after
     loading `src` and `kwiden.grow` (float32 checkpoints; see `dtype`). Peak

@@ -9,27 +9,17 @@ built model is a `FamilyModel`, which records its family; `family_of(model)`
 reads it.
 """
 
-from kwiden.models import bert, gpt, llama, mistral, qwen2, roformer, t5
-from kwiden.models.bert import build_bert
-from kwiden.models.config import load_config
-from kwiden.models.family import FAMILIES, Family, family_of, family_of_config, get_family, register_family
-from kwiden.models.family_model import FamilyModel
-from kwiden.models.gpt import build_gpt
-from kwiden.models.t5 import build_t5_encoder
+from kwiden.exports import lazy as _lazy
 
-for _family in (bert.BERT, gpt.GPT, llama.LLAMA, mistral.MISTRAL, qwen2.QWEN2, roformer.ROFORMER, t5.T5):
-    register_family(_family)
-
-__all__ = [
-    "FAMILIES",
-    "Family",
-    "FamilyModel",
-    "build_bert",
-    "build_gpt",
-    "build_t5_encoder",
-    "family_of",
-    "family_of_config",
-    "get_family",
-    "load_config",
-    "register_family",
-]
+_NAMES = {
+    "build_bert": "kwiden.models.bert",
+    "load_config": "kwiden.models.config",
+    **dict.fromkeys(
+        ("FAMILIES", "Family", "family_of", "family_of_config", "get_family", "register_family"), "kwiden.models.family"
+    ),
+    "FamilyModel": "kwiden.models.family_model",
+    "build_gpt": "kwiden.models.gpt",
+    "build_t5_encoder": "kwiden.models.t5",
+}
+__getattr__, __dir__ = _lazy(__name__, _NAMES)
+__all__ = sorted(_NAMES, key=str.lower)

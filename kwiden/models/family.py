@@ -10,7 +10,9 @@ This module imports only `kwiden.models.naming` and `kwiden.models.config`, belo
 `kwiden.checkpoints`, which reads the family from here.
 """
 
+import collections.abc
 import dataclasses
+import importlib
 from typing import Callable, Optional
 
 from kwiden.models import naming
@@ -138,7 +140,65 @@ class Family:
         return complete_config(merged, self.defaults)
 
 
-FAMILIES = {}
+# The families kwiden brings, in the order a model type is looked for among them: the module and name of each
+# (imported when the families are first looked at, so that naming them costs the command line no Keras import).
+BUILT_IN = {
+    "bert": ("kwiden.models.bert", "BERT"),
+    "gpt": ("kwiden.models.gpt", "GPT"),
+    "llama": ("kwiden.models.llama", "LLAMA"),
+    "mistral": ("kwiden.models.mistral", "MISTRAL"),
+    "qwen2": ("kwiden.models.qwen2", "QWEN2"),
+    "roformer": ("kwiden.models.roformer", "ROFORMER"),
+    "t5": ("kwiden.models.t5", "T5"),
+}
+
+
+class _Registry(collections.abc.MutableMapping):
+    """`{name: Family}`: kwiden's families (`BUILT_IN`), imported when first looked at, then those
+    `register_family` added."""
+
+    def __init__(self):
+        self._families = None
+        self._added = {}
+
+    def _all(self):
+        if self._families is None:
+            self._families = {}  # before the imports: a family module that looks here finds it filling
+            for name, (module, attribute) in BUILT_IN.items():
+                self._families[name] = getattr(importlib.import_module(module), attribute)
+            self._families.update(self._added)
+        return self._families
+
+    def __getitem__(self, name):
+        return self._all()[name]
+
+    def __setitem__(self, name, family):
+        self._added[name] = family
+        if self._families is not None:
+            self._families[name] = family
+
+    def __delitem__(self, name):
+        self._added.pop(name, None)
+        del self._all()[name]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self._all())
+
+    def copy(self):
+        """Another registry of the same families (kwiden's imported), which registering in leaves this one as it is."""
+        other = _Registry()
+        other._families, other._added = dict(self._all()), dict(self._added)
+        return other
+
+    def names(self):
+        """The registered families' names, sorted, without importing kwiden's (what `--model` lists)."""
+        return sorted(self._all() if self._families is not None else {*BUILT_IN, *self._added})
+
+
+FAMILIES = _Registry()
 
 
 def register_family(family, replace=False):

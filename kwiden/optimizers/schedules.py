@@ -110,7 +110,3 @@ class PiecewiseLinear(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"learning_rate": self.learning_rate, "schedule": {str(s): v for s, v in self.points}}
-
-
-# The rate schedules `kwiden.pretrain` names (each a `WarmupDecay`).
-SCHEDULES = ("wsd", "cosine", "constant")

@@ -1,18 +1,13 @@
 """Pretraining on your own corpus, small first and grown on the way
 (`kwiden.pretrain`, the `kwiden pretrain` command)."""
 
-from kwiden.pretraining.objectives import CausalLM, MaskedLM, Objective, register_objective
-from kwiden.pretraining.objectives.seq2seq import Seq2Seq
-from kwiden.pretraining.objectives.simbert import SimBERT
-from kwiden.pretraining.run import PretrainResult, pretrain
+from kwiden.exports import lazy as _lazy
 
-__all__ = [
-    "CausalLM",
-    "MaskedLM",
-    "Objective",
-    "PretrainResult",
-    "Seq2Seq",
-    "SimBERT",
-    "pretrain",
-    "register_objective",
-]
+_NAMES = {
+    **dict.fromkeys(("CausalLM", "MaskedLM", "Objective", "register_objective"), "kwiden.pretraining.objectives"),
+    "Seq2Seq": "kwiden.pretraining.objectives.seq2seq",
+    "SimBERT": "kwiden.pretraining.objectives.simbert",
+    **dict.fromkeys(("PretrainResult", "pretrain"), "kwiden.pretraining.run"),
+}
+__getattr__, __dir__ = _lazy(__name__, _NAMES)
+__all__ = sorted(_NAMES, key=str.lower)

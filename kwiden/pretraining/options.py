@@ -13,11 +13,13 @@ import dataclasses
 
 from kwiden import arguments
 from kwiden.arguments import FREE, option
-from kwiden.optimizers.schedules import SCHEDULES
+from kwiden.models import family
 from kwiden.pretraining import objectives
 from kwiden.training import recipe
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")
+# The rate schedules after the warmup, each a `kwiden.optimizers.WarmupDecay`.
+SCHEDULES = ("wsd", "cosine", "constant")
 # The peak learning rates without --lr: from scratch, and from a pretrained --from model, which a rate made for
 # random weights throws off (SimBERT from all-MiniLM-L6-v2, 150 updates, held-out top-1 by its pooler: 0.050 at
 # 1e-3, 0.252 at 5e-5, the best of 1e-5 to 1e-3: benchmarks/results/simbert_en_lr.md).
@@ -68,6 +70,12 @@ class PretrainOptions:
         if values["config"] is None and values["from_checkpoint"] is None:
             raise ValueError("Give the target model: --config config.json (with --model), or --from CHECKPOINT.")
         recipe.parse(values["grow"])
+        known = family.FAMILIES.names()
+        if values["model"] is not None and values["model"] not in known:
+            raise ValueError(f"--model {values['model']}: the families kwiden knows are {', '.join(known)} "
+                             "(kwiden.models.register_family adds one).")  # fmt: skip
+        if values["objective"] is not None:
+            objectives.get_objective(values["objective"])  # refused naming those registered
         return cls(**values)
 
 

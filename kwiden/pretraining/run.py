@@ -14,7 +14,7 @@ from kwiden.memory import accelerated
 from kwiden.models import naming
 from kwiden.models.builder import build_transformer_model, checkpoint_family
 from kwiden.models.config import read_config_file
-from kwiden.models.family import FAMILIES, get_family
+from kwiden.models.family import get_family
 from kwiden.models.presets import PRESETS, preset
 from kwiden.optimizers import WarmupDecay
 from kwiden.pretraining import checks, objectives
@@ -361,21 +361,11 @@ def _built_vocabulary(options, folder, corpus):
     return trained
 
 
-def _family(name):
-    try:
-        return get_family(name)
-    except ValueError:
-        raise ValueError(
-            f"--model {name}: the families kwiden knows are {', '.join(sorted(FAMILIES))} "
-            "(kwiden.models.register_family adds one)."
-        ) from None
-
-
 def _family_of(options):
     """The target's family: `--model`'s (by default gpt), or the `--from` checkpoint's."""
     if options.from_checkpoint is not None:
         return checkpoint_family(options.from_checkpoint, options.model)
-    return _family(options.model or "gpt")
+    return get_family(options.model or "gpt")  # a name `PretrainOptions.checked` found registered
 
 
 def _objective_class(options):

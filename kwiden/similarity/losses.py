@@ -4,10 +4,7 @@ rows by cosine, and RoFormer-Sim's distillation of a teacher's cosines."""
 import keras
 from keras import ops
 
-# SimBERT's: the cosines are multiplied by this before the softmax over the batch.
-SCALE = 30.0
-# RoFormer-Sim's: the weight of the mean squared difference of the cosines from the teacher's.
-DISTILL_WEIGHT = 100.0
+from kwiden.similarity import SCALE
 
 
 @keras.saving.register_keras_serializable(package="kwiden")

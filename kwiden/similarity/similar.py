@@ -2,8 +2,8 @@
 from a UniLM given the text as its first, and keep those whose sentence
 vectors lie closest to the text's."""
 
-from kwiden.generation import generate, load_generator, most_new_tokens
 from kwiden.generation.arguments import ArgumentError, SimilarOptions, checked
+from kwiden.generation.prompts import generate, load_generator, most_new_tokens
 from kwiden.similarity.sentence import ENCODERS, SentenceEncoder
 
 

@@ -13,7 +13,8 @@ import signal
 
 import numpy as np
 
-from kwiden.keras_internals import seed_generator_states
+from kwiden.growth.pipeline import grow
+from kwiden.keras_internals import compile_arguments, inner_optimizer, seed_generator_states
 from kwiden.training import recipe
 from kwiden.training.stretch import run_stretch
 
@@ -117,7 +118,7 @@ class GrowingLoop:
 
     def _grow(self, model, position, growth):
         self._save(model, position)  # before: a growth that fails loses nothing
-        big, arguments = recipe.grow_and_compile(model, position.update, growth.arguments, self.seed)
+        big, arguments = grow_and_compile(model, position.update, growth.arguments, self.seed)
         big = seed_dropout(big, self.seed, position.update)
         position = position.grown()
         self.hooks.grown(model, big, position, growth, arguments)
@@ -187,3 +188,15 @@ def ctrl_c():
 
 
 __all__ = ["GrowingLoop", "LoopHooks", "could_be_at", "ctrl_c", "missed_growth", "seed_dropout"]
+
+
+def grow_and_compile(model, update, arguments, seed=0):
+    """`(grown model, the arguments grown with)`: `kwiden.grow(model, **arguments)` with the optimizer grown too
+    (the one under mixed_float16's loss scaling), the splits seeded by `recipe.growth_seed`, compiled with `model`'s loss
+    and metrics (a mixed_float16 model's new optimizer is wrapped for loss scaling again, with a fresh scale)."""
+    arguments = {"seed": recipe.growth_seed(seed, update), **arguments}
+    big, optimizer = grow(model, optimizer=inner_optimizer(model.optimizer), **arguments)
+    config = compile_arguments(model)
+    config.pop("optimizer")
+    big.compile(optimizer=optimizer, **config)
+    return big, arguments

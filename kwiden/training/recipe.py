@@ -13,9 +13,7 @@ import math
 from importlib import resources
 
 from kwiden import arguments as declared
-from kwiden.growth.options import GROW, taken_by
-from kwiden.growth.pipeline import grow
-from kwiden.keras_internals import compile_arguments, inner_optimizer
+from kwiden.growth.arguments import GROW, taken_by
 
 # What `auto` does, chosen from the sweep of benchmarks/grow_vs_scratch.py (docs/growth-that-pays.md#the-sweep):
 # grow once, late, at 80% of the run's updates (the small model takes the cheap updates, the target the last,
@@ -115,7 +113,7 @@ def _check_growing(arguments, item, spec):
 
 
 def _value(option, text, spec):
-    """`text`, the value of `option` (a field of `growth.options.GrowthArguments`), read as its kind."""
+    """`text`, the value of `option` (a field of `growth.arguments.GrowthArguments`), read as its kind."""
     kind, choices = option.metadata["kind"], option.metadata["choices"]
     if kind == "switch":
         if text not in ("True", "False", "true", "false", "1", "0"):
@@ -312,15 +310,3 @@ def growth_seed(seed, update):
     """The seed of the splits of a run's growth at `update` (`seed`: the run's): one rule for every loop that
     grows during training, so that a run resumed before a growth grows as it would have."""
     return (seed * 100_003 + update) % 2**31
-
-
-def grow_and_compile(model, update, arguments, seed=0):
-    """`(grown model, the arguments grown with)`: `kwiden.grow(model, **arguments)` with the optimizer grown too
-    (the one under mixed_float16's loss scaling), the splits seeded by `growth_seed`, compiled with `model`'s loss
-    and metrics (a mixed_float16 model's new optimizer is wrapped for loss scaling again, with a fresh scale)."""
-    arguments = {"seed": growth_seed(seed, update), **arguments}
-    big, optimizer = grow(model, optimizer=inner_optimizer(model.optimizer), **arguments)
-    config = compile_arguments(model)
-    config.pop("optimizer")
-    big.compile(optimizer=optimizer, **config)
-    return big, arguments

@@ -7,13 +7,13 @@ run one (`kwiden.training.loop`)."""
 import dataclasses
 
 from kwiden.arguments import is_count
-from kwiden.growth.options import GROW, names
+from kwiden.growth.arguments import GROW, names
 from kwiden.models import get_family
 from kwiden.models.builder import build_transformer_model
 from kwiden.training import recipe
 from kwiden.training.compute import flops_per_token
 
-# The growth options a schedule may set: `kwiden.grow`'s (`growth.options.GrowthArguments`) but its optimizer, which
+# The growth options a schedule may set: `kwiden.grow`'s (`growth.arguments.GrowthArguments`) but its optimizer, which
 # the loop passes with the model.
 GROW_ARGUMENTS = tuple(name for name in names(GROW) if name != "optimizer")
 

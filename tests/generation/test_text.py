@@ -148,7 +148,7 @@ def test_a_bert_saved_without_its_mlm_head_cannot_generate(tmp_path, capsys):
 
 
 def test_a_continuation_keeps_the_space_that_starts_it(tmp_path):
-    from kwiden.generation import _decoded
+    from kwiden.generation.prompts import _decoded
 
     (tmp_path / "vocab.txt").write_text(
         "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "##s", "床", "前"])
@@ -236,7 +236,7 @@ def test_ctrl_c_stops_a_command_in_one_line(command, gpt_folder, unilm_folder, c
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(kwiden.generation, "generate", interrupted)
+    monkeypatch.setattr(kwiden.generation.prompts, "generate", interrupted)
     monkeypatch.setattr(kwiden.similarity.similar, "generate", interrupted)
     folder = gpt_folder if command == "generate" else unilm_folder
     assert main([command, str(folder), "床前"]) == 130

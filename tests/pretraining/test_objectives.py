@@ -107,7 +107,7 @@ def test_a_family_and_an_objective_registered_outside_the_package_pretrain(engli
 
     # The registries as they were once this test ends.
     monkeypatch.setattr(objectives, "OBJECTIVES", dict(objectives.OBJECTIVES))
-    monkeypatch.setattr(families, "FAMILIES", dict(families.FAMILIES))
+    monkeypatch.setattr(families, "FAMILIES", families.FAMILIES.copy())
     assert objectives.register_objective(NextButOne) is NextButOne
     register_family(dataclasses.replace(get_family("gpt"), name="skip-gpt", pretrains_with="next_but_one"))
     result = kwiden.pretrain(english, tmp_path / "run", model="skip-gpt", config=TINY_GPT, grow="none",

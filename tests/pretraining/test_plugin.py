@@ -83,7 +83,7 @@ def register():
 def plugin(tmp_path, monkeypatch):
     """A plugin file that registers this test's objective and family; the registries as they were afterwards."""
     monkeypatch.setattr(objectives, "OBJECTIVES", dict(objectives.OBJECTIVES))
-    monkeypatch.setattr(families, "FAMILIES", dict(families.FAMILIES))
+    monkeypatch.setattr(families, "FAMILIES", families.FAMILIES.copy())
     path = tmp_path / "my_plugin.py"
     path.write_text(f"import {__name__}\n\n{__name__}.register()\n")
     yield path

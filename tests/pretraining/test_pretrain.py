@@ -187,13 +187,13 @@ def test_ctrl_c_stops_at_the_end_of_the_compiled_call_under_way(english, tmp_pat
 def test_ctrl_c_during_a_growth_stops_before_another_call(english, tmp_path, monkeypatch):
     run = dict(model="gpt", config=TINY_GPT, eval_every=1000, **TINY_RUN)
     whole = kwiden.pretrain(english, tmp_path / "whole", **run)
-    real = trainer.recipe.grow_and_compile
+    real = loop.grow_and_compile
 
     def interrupted(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trainer.recipe, "grow_and_compile", interrupted)
+    monkeypatch.setattr(loop, "grow_and_compile", interrupted)
     with pytest.raises(
         KeyboardInterrupt, match=r"^stopped at update \d+: backup saved; run the same command to resume$"
     ):

@@ -10,7 +10,8 @@ from conftest import TINY_BERT, TINY_RUN, assert_resumes_bit_for_bit
 import kwiden
 from kwiden.pretraining.objectives import IGNORED
 from kwiden.pretraining.objectives.simbert import Sentences, SimBERT
-from kwiden.similarity.losses import SCALE, InBatchSimilarity
+from kwiden.similarity import SCALE
+from kwiden.similarity.losses import InBatchSimilarity
 from kwiden.similarity.retrieval import retrieval_accuracy
 from kwiden.text import vocabulary
 

@@ -1,13 +1,16 @@
 """Pretraining objectives on a token stream, in a registry of kwiden's
 (`BUILT_IN`) a new one joins (`register_objective`): the next token (`causal_lm`, decoders) and masked
 tokens (`masked_lm`, encoders: BERT's 15%, 80/10/10, loss on the masked
-positions only, optionally whole words)."""
+positions only, optionally whole words).
+
+An objective's module is read for its declarations (its name, its options, the flags they make) before Keras
+is imported, so that the command line answers at once: what needs Keras is imported where it computes
+(`token_loss`, and the methods of `simbert` that need it)."""
 
 import dataclasses
 import functools
 import importlib
 
-import keras
 import numpy as np
 
 from kwiden import arguments
@@ -203,6 +206,13 @@ def takers(name):
     return [key for key, o in sorted(registered().items()) if name in {f.name for f in dataclasses.fields(o.Options)}]
 
 
+def token_loss(ignore_class=None):
+    """The cross-entropy of the tokens from the model's logits (`ignore_class`: the target no loss is taken of)."""
+    import keras  # here, not above: the module's declarations are read before Keras is imported
+
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=ignore_class)
+
+
 def get_objective(name):
     known = registered()
     if name not in known:
@@ -224,7 +234,7 @@ class CausalLM(Objective):
         return windows[:, :-1], windows[:, 1:]
 
     def losses(self):
-        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        return token_loss()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +275,7 @@ class MaskedLM(Objective):
 
     def losses(self):
         """None for the encoder's sequence output; the masked LM's loss for its logits."""
-        return [None, keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)]
+        return [None, token_loss(IGNORED)]
 
     def counted(self, targets):
         return int(np.sum(targets[1] != IGNORED))

@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 
-import keras
 import numpy as np
 
 from kwiden.arguments import option
@@ -26,6 +25,7 @@ from kwiden.pretraining.objectives import (
     REPLACED_BY_RANDOM,
     Objective,
     first_of,
+    token_loss,
 )
 from kwiden.text import tokens
 from kwiden.text.tokenizer import check_json_texts
@@ -91,7 +91,7 @@ class Seq2Seq(Objective):
                    options.corrupt)  # fmt: skip
 
     def losses(self):
-        return [None, keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)]
+        return [None, token_loss(IGNORED)]
 
     def counted(self, targets):
         return int(np.sum(targets[-1] != IGNORED))  # the tokens, the last target

@@ -18,18 +18,15 @@ import dataclasses
 import hashlib
 import pathlib
 
-import keras
 import numpy as np
-from keras import ops
 
 from kwiden.arguments import option
 from kwiden.files import file_digest
 from kwiden.models import naming
-from kwiden.pretraining.objectives import IGNORED
+from kwiden.pretraining.objectives import IGNORED, token_loss
 from kwiden.pretraining.objectives.seq2seq import MAX_VALID_ROWS, Corruption, Seq2Seq, source_starts, word_starts
-from kwiden.similarity.losses import DISTILL_WEIGHT, SCALE, InBatchSimilarity
+from kwiden.similarity import DISTILL_WEIGHT, SCALE
 from kwiden.similarity.retrieval import retrieval_accuracy
-from kwiden.similarity.sentence import SentenceEncoder
 from kwiden.text import vocabulary
 
 
@@ -115,17 +112,20 @@ class SimBERT(Seq2Seq):
                 "restore it, or give another --output-dir for a new run.")  # fmt: skip
 
     def losses(self):
-        tokens = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORED)
-        return [None, InBatchSimilarity(self.scale, self.distill_weight), tokens]
+        from kwiden.similarity.losses import InBatchSimilarity  # here: the declarations are read without Keras
+
+        return [None, InBatchSimilarity(self.scale, self.distill_weight), token_loss(IGNORED)]
 
     def measures(self, outputs, targets):
         """The seq2seq loss (weighed by the targets it averages), the in-batch softmax's loss, the retrieval
         accuracy and, with a teacher, the distillation's loss (unweighted) of one validation batch."""
         _, vectors, logits = outputs
         _, similar, tokens = targets
+        from keras import ops  # here: the declarations are read without Keras
+
         _, similarity, seq2seq = self.losses()
-        cosines = InBatchSimilarity.cosines(ops.convert_to_tensor(vectors, "float32"))
-        teacher, repeats = InBatchSimilarity.targets(ops.convert_to_tensor(similar), cosines)
+        cosines = similarity.cosines(ops.convert_to_tensor(vectors, "float32"))
+        teacher, repeats = similarity.targets(ops.convert_to_tensor(similar), cosines)
         rows = len(vectors)
         repeated = None if repeats is None else ops.convert_to_numpy(repeats)
         measures = dict(
@@ -237,6 +237,8 @@ def _check_records(records, pairs):
 
 
 def _number(tensor):
+    from keras import ops  # here: the declarations are read without Keras
+
     return float(ops.convert_to_numpy(tensor))
 
 
@@ -255,6 +257,8 @@ def teacher_for(folder, tokenizer, seq_len):
             f"{len(ours):,} tokens){_first_difference(theirs, ours)}. The student learns the teacher's cosines of "
             "the same texts: give a teacher of the run's vocabulary."
         )
+    from kwiden.similarity.sentence import SentenceEncoder  # here: the declarations are read without Keras
+
     try:
         teacher = SentenceEncoder(folder, batch_size=MAX_VALID_ROWS)
     except (OSError, ValueError) as error:

@@ -1,0 +1,27 @@
+"""A package's names imported as they are first used (PEP 562): `import kwiden` and the command line's parsing
+import no backend; Keras is imported by the first name that needs it."""
+
+import importlib
+
+# Each lazy package's table, `{package: {name: module}}` (tests/test_architecture.py reads it as imports).
+TABLES = {}
+
+
+def lazy(package, names, modules=None):
+    """`(__getattr__, __dir__)` for the package named `package`: each of `names` (`{name: module}`) is looked up in
+    its module when first asked for, and kept; each of `modules` (`{name: module}`) is that module."""
+    modules = modules or {}
+    table = TABLES[package] = {**names, **modules}
+
+    def __getattr__(name):
+        if name not in table:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module = importlib.import_module(table[name])
+        value = module if name in modules else getattr(module, name)
+        setattr(importlib.import_module(package), name, value)
+        return value
+
+    def __dir__():
+        return sorted({*vars(importlib.import_module(package)), *table})
+
+    return __getattr__, __dir__
