@@ -1,15 +1,6 @@
 """kwiden: grow a trained Keras 3 Transformer into a wider one that computes the same function."""
 
-import pathlib as _pathlib
-import sys as _sys
-
 from kwiden.exports import lazy as _lazy
-
-# The `kwiden` command starts quietly (kwiden.quiet); a library import leaves TensorFlow's notices as they are.
-if _pathlib.Path(_sys.argv[0]).name == "kwiden":
-    from kwiden.quiet import start_quietly
-
-    start_quietly()
 
 __version__ = "0.1.0"
 

@@ -28,6 +28,7 @@ from kwiden.growth import arguments as growth_arguments
 from kwiden.models import family, presets
 from kwiden.pretraining import objectives
 from kwiden.pretraining import options as pretrain_options
+from kwiden.quiet import start_quietly
 from kwiden.similarity.sts import StsOptions
 from kwiden.text import tokens
 
@@ -37,6 +38,7 @@ def _grow(args):
         return _grow_folder(args)
     src, dst = _source_path(args.src), _destination_path(args.dst, args.src)
     options = _growth_options(args, growth_arguments.GROW)
+    _start_backend()
     import keras
 
     import kwiden
@@ -84,6 +86,7 @@ def _grow_folder(args):
             "folder avoids; load SRC and DST with kwiden.build_transformer_model(checkpoint_path=...) and compare "
             "them with kwiden.verify."
         )
+    _start_backend()
     try:
         grown = kwiden.grow_checkpoint(args.src, args.dst, **_growth_options(args, growth_arguments.CHECKPOINT))
     except kwiden.GrowthError as error:
@@ -161,6 +164,7 @@ def _eval_sts(args):
     from kwiden.similarity import sts
 
     pairs = sts.read_pairs(args.file)  # before the model loads: a bad file is named at once
+    _start_backend()
     encoder = kwiden.SentenceEncoder(args.checkpoint, **arguments.given(args, StsOptions))
     if pairs.scores is not None:
         print(f"Spearman {sts.spearman(encoder, pairs.pairs, pairs.scores):.4f} over {len(pairs.pairs)} scored pairs "
@@ -174,6 +178,7 @@ def _eval_sts(args):
 
 def _generate(args):
     folder_config(args.checkpoint)
+    _start_backend()
     from kwiden.generation.prompts import generate, load_generator
     from kwiden.models import naming
 
@@ -191,6 +196,7 @@ def _generate(args):
 
 def _similar(args):
     folder_config(args.checkpoint)
+    _start_backend()
     import kwiden
 
     with _flag_warnings(args):
@@ -230,8 +236,16 @@ def _pretrain(args):
     return 0
 
 
+def _start_backend():
+    """Called by each command once its arguments are checked, before it imports Keras: the `kwiden` command
+    starts its backend quietly (kwiden.quiet); a call of `main` from Python leaves TensorFlow's notices as they are."""
+    if pathlib.Path(sys.argv[0]).name == "kwiden":
+        start_quietly()
+
+
 def _announce():
     """One line: the backend and the devices the command computes on."""
+    _start_backend()
     import keras
 
     devices = keras.distribution.list_devices()

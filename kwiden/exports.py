@@ -2,6 +2,7 @@
 import no backend; Keras is imported by the first name that needs it."""
 
 import importlib
+import importlib.util
 
 # Each lazy package's table, `{package: {name: module}}` (tests/test_architecture.py reads it as imports).
 TABLES = {}
@@ -9,13 +10,16 @@ TABLES = {}
 
 def lazy(package, names, modules=None):
     """`(__getattr__, __dir__)` for the package named `package`: each of `names` (`{name: module}`) is looked up in
-    its module when first asked for, and kept; each of `modules` (`{name: module}`) is that module."""
+    its module when first asked for, and kept; each of `modules` (`{name: module}`) is that module; any other name
+    the package's submodule of that name, as if it had been imported."""
     modules = modules or {}
     table = TABLES[package] = {**names, **modules}
 
     def __getattr__(name):
-        if name not in table:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        if name not in table:  # a submodule, as the package's attribute once imported
+            if name.startswith("_") or importlib.util.find_spec(f"{package}.{name}") is None:
+                raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            return importlib.import_module(f"{package}.{name}")
         module = importlib.import_module(table[name])
         value = module if name in modules else getattr(module, name)
         setattr(importlib.import_module(package), name, value)

@@ -7,3 +7,7 @@ functional graphs; `walk` and `depth` plan a growth call by call; `plan`, `rebui
 model with its source; `options` declares every growth option once; `hub` grows
 KerasHub models. The package imports nothing, so that layers may use the calculus.
 """
+
+from kwiden.exports import lazy as _lazy
+
+__getattr__, __dir__ = _lazy(__name__, {})  # its modules, as attributes once asked for

@@ -7,3 +7,7 @@ growths at equal compute (`recipe`), FLOPs (`compute`), Admin initialisation
 for deep Post-LN stacks (`admin`) and tensor-parallel layouts
 (`distribution`).
 """
+
+from kwiden.exports import lazy as _lazy
+
+__getattr__, __dir__ = _lazy(__name__, {})  # its modules, as attributes once asked for

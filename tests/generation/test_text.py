@@ -236,8 +236,11 @@ def test_ctrl_c_stops_a_command_in_one_line(command, gpt_folder, unilm_folder, c
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(kwiden.generation.prompts, "generate", interrupted)
-    monkeypatch.setattr(kwiden.similarity.similar, "generate", interrupted)
+    from kwiden.generation import prompts
+    from kwiden.similarity import similar  # imported before either is patched: it binds the real generate
+
+    monkeypatch.setattr(prompts, "generate", interrupted)
+    monkeypatch.setattr(similar, "generate", interrupted)
     folder = gpt_folder if command == "generate" else unilm_folder
     assert main([command, str(folder), "床前"]) == 130
     assert capsys.readouterr().err == f"kwiden {command}: interrupted\n"
