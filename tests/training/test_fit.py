@@ -8,7 +8,7 @@ import pytest
 
 import kwiden
 from kwiden import optimizers
-from kwiden.testing import padded_batch
+from kwiden.testing import padded_batch, randomize_weights, tiny_config
 
 SCHEDULE = {3: dict(k=2, spread=1.0), 6: dict(depth=2)}
 
@@ -52,6 +52,16 @@ class StopAtEpoch(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+def tiny_gpt(seed=0):
+    return randomize_weights(kwiden.build_transformer_model(tiny_config(), model="gpt"), seed)
+
+
+@pytest.fixture(scope="module")
+def straight():
+    """The 9 updates of SCHEDULE trained straight through, where every resumed run must end: run once a module."""
+    return kwiden.fit_growing(compiled(tiny_gpt), batches(), SCHEDULE, steps=9, verbose=0)[0]
+
+
 def test_two_growths_train_and_carry_the_optimizer(gpt):
     small = compiled(gpt, accum_steps=2)
     width = small.get_layer("Embedding-Token").output_dim
@@ -66,21 +76,19 @@ def test_two_growths_train_and_carry_the_optimizer(gpt):
     assert big.get_compile_config()["metrics"] == ["accuracy"]
 
 
-def test_several_steps_a_call_reach_every_growth_and_train_the_same_weights(gpt):
+def test_several_steps_a_call_reach_every_growth_and_train_the_same_weights(gpt, straight):
     """Stretches of 3 and 3 updates in calls of 4 (`steps_per_execution`): each stretch's short last call counts
     the batches it ran, not the 4 Keras names it by."""
-    one, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0)
     several = compiled(gpt)
     several.compile(several.optimizer, several.loss, metrics=["accuracy"], steps_per_execution=4)
     several, _ = kwiden.fit_growing(several, batches(), SCHEDULE, steps=9, verbose=0)
     assert int(several.optimizer.updates_done) == 9
     assert kwiden.models.naming.count_blocks(layer.name for layer in several.layers) == 4
-    for a, b in zip(one.get_weights(), several.get_weights()):
+    for a, b in zip(straight.get_weights(), several.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_resumes_after_a_growth_to_identical_weights(gpt, tmp_path):
-    straight, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0)
+def test_resumes_after_a_growth_to_identical_weights(gpt, tmp_path, straight):
     with pytest.raises(KeyboardInterrupt, match="^crashed after update 5$"):
         kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0,
                            callbacks=[CrashAt(5)], backup_dir=tmp_path)  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 
 import kwiden
 from kwiden import optimizers
-from kwiden.testing import padded_batch
+from kwiden.testing import padded_batch, randomize_weights, tiny_config
 from kwiden.training.fit import STATE_FILE
 from kwiden.training.stretch import run_stretch
 
@@ -59,8 +59,17 @@ def state(folder):
     return json.loads((folder / STATE_FILE).read_text())
 
 
-def test_ctrl_c_between_growths_backs_up_and_the_same_call_resumes_to_identical_weights(gpt, tmp_path):
-    straight, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0)
+def tiny_gpt(seed=0):
+    return randomize_weights(kwiden.build_transformer_model(tiny_config(), model="gpt"), seed)
+
+
+@pytest.fixture(scope="module")
+def straight():
+    """The 9 updates of SCHEDULE trained straight through, where every resumed run must end: run once a module."""
+    return kwiden.fit_growing(compiled(tiny_gpt), batches(), SCHEDULE, steps=9, verbose=0)[0]
+
+
+def test_ctrl_c_between_growths_backs_up_and_the_same_call_resumes_to_identical_weights(gpt, tmp_path, straight):
     with pytest.raises(KeyboardInterrupt, match=r"stopped at update 5 \(Ctrl-C\): backed up in .*resume"):
         kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, callbacks=[CtrlCAt(5)],
                            backup_dir=tmp_path)  # fmt: skip
@@ -88,9 +97,8 @@ def test_a_loss_that_is_not_finite_stops_naming_the_update_and_keeps_the_last_go
     assert all(np.isfinite(np.asarray(w)).all() for w in kept.weights)
 
 
-def test_a_backup_in_the_format_before_the_one_loop_resumes_to_identical_weights(gpt, tmp_path):
+def test_a_backup_in_the_format_before_the_one_loop_resumes_to_identical_weights(gpt, tmp_path, straight):
     """`kwiden-growing.json` as fit_growing wrote it before the one loop: no update (its batches give it)."""
-    straight, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0)
     with pytest.raises(KeyboardInterrupt, match=r"stopped at update 4"):
         kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, callbacks=[CtrlCAt(4)],
                            backup_dir=tmp_path)  # fmt: skip
