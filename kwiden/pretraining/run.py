@@ -25,6 +25,9 @@ from kwiden.text import tokens, vocabulary
 from kwiden.training import recipe
 from kwiden.training.distribution import layout_map
 
+# Why a grown run makes more updates than its budget names, said where it does.
+MORE_UPDATES = " (more than the budget: the stages before a growth cost less an update)"
+
 
 def default_warmup(budget):
     """The warmup `pretrain` gives a budget without `warmup=`: 5% of its updates."""
@@ -231,7 +234,8 @@ def _pretrain(folder, corpus, options, family, kind, verbose):
         folder.log(f"  {phase.describe()}, {at}")
     folder.log(
         f"budget: {options.budget} updates of the target = {options.budget * per_update[-1]:.3g} FLOPs; this run: {total} "
-        f"updates, {options.schedule} schedule, peak lr {options.lr:g}, warmup {warmup}"
+        f"updates{MORE_UPDATES * (total > options.budget)}, {options.schedule} schedule, peak lr {options.lr:g}, "
+        f"warmup {warmup}"
     )
     trainer = Trainer(
         folder, options, objective, train, valid, phases, growths, per_update, total,

@@ -17,6 +17,7 @@ from kwiden.models import naming
 from kwiden.models.builder import build_transformer_model
 from kwiden.models.hf import refuse_copied_rotary
 from kwiden.optimizers import AdamW
+from kwiden.pretraining.clock import RunClock, readable_seconds
 from kwiden.pretraining.outputs import BACKUP, trained_length
 from kwiden.training import recipe
 from kwiden.training.backups import Position, RunBackup
@@ -28,6 +29,7 @@ STATE_FILE = "state.json"
 EVALUATIONS = 20
 # Updates a compiled call runs where nothing happens between them (Keras' steps_per_execution, in updates).
 UPDATES_PER_CALL = 32
+PROGRESS_BAR = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]"
 WEIGHT_DECAY = 0.01
 # `grow`'s arguments about the optimizer, left out where a growth is tried on a model without one
 # (`scale_learning_rates` and `relax_learning_rates` are checked there, together: `grow` takes them without one).
@@ -153,6 +155,8 @@ class Trainer(LoopHooks):
         self.tokens_per_update = options.batch_size * options.accum_steps * objective.seq_len
         self.train_losses = []  # since the last metrics row
         self.seconds, self.rows, self.progress, self.stretch_start = 0.0, [], None, None
+        self.clock = RunClock([g.update for g in growths], per_update, total)
+        self.last_call, self.timed = None, set()  # (update, time) at the end of the stretch's last call; stages said
 
     # Compute
     def flops_at(self, update):
@@ -275,8 +279,9 @@ class Trainer(LoopHooks):
         self.folder.starts_training()
         loop = GrowingLoop(self.growth_schedule, self.total, self.options.accum_steps, self, self.backup,
                            self.options.save_every, self.options.seed)  # fmt: skip
+        # Without tqdm's time left, which assumes every update takes as long: the postfix's counts every stage.
         with tqdm(total=self.total, initial=position.update, disable=not self.verbose, unit="update",
-                  dynamic_ncols=True) as self.progress:  # fmt: skip
+                  dynamic_ncols=True, bar_format=PROGRESS_BAR) as self.progress:  # fmt: skip
             model, position = loop.run(model, position)
         return self._finish(model, position.update)
 
@@ -303,6 +308,7 @@ class Trainer(LoopHooks):
 
     def stretch_batches(self, position, count):
         self.stretch_start = time.perf_counter()  # a stretch's seconds begin as its batches are asked for
+        self.last_call = None
         accum = self.options.accum_steps
         return (
             self.objective.training_batch(self.train, self.options.batch_size, self.options.seed, u, micro_step)
@@ -315,13 +321,32 @@ class Trainer(LoopHooks):
 
     def _after_call(self, first, trained, logs):
         """After a compiled call that trained up to update `trained` (from `first`): the progress bar moved on."""
-        loss = logs.get("loss", np.nan)
+        loss, now = logs.get("loss", np.nan), time.perf_counter()
         self.progress.update(trained - self.progress.n)
-        seconds = max(time.perf_counter() - self.stretch_start, 1e-9)
-        tokens_per_second = (trained - first) * self.tokens_per_update / seconds
-        phase = self.phases[sum(g.update <= first for g in self.growths)]
+        tokens_per_second = (trained - first) * self.tokens_per_update / max(now - self.stretch_start, 1e-9)
+        phase = self.phases[self.clock.stage_at(first)]
+        if self.last_call is not None:  # the stretch's first call compiles and starts the batches: not timed
+            self.clock.measured(self.last_call[0], trained - self.last_call[0], now - self.last_call[1])
+            self._say_time(trained)
+        self.last_call = (trained, now)
+        left = self.clock.seconds_left(trained)
         self.progress.set_postfix_str(
             f"loss {loss:.3f}, {tokens_per_second:,.0f} tok/s, {phase.hidden_size}×{phase.num_layers}"
+            + ("" if left is None else f", about {readable_seconds(left)} left")
+        )
+
+    def _say_time(self, update):
+        """The log's line, once a stage: its measured update time and the training time left, every stage in."""
+        stage = self.clock.stage_at(update - 1)
+        if stage in self.timed:
+            return
+        self.timed.add(stage)
+        later = [s for s in range(stage + 1, len(self.phases)) if self.clock.estimated(s)]
+        self.folder.log(
+            f"time: {self.clock.update_seconds(stage):.3g} s an update at {self.phases[stage].describe()}; the "
+            f"{self.total - update} updates left train in about {readable_seconds(self.clock.seconds_left(update))}"
+            + (f" (the stage{'s' * (len(later) > 1)} not yet reached estimated by FLOPs)" if later else "")
+            + ", evaluations and backups aside"
         )
 
     def after_stretch(self, model, position, trained, logs, history):

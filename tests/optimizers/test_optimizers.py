@@ -308,7 +308,9 @@ DISTRIBUTED = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="a TensorFlow subprocess: the TensorFlow run has it")
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="a TensorFlow subprocess: the TensorFlow run has it"
+)
 def test_mirrored_strategy_on_two_cpu_devices_equals_one_device():
     result = subprocess.run([sys.executable, "-c", DISTRIBUTED], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
