@@ -24,7 +24,7 @@ PRELUDE = f"""
 import sys; sys.path.insert(0, {str(CHECKOUT)!r})
 import json, os, pathlib, signal
 import numpy as np, keras, kwiden
-from kwiden.training import backups, recipe
+from kwiden.training import backups, loop
 from kwiden.testing import padded_batch, randomize_weights, tiny_config
 
 def kill():
@@ -102,7 +102,7 @@ def fit_growing_killed(root, where):
             callbacks = [KillAt()]
         """,
         "at a growth": """
-            real = recipe.grow_and_compile
+            real = loop.grow_and_compile
             growths = [0]
             def grown_then_killed(*args):
                 big = real(*args)
@@ -110,7 +110,7 @@ def fit_growing_killed(root, where):
                 if growths[0] == 2:  # the second growth (depth), killed before its backup is saved
                     kill()
                 return big
-            recipe.grow_and_compile = grown_then_killed
+            loop.grow_and_compile = grown_then_killed
             callbacks = []
         """,
         "inside a backup's save": """
