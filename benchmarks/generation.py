@@ -1,7 +1,10 @@
 """Generation speed: `kwiden.generate`'s key/value cache against running the
 whole model on the whole sequence at every step, side by side in one
-process, and against Hugging Face transformers' `generate` on the same
-saved folder (GPT-2 format) where a Python with transformers is given.
+process, against KerasHub's `GPT2CausalLM.generate` on a GPT-2 of the same
+size built in KerasHub (random weights of its own: its tokens are not
+compared; compiled as KerasHub compiles it, greedy sampler), and against
+Hugging Face transformers' `generate` on the same saved folder (GPT-2 format)
+where a Python with transformers is given.
 
 Greedy decoding of random-weight GPTs, or LLaMAs with grouped-query
 attention (`--family llama`; bytes, no padding mask, so transformers
@@ -89,6 +92,28 @@ def recomputing(model):
     return run
 
 
+def keras_hub_gpt2(width, blocks, positions):
+    """KerasHub's GPT-2 of the same size (random weights of its own), generating greedily as KerasHub compiles it;
+    `run(prompts, new)` the new tokens."""
+    import keras_hub
+
+    backbone = keras_hub.models.GPT2Backbone(vocabulary_size=VOCABULARY, num_layers=blocks, num_heads=width // 32,
+                                             hidden_dim=width, intermediate_dim=4 * width, dropout=0.0,
+                                             max_sequence_length=positions)  # fmt: skip
+    lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    lm.compile(sampler="greedy")
+
+    def run(prompts, new):
+        ids = np.zeros((len(prompts), prompts.shape[1] + new), np.int32)
+        ids[:, : prompts.shape[1]] = prompts
+        mask = np.zeros(ids.shape, bool)
+        mask[:, : prompts.shape[1]] = True  # KerasHub fills the positions the mask leaves out
+        found = lm.generate({"token_ids": ids, "padding_mask": mask}, stop_token_ids=None)
+        return np.asarray(found["token_ids"])[:, prompts.shape[1] :]
+
+    return run
+
+
 def timed(run, repeats):
     """Each arm's tokens and seconds, the arms alternating `repeats` times after one untimed run each."""
     tokens = {name: arm() for name, arm in run.items()}
@@ -119,13 +144,18 @@ def measure(size, batch, args):
         "cache": lambda: cached(model, prompts, args.new),
         "recompute": lambda: recomputing(model)(prompts, args.new),
     }
+    if args.family == "gpt":
+        hub = keras_hub_gpt2(width, blocks, args.prompt + args.new)
+        arms["keras_hub"] = lambda: hub(prompts, args.new)
     tokens, seconds = timed(arms, args.repeats)
     hf = with_transformers(args.transformers_python, model, prompts, args.new, args.repeats)
     if hf is not None:
         tokens["transformers"], seconds["transformers"] = np.array(hf["tokens"]), hf["seconds"]
     rate = {name: batch * args.new / statistics.median(s) for name, s in seconds.items()}
-    agree = all(np.array_equal(tokens["cache"], found) for found in tokens.values())
+    agree = all(np.array_equal(tokens["cache"], found) for name, found in tokens.items() if name != "keras_hub")
     row = [size, batch, f"{rate['cache']:.0f}", f"{rate['recompute']:.0f}", f"{rate['cache'] / rate['recompute']:.2f}x"]
+    if "keras_hub" in rate:
+        row += [f"{rate['keras_hub']:.0f}", f"{rate['cache'] / rate['keras_hub']:.2f}x"]
     if hf is not None:
         row += [f"{rate['transformers']:.0f}", f"{rate['cache'] / rate['transformers']:.2f}x"]
     return row + ["yes" if agree else "NO"], hf
@@ -148,9 +178,15 @@ def main():
             row, hf = measure(size, batch, args)
             rows.append(row)
             print(" ".join(map(str, row)), flush=True)
+    if args.family == "gpt":
+        import keras_hub
+
+        extra.append(f"keras-hub {keras_hub.__version__}")
     if hf is not None:
         extra.append(f"transformers {hf['version']}, torch {hf['torch']} ({hf['threads']} threads)")
     header = [args.family, "batch", "cache tok/s", "recompute tok/s", "cache/recompute"]
+    if args.family == "gpt":
+        header += ["KerasHub tok/s", "cache/KerasHub"]
     if hf is not None:
         header += ["transformers tok/s", "cache/transformers"]
     report = "\n\n".join([

@@ -15,6 +15,7 @@ import zipfile
 
 from kwiden import arguments
 from kwiden.checkpoints.formats import folder_config
+from kwiden.exports import register_keras_objects
 from kwiden.files import replaced_atomically
 from kwiden.generation.arguments import (
     GENERATE_FLAGS,
@@ -86,9 +87,10 @@ def _grow_folder(args):
             "folder avoids; load SRC and DST with kwiden.build_transformer_model(checkpoint_path=...) and compare "
             "them with kwiden.verify."
         )
+    options = _growth_options(args, growth_arguments.CHECKPOINT)
     _start_backend()
     try:
-        grown = kwiden.grow_checkpoint(args.src, args.dst, **_growth_options(args, growth_arguments.CHECKPOINT))
+        grown = kwiden.grow_checkpoint(args.src, args.dst, **options)
     except kwiden.GrowthError as error:
         raise CommandError(str(error)) from None
     print(f"parameters: {grown.source_parameters:,} -> {grown.parameters:,}")
@@ -241,6 +243,7 @@ def _start_backend():
     starts its backend quietly (kwiden.quiet); a call of `main` from Python leaves TensorFlow's notices as they are."""
     if pathlib.Path(sys.argv[0]).name == "kwiden":
         start_quietly()
+    register_keras_objects()  # a .keras model or a run's backup read holds them
 
 
 def _announce():
@@ -320,7 +323,10 @@ def plugins(argv):
     the objectives and families they register become its flags and choices."""
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--plugin", action="append", default=[])
-    for name in early.parse_known_args(argv)[0].plugin:
+    given = early.parse_known_args(argv)[0].plugin
+    if given:
+        _start_backend()  # a plugin may import Keras: quietly
+    for name in given:
         path = pathlib.Path(name)
         if path.suffix == ".py" and path.stem not in sys.modules:  # imported once, as a module name is
             if not path.is_file():

@@ -3,9 +3,20 @@ import no backend; Keras is imported by the first name that needs it."""
 
 import importlib
 import importlib.util
+import pkgutil
 
 # Each lazy package's table, `{package: {name: module}}` (tests/test_architecture.py reads it as imports).
 TABLES = {}
+# The modules that register kwiden's Keras objects (layers, the family model, losses, metrics, optimizers and
+# schedules) as they are imported: Keras' load_model finds a custom object only once it is registered.
+KERAS_OBJECTS = ("kwiden.layers", "kwiden.models.family_model", "kwiden.losses", "kwiden.metrics", "kwiden.optimizers")
+
+
+def register_keras_objects():
+    """Import the modules that register kwiden's Keras objects, so that `keras.saving.load_model` reads a model
+    that holds them. `import kwiden` does so in a Python program; the `kwiden` command, once a command computes."""
+    for module in KERAS_OBJECTS:
+        importlib.import_module(module)
 
 
 def lazy(package, names, modules=None):
@@ -26,6 +37,8 @@ def lazy(package, names, modules=None):
         return value
 
     def __dir__():
-        return sorted({*vars(importlib.import_module(package)), *table})
+        own = importlib.import_module(package)
+        submodules = {info.name for info in pkgutil.iter_modules(own.__path__)}
+        return sorted({*vars(own), *table, *submodules})
 
     return __getattr__, __dir__

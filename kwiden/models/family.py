@@ -13,6 +13,7 @@ This module imports only `kwiden.models.naming` and `kwiden.models.config`, belo
 import collections.abc
 import dataclasses
 import importlib
+import threading
 from typing import Callable, Optional
 
 from kwiden.models import naming
@@ -160,14 +161,15 @@ class _Registry(collections.abc.MutableMapping):
     def __init__(self):
         self._families = None
         self._added = {}
+        self._lock = threading.RLock()  # one thread fills it; another waits for it filled
 
     def _all(self):
-        if self._families is None:
-            self._families = {}  # before the imports: a family module that looks here finds it filling
-            for name, (module, attribute) in BUILT_IN.items():
-                self._families[name] = getattr(importlib.import_module(module), attribute)
-            self._families.update(self._added)
-        return self._families
+        with self._lock:
+            if self._families is None:
+                found = {name: getattr(importlib.import_module(module), attribute)
+                         for name, (module, attribute) in BUILT_IN.items()}  # fmt: skip
+                self._families = {**found, **self._added}  # only once every import succeeded
+            return self._families
 
     def __getitem__(self, name):
         return self._all()[name]
@@ -192,6 +194,8 @@ class _Registry(collections.abc.MutableMapping):
         other = _Registry()
         other._families, other._added = dict(self._all()), dict(self._added)
         return other
+
+    __copy__ = copy
 
     def names(self):
         """The registered families' names, sorted, without importing kwiden's (what `--model` lists)."""

@@ -156,7 +156,8 @@ class Trainer(LoopHooks):
         self.train_losses = []  # since the last metrics row
         self.seconds, self.rows, self.progress, self.stretch_start = 0.0, [], None, None
         self.clock = RunClock([g.update for g in growths], per_update, total)
-        self.last_call, self.timed = None, set()  # (update, time) at the end of the stretch's last call; stages said
+        # (update, time) the clock runs from in this stretch (time None: not yet); stages whose step is compiled; said
+        self.last_call, self.warm, self.timed = None, set(), set()
 
     # Compute
     def flops_at(self, update):
@@ -279,9 +280,8 @@ class Trainer(LoopHooks):
         self.folder.starts_training()
         loop = GrowingLoop(self.growth_schedule, self.total, self.options.accum_steps, self, self.backup,
                            self.options.save_every, self.options.seed)  # fmt: skip
-        # Without tqdm's time left, which assumes every update takes as long: the postfix's counts every stage.
         with tqdm(total=self.total, initial=position.update, disable=not self.verbose, unit="update",
-                  dynamic_ncols=True, bar_format=PROGRESS_BAR) as self.progress:  # fmt: skip
+                  dynamic_ncols=True) as self.progress:  # fmt: skip
             model, position = loop.run(model, position)
         return self._finish(model, position.update)
 
@@ -308,7 +308,7 @@ class Trainer(LoopHooks):
 
     def stretch_batches(self, position, count):
         self.stretch_start = time.perf_counter()  # a stretch's seconds begin as its batches are asked for
-        self.last_call = None
+        self.last_call = (position.update, None)
         accum = self.options.accum_steps
         return (
             self.objective.training_batch(self.train, self.options.batch_size, self.options.seed, u, micro_step)
@@ -325,15 +325,30 @@ class Trainer(LoopHooks):
         self.progress.update(trained - self.progress.n)
         tokens_per_second = (trained - first) * self.tokens_per_update / max(now - self.stretch_start, 1e-9)
         phase = self.phases[self.clock.stage_at(first)]
-        if self.last_call is not None:  # the stretch's first call compiles and starts the batches: not timed
-            self.clock.measured(self.last_call[0], trained - self.last_call[0], now - self.last_call[1])
-            self._say_time(trained)
-        self.last_call = (trained, now)
+        self._time_call(first, trained, now)
         left = self.clock.seconds_left(trained)
+        if left is not None:  # tqdm's time left assumes every update takes as long: the clock's counts every stage
+            self.progress.bar_format = PROGRESS_BAR
         self.progress.set_postfix_str(
             f"loss {loss:.3f}, {tokens_per_second:,.0f} tok/s, {phase.hidden_size}×{phase.num_layers}"
             + ("" if left is None else f", about {readable_seconds(left)} left")
         )
+
+    def _time_call(self, first, trained, now):
+        """The clock told of a compiled call that ended at `now` with update `trained`. A stage's first call compiles
+        its step: the clock starts after it. A call that ended inside an update (accumulation on PyTorch, one
+        micro-batch a call) is timed with the next."""
+        stage = self.clock.stage_at(first)
+        previous, since = self.last_call
+        if since is None and stage in self.warm:
+            since = self.stretch_start  # a later stretch: its first call compiles nothing
+        self.warm.add(stage)
+        if since is None:
+            self.last_call = (trained, now)
+        elif trained > previous:
+            self.clock.measured(previous, trained - previous, now - since)
+            self.last_call = (trained, now)
+            self._say_time(trained)
 
     def _say_time(self, update):
         """The log's line, once a stage: its measured update time and the training time left, every stage in."""

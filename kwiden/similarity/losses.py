@@ -4,7 +4,7 @@ rows by cosine, and RoFormer-Sim's distillation of a teacher's cosines."""
 import keras
 from keras import ops
 
-from kwiden.similarity import SCALE
+from kwiden.similarity import DISTILL_WEIGHT, SCALE  # noqa: F401 (DISTILL_WEIGHT: read here before)
 
 
 @keras.saving.register_keras_serializable(package="kwiden")

@@ -43,10 +43,12 @@ def run_stretch(model, batches, steps, after_call, fit_arguments=None):
 def _built_for(model, batches):
     """`batches` as they were, once `model` is built for training from the first one: its train step, traced once
     instead of twice, compiles in half the time after each growth."""
+    batches = iter(batches)
     first = next(batches, None)
     if first is None:
         return iter(())
-    build_for_training(model, first)
+    if all(hasattr(part, "shape") for part in keras.tree.flatten(first)):  # else Keras' own refusal, at its trace
+        build_for_training(model, first)
     return (batch for batch in itertools.chain([first], batches))
 
 

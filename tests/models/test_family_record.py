@@ -138,3 +138,22 @@ def test_a_family_is_a_name():
     with pytest.raises(TypeError, match=r"`family` is a registered family's name \(a str\) or None, got Family"):
         FamilyModel(x, keras.layers.Dense(2)(x), family=FAMILIES["llama"])
     assert FamilyModel(x, keras.layers.Dense(2)(x)).family is None
+
+
+def test_the_registry_fills_whole_or_not_at_all(monkeypatch):
+    """A failed first import of kwiden's families (a Ctrl-C in Keras' slow first import) leaves the registry to be
+    filled again, not half filled; its names are known without importing any."""
+    from kwiden.models import family as families
+
+    registry = families._Registry()
+    monkeypatch.setattr(families, "BUILT_IN", {**families.BUILT_IN, "broken": ("kwiden.models.nonesuch", "X")})
+    assert registry.names() == sorted(families.BUILT_IN)
+    with pytest.raises(ModuleNotFoundError):
+        list(registry)
+    monkeypatch.setattr(
+        families, "BUILT_IN", {name: where for name, where in families.BUILT_IN.items() if name != "broken"}
+    )
+    assert list(registry) == list(families.BUILT_IN) and registry["t5"] is FAMILIES["t5"]
+    copied = registry.copy()
+    copied["mine"] = FAMILIES["gpt"]
+    assert "mine" in copied and "mine" not in registry
