@@ -148,7 +148,7 @@ def test_the_registry_fills_whole_or_not_at_all(monkeypatch):
     registry = families._Registry()
     monkeypatch.setattr(families, "BUILT_IN", {**families.BUILT_IN, "broken": ("kwiden.models.nonesuch", "X")})
     assert registry.names() == sorted(families.BUILT_IN)
-    with pytest.raises(ModuleNotFoundError):
+    with pytest.raises(ModuleNotFoundError, match="kwiden.models.nonesuch"):
         list(registry)
     monkeypatch.setattr(
         families, "BUILT_IN", {name: where for name, where in families.BUILT_IN.items() if name != "broken"}
