@@ -1,10 +1,8 @@
 """kwiden: grow a trained Keras 3 Transformer into a wider one that computes the same function."""
 
-import pathlib as _pathlib
-import sys as _sys
-
 from kwiden.exports import lazy as _lazy
 from kwiden.exports import register_keras_objects as _register_keras_objects
+from kwiden.quiet import the_command_runs as _the_command_runs
 
 __version__ = "0.1.0"
 
@@ -31,6 +29,6 @@ __getattr__, __dir__ = _lazy(__name__, _NAMES, _MODULES)
 
 # A Python program that imports kwiden reads kwiden's models with keras.saving.load_model at once; the `kwiden`
 # command imports Keras only once a command computes, so that --help and a refused flag answer at once.
-if _pathlib.Path(_sys.argv[0]).name != "kwiden":
+if not _the_command_runs():
     _register_keras_objects()
 __all__ = sorted([*_MODULES, *_NAMES], key=str.lower)

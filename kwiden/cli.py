@@ -29,7 +29,7 @@ from kwiden.growth import arguments as growth_arguments
 from kwiden.models import family, presets
 from kwiden.pretraining import objectives
 from kwiden.pretraining import options as pretrain_options
-from kwiden.quiet import start_quietly
+from kwiden.quiet import start_quietly, the_command_runs
 from kwiden.similarity.sts import StsOptions
 from kwiden.text import tokens
 
@@ -241,7 +241,7 @@ def _pretrain(args):
 def _start_backend():
     """Called by each command once its arguments are checked, before it imports Keras: the `kwiden` command
     starts its backend quietly (kwiden.quiet); a call of `main` from Python leaves TensorFlow's notices as they are."""
-    if pathlib.Path(sys.argv[0]).name == "kwiden":
+    if the_command_runs():
         start_quietly()
     register_keras_objects()  # a .keras model or a run's backup read holds them
 

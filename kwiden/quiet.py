@@ -6,6 +6,13 @@ standard error during those two steps alone, unless the user chose a log level."
 
 import contextlib
 import os
+import pathlib
+import sys
+
+
+def the_command_runs():
+    """Whether this process is the `kwiden` command (its console script), not a Python program importing kwiden."""
+    return pathlib.Path(sys.argv[0]).name == "kwiden"
 
 
 def start_quietly():

@@ -324,8 +324,9 @@ class Trainer(LoopHooks):
         loss, now = logs.get("loss", np.nan), time.perf_counter()
         self.progress.update(trained - self.progress.n)
         tokens_per_second = (trained - first) * self.tokens_per_update / max(now - self.stretch_start, 1e-9)
-        phase = self.phases[self.clock.stage_at(first)]
-        self._time_call(first, trained, now)
+        stage = self.clock.stage_at(first)
+        phase = self.phases[stage]
+        self._time_call(stage, trained, now)
         left = self.clock.seconds_left(trained)
         if left is not None:  # tqdm's time left assumes every update takes as long: the clock's counts every stage
             self.progress.bar_format = PROGRESS_BAR
@@ -334,11 +335,10 @@ class Trainer(LoopHooks):
             + ("" if left is None else f", about {readable_seconds(left)} left")
         )
 
-    def _time_call(self, first, trained, now):
-        """The clock told of a compiled call that ended at `now` with update `trained`. A stage's first call compiles
-        its step: the clock starts after it. A call that ended inside an update (accumulation on PyTorch, one
-        micro-batch a call) is timed with the next."""
-        stage = self.clock.stage_at(first)
+    def _time_call(self, stage, trained, now):
+        """The clock told of a compiled call of `stage` that ended at `now` with update `trained`. A stage's first
+        call compiles its step: the clock starts after it. A call that ended inside an update (accumulation on
+        PyTorch, one micro-batch a call) is timed with the next."""
         previous, since = self.last_call
         if since is None and stage in self.warm:
             since = self.stretch_start  # a later stretch: its first call compiles nothing

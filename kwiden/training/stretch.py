@@ -25,8 +25,8 @@ def run_stretch(model, batches, steps, after_call, fit_arguments=None):
     """
     if keras.backend.backend() == "tensorflow":
         batches = _built_for(model, batches)
-    if fit_arguments is None and keras.backend.backend() == "tensorflow":
-        return _compiled_calls(model, batches, steps, after_call)
+        if fit_arguments is None:
+            return _compiled_calls(model, batches, steps, after_call)
     fit_arguments = dict(fit_arguments or {})
     watch = _AfterCall(steps, after_call)
     fitted = model.fit(
@@ -49,7 +49,7 @@ def _built_for(model, batches):
         return iter(())
     if all(hasattr(part, "shape") for part in keras.tree.flatten(first)):  # else Keras' own refusal, at its trace
         build_for_training(model, first)
-    return (batch for batch in itertools.chain([first], batches))
+    return (batch for batch in itertools.chain([first], batches))  # a generator: Keras' fit takes no other iterator
 
 
 def _compiled_calls(model, batches, steps, after_call):
