@@ -3,6 +3,12 @@ batches, the exactness assertion, the tiny config) live in `kwiden.testing`,
 where users can call them too."""
 
 import os
+from pathlib import Path
+
+# The tests build the same tiny models again and again; JAX compiles each program once for the whole run (and
+# the next) from a cache on disk that every worker and subprocess shares, rather than once a test.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).parent.parent / ".pytest_cache" / "jax"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # before TensorFlow starts: each worker its share of the cores
     share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
