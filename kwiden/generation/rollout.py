@@ -29,6 +29,7 @@ class Decoder:
         tables = [layer for layer in model.layers if getattr(layer, "mode", None) == "position"]
         self.max_positions = tables[0].input_dim if tables else None
         self.vocab_size = self.cached.vocab_size
+        self.loops = {}  # the compiled search loops (sampling._loop), one a search, end ids and banned ids
 
     def most_new_tokens(self, prompt_length):
         """The most tokens a prompt of `prompt_length` may be given within the

@@ -1,6 +1,7 @@
-"""Choosing the tokens: greedy, sampled (temperature, top-k, top-p) or by
-beam search, over a `Rollout`'s logits, on the host in float64 numpy, so a
-seed gives the same samples on every backend."""
+"""How to choose the tokens (`Search`: greedy, sampled with temperature,
+top-k and top-p, or by beam search), and beam search itself, over a
+`Rollout`'s logits on the host in float64 numpy (greedy and sampled
+decoding run on the device: `sampling`)."""
 
 import dataclasses
 
@@ -46,69 +47,6 @@ class Search:
 def log_softmax(logits):
     shifted = logits - logits.max(axis=-1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-
-
-def choose(logits, search, draws):
-    """One token a row of `logits` (banned tokens already at -inf); a sampled
-    one from the row's `draws` (uniform in [0, 1))."""
-    if not search.samples:
-        return np.argmax(logits, axis=-1)
-    logits = logits / search.temperature
-    if search.top_k is not None and search.top_k < logits.shape[-1]:
-        kth = np.sort(logits, axis=-1)[:, -search.top_k][:, None]
-        logits = np.where(logits < kth, -np.inf, logits)
-    probabilities = np.exp(log_softmax(logits))
-    if search.top_p < 1.0:
-        order = np.argsort(-probabilities, axis=-1, kind="stable")
-        ranked = np.take_along_axis(probabilities, order, axis=-1)
-        outside = np.cumsum(ranked, axis=-1) - ranked >= search.top_p  # the likeliest token always stays
-        np.put_along_axis(ranked, order, np.where(outside, 0.0, ranked), axis=-1)
-        probabilities = ranked / ranked.sum(axis=-1, keepdims=True)
-    cumulative = np.cumsum(probabilities, axis=-1)
-    draws = draws * cumulative[:, -1]
-    return np.minimum((cumulative <= draws[:, None]).sum(axis=-1), logits.shape[-1] - 1)
-
-
-def row_streams(seed, prompts, repeats):
-    """One random stream a row (each prompt's `repeats` in a row), seeded by
-    `seed`, the row's prompt and its sample's number, and nothing else: a
-    prompt draws the same tokens alone as beside any other prompts (the same
-    prompt twice, the same tokens twice). `seed` None: fresh entropy."""
-    root = np.random.SeedSequence(seed).entropy
-    return [
-        np.random.default_rng([root, sample, len(prompt), *prompt]) for prompt in prompts for sample in range(repeats)
-    ]
-
-
-def _draws(streams):
-    """The next uniform draw of each row's stream."""
-    return np.array([stream.random() for stream in streams])
-
-
-def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed=None, repeats=1):
-    """Greedy or sampled continuations, `repeats` a prompt, in order: each a
-    list of ids, without the end token that stopped it. Each row samples from
-    its own stream (`row_streams`), one draw a step whether it has stopped or
-    not, so a row's tokens depend on its prompt, sample number and `seed`
-    alone."""
-    streams = row_streams(seed, prompts, repeats) if search.samples else None
-    rollout = Rollout(decoder, prompts, max_new_tokens, repeats)
-    logits = rollout.start()
-    rows = len(prompts) * repeats
-    done = np.zeros(rows, bool)
-    ends = np.full(rows, max_new_tokens)
-    for step in range(max_new_tokens):
-        logits[:, banned] = -np.inf
-        draws = None if streams is None else _draws(streams)
-        tokens = np.where(done, 0, choose(logits, search, draws))
-        stopped = ~done & np.isin(tokens, end_ids)
-        ends[stopped], done = step, done | stopped
-        if done.all() or step == max_new_tokens - 1:
-            rollout.append(tokens)
-            break
-        logits = rollout.advance(tokens)
-    generated = rollout.generated()
-    return [generated[row, : ends[row]].tolist() for row in range(rows)]
 
 
 def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):

@@ -9,8 +9,10 @@ import pytest
 
 import kwiden
 from kwiden.generation import Search, generate_ids
+from kwiden.generation import prompts as prompts_module
 from kwiden.generation.rollout import Decoder, Rollout
-from kwiden.generation.search import beam_rows, choose, log_softmax
+from kwiden.generation.sampling import choose
+from kwiden.generation.search import beam_rows, log_softmax
 from kwiden.testing import randomize_weights, tiny_config
 
 RTOL = 1e-5
@@ -120,11 +122,12 @@ def test_a_seed_makes_sampling_repeat_and_top_k_one_is_greedy():
 
 
 def test_sampling_draws_from_the_cut_distribution():
-    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 40000))
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 40000, np.float32))
     rng = np.random.default_rng(0)
 
     def frequencies(search):
-        return np.bincount(choose(logits, search, rng.random(len(logits))), minlength=4) / len(logits)
+        chosen = keras.ops.convert_to_numpy(choose(logits, search, rng.random(len(logits), np.float32)))
+        return np.bincount(chosen, minlength=4) / len(logits)
 
     np.testing.assert_allclose(frequencies(Search()), [0.5, 0.3, 0.15, 0.05], atol=0.01)
     np.testing.assert_allclose(frequencies(Search(top_k=2)), [0.625, 0.375, 0, 0], atol=0.01)
@@ -143,6 +146,26 @@ def test_end_tokens_and_max_new_tokens_stop_it():
         ids = row[0]
         assert found[0] == (ids[: ids.index(end)] if end in ids else ids)
     assert [len(row[0]) for row in generate_ids(model, PROMPTS, 3, Search(greedy=True))] == [3, 3, 3]
+
+
+@pytest.mark.parametrize("search", [Search(greedy=True), Search(top_k=5, top_p=0.9)], ids=["greedy", "sampled"])
+def test_the_new_tokens_are_chosen_in_one_compiled_loop_not_a_call_a_token(search):
+    model = built("gpt", seed=6)
+    decoder = prompts_module._decoder(model)
+    calls = {"step": 0, "loop": 0}
+
+    def counted(name, function):
+        def call(*args):
+            calls[name] += 1
+            return function(*args)
+
+        return call
+
+    decoder.step = counted("step", decoder.step)
+    expected = generate_ids(model, PROMPTS, 12, search, seed=3)
+    decoder.loops = {key: counted("loop", loop) for key, loop in decoder.loops.items()}
+    assert generate_ids(model, PROMPTS, 12, search, seed=3) == expected
+    assert calls == {"step": 2, "loop": 1}  # the prompt each time; the 12 tokens once
 
 
 def test_banned_tokens_never_come_out():

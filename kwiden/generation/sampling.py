@@ -1,0 +1,119 @@
+"""Greedy and sampled decoding in one compiled loop on the device: each
+step chooses every row's token (`choose`), writes it into the key/value
+cache and runs the model on it, with the cache as the loop's state, until
+every row has ended or the tokens run out; the host sees the result alone.
+The uniform draws a sample takes come from the host, one stream a row, so
+a seed gives a prompt the same tokens whatever the prompts beside it."""
+
+import functools
+
+import numpy as np
+from keras import ops
+
+from kwiden.generation.cache import compiled
+from kwiden.generation.rollout import Rollout
+
+
+def choose(logits, search, draws):
+    """One token a row of float32 `logits` `(rows, vocabulary)` (banned
+    tokens already at -inf): the likeliest, or one sampled from the
+    distribution at `search.temperature` cut to its `top_k` likeliest tokens
+    and to the smallest set of the likeliest holding `top_p` of the
+    probability (tokens as likely as the least likely kept are kept too),
+    by inverting its cumulative sum at each row's uniform `draws` in [0, 1)."""
+    if not search.samples:
+        return ops.argmax(logits, axis=-1)
+    vocabulary = logits.shape[-1]
+    logits = logits / search.temperature
+    if search.top_k is not None and search.top_k < vocabulary:
+        kth = ops.top_k(logits, search.top_k)[0][:, -1:]
+        logits = ops.where(logits < kth, -np.inf, logits)
+    probabilities = ops.softmax(logits, axis=-1)
+    if search.top_p < 1.0:
+        ranked = ops.flip(ops.sort(probabilities, axis=-1), axis=-1)
+        kept = ops.sum(ops.cast(ops.cumsum(ranked, axis=-1) - ranked < search.top_p, "int32"), axis=-1)
+        least = ops.take_along_axis(ranked, ops.maximum(kept, 1)[:, None] - 1, axis=-1)  # the likeliest stays
+        probabilities = ops.where(probabilities < least, 0.0, probabilities)
+    cumulative = ops.cumsum(probabilities, axis=-1)
+    below = ops.cast(cumulative <= draws[:, None] * cumulative[:, -1:], "int32")
+    return ops.minimum(ops.sum(below, axis=-1), vocabulary - 1)
+
+
+def row_draws(seed, prompts, repeats, steps):
+    """`steps` uniform draws for each row (each prompt's `repeats` in a row),
+    from a stream seeded by `seed`, the row's prompt and its sample's number,
+    and nothing else: a prompt draws the same alone as beside any other
+    prompts (the same prompt twice, the same draws twice). `seed` None:
+    fresh entropy."""
+    root = np.random.SeedSequence(seed).entropy
+    streams = (np.random.default_rng([root, sample, len(prompt), *prompt]) for prompt in prompts for sample in
+               range(repeats))  # fmt: skip
+    return np.array([stream.random(steps) for stream in streams], np.float32).reshape(-1, steps)
+
+
+def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed=None, repeats=1):
+    """Greedy or sampled continuations, `repeats` a prompt, in order: each a
+    list of ids, without the end token that stopped it. Row `r`'s step `s`
+    samples with draw `s` of its stream (`row_draws`), so its tokens depend
+    on its prompt, sample number and `seed` alone."""
+    rollout = Rollout(decoder, prompts, max_new_tokens, repeats)
+    logits = rollout.start()
+    rows = len(logits)
+    draws = row_draws(seed, prompts, repeats, max_new_tokens) if search.samples else np.zeros((rows, max_new_tokens))
+    loop = _loop(decoder, search, tuple(end_ids), tuple(banned))
+    generated, ends = loop(
+        logits.astype(np.float32), rollout.seen, rollout.offsets.astype(np.int32), rollout.cache,
+        draws.astype(np.float32),
+    )  # fmt: skip
+    generated, ends = ops.convert_to_numpy(generated), ops.convert_to_numpy(ends)
+    return [generated[row, : ends[row]].tolist() for row in range(rows)]
+
+
+def _loop(decoder, search, end_ids, banned):
+    """The compiled loop of `decoder` for this search, end ids and banned ids; kept on it, one a kind."""
+    key = (search, end_ids, banned)
+    if key not in decoder.loops:
+        decoder.loops[key] = compiled(functools.partial(_steps, decoder, search, end_ids, banned), decoder.cached.model)
+    return decoder.loops[key]
+
+
+def _steps(decoder, search, end_ids, banned, logits, seen, offsets, cache, draws):
+    """The tokens chosen `(rows, steps)` after the prompt whose next-token `logits`, cache and slots `seen`
+    are given, and each row's count before its end token (`steps` where none came)."""
+    rows, steps = draws.shape
+    prompt_length = seen.shape[1] - steps
+    vocabulary = np.arange(logits.shape[-1])
+    barred = np.where(np.isin(vocabulary, banned), -np.inf, 0.0).astype(np.float32)
+    ending = np.isin(vocabulary, end_ids)
+
+    def chosen(step, logits, done, ends, generated):
+        """Choose each row's token at `step` (0 for a row done); record it and which rows it ends."""
+        draw = ops.take(draws, step, axis=1)
+        tokens = ops.cast(choose(ops.cast(logits, "float32") + barred, search, draw), "int32")
+        tokens = ops.where(done, 0, tokens)
+        stopped = ops.logical_and(ops.logical_not(done), ops.take(ending, tokens))
+        ends = ops.where(stopped, step, ends)
+        generated = ops.slice_update(generated, (0, step), tokens[:, None])
+        return tokens, ops.logical_or(done, stopped), ends, generated
+
+    def going(step, logits, cache, seen, done, ends, generated):
+        return ops.logical_and(step < steps - 1, ops.logical_not(ops.all(done)))
+
+    def advance(step, logits, cache, seen, done, ends, generated):
+        tokens, done, ends, generated = chosen(step, logits, done, ends, generated)
+        slot = prompt_length + step
+        # A model that masks id 0 as padding never sees one as a key (generate_ids bans it there).
+        visible = tokens != 0 if decoder.cached.masks_padding else ops.ones_like(tokens, "bool")
+        seen = ops.slice_update(seen, (0, slot), visible[:, None])
+        logits, cache = decoder.cached(
+            tokens[:, None], ops.ones_like(tokens[:, None]), (slot - offsets)[:, None], seen[:, None, :], cache, slot
+        )
+        return step + 1, ops.cast(logits[:, -1], "float32"), cache, seen, done, ends, generated
+
+    state = (
+        ops.convert_to_tensor(0, "int32"), logits, cache, ops.cast(seen, "bool"), ops.zeros((rows,), "bool"),
+        ops.full((rows,), steps, "int32"), ops.zeros((rows, steps), "int32"),
+    )  # fmt: skip
+    step, logits, _, _, done, ends, generated = ops.while_loop(going, advance, state)
+    _, _, ends, generated = chosen(step, logits, done, ends, generated)  # the last token is chosen, never fed
+    return generated, ends
