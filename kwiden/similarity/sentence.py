@@ -8,6 +8,7 @@ import numpy as np
 from kwiden import checkpoints, keras_internals
 from kwiden.arguments import is_count
 from kwiden.checkpoints.generation_config import trained_max_length
+from kwiden.generation.cache import compiled
 from kwiden.messages import warn
 from kwiden.models import naming
 from kwiden.models.builder import build_transformer_model
@@ -24,6 +25,8 @@ POOLINGS_TEXT = "cls, pooler or mean"
 ENCODERS = ("bert", "roformer")
 # `encode` shows a progress bar by default for more batches than this.
 PROGRESS_BATCHES = 8
+# On JAX a batch's length is padded up to a multiple of this: fewer programs to compile.
+LENGTH_BUCKET = 16
 # A rotary encoder has no position table to say how far it reads; BERT's own length then.
 ROTARY_MAXLEN = 512
 
@@ -100,6 +103,7 @@ class SentenceEncoder:
             model = build_transformer_model(checkpoint_path=folder, with_pool=with_pool)
         self.model = _check_encoder(model)
         self._pooler = _linear_pooler(self.model) if self.pooling == "pooler" else None
+        self._forward = None  # compiled at the first encode
         loaded = _loaded_tokenizer(folder, tokenizer, lowercase)
         self.maxlen = _maxlen(self.model, folder, maxlen, read_settings(folder).maxlen)
         self.tokenizer = Tokenizer(loaded, maxlen=self.maxlen)
@@ -126,14 +130,16 @@ class SentenceEncoder:
         texts = check_texts(_listed(texts), "SentenceEncoder.encode's text")
         shown = len(texts) > PROGRESS_BATCHES * self.batch_size if verbose is None else bool(verbose)
         width = self.model.get_layer(naming.EMBEDDING_TOKEN).output_dim
-        rows, cut = [np.zeros((0, width), "float32")], 0
+        # Longest first, as sentence-transformers batches: a batch pads less, and its shapes repeat more.
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        vectors, cut = np.zeros((len(texts), width), "float32"), 0
         with tqdm(total=len(texts), unit="text", desc="SentenceEncoder", disable=not shown) as bar:
             for start in range(0, len(texts), self.batch_size):
-                vectors, cut_here = self._encoded(texts[start : start + self.batch_size])
-                rows.append(vectors)
+                rows = order[start : start + self.batch_size]
+                vectors[rows], cut_here = self._encoded([texts[i] for i in rows])
                 cut += cut_here
-                bar.update(len(vectors))
-        return np.concatenate(rows), cut
+                bar.update(len(rows))
+        return vectors, cut
 
     def similarity(self, a, b):
         """The cosine of `a`'s and `b`'s vectors: a number for two texts, else a matrix (rows `a`, columns `b`)."""
@@ -143,7 +149,11 @@ class SentenceEncoder:
     def _encoded(self, texts):
         """The unit-length vectors of `texts`, and how many of them were cut to `maxlen`."""
         token_ids, segment_ids, cut = self.tokenizer.encode_batch(texts)
-        outputs = self.model([token_ids, segment_ids])
+        if keras.backend.backend() == "jax":  # jit compiles each length: padded to a few
+            token_ids, segment_ids = (_padded_to(ids, LENGTH_BUCKET, self.maxlen) for ids in (token_ids, segment_ids))
+        if self._forward is None:
+            self._forward = _compiled_forward(self.model)
+        outputs = self._forward(token_ids.astype("int32"), segment_ids.astype("int32"))
         sequence = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
         if self.pooling == "pooler":
             vectors = self._pooler(sequence[:, 0])
@@ -160,6 +170,26 @@ class SentenceEncoder:
                              "it has no direction, and no cosine. The model's weights are not a trained encoder's "
                              "(check them), or pool another way (pooling=).")  # fmt: skip
         return (vectors / lengths).astype("float32"), cut
+
+
+def _compiled_forward(model):
+    """`model` on `(token_ids, segment_ids)` compiled: on TensorFlow one graph for every batch size and length
+    (traced once, and a text's vector does not depend on the shapes encoded before it; eager runs op by op, at
+    about half the speed); on JAX `jax.jit`, a program a shape; elsewhere the model itself."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf  # the backend's own tracer, as Keras' predict step
+
+        spec = tf.TensorSpec((None, None), tf.int32)
+        return tf.function(lambda ids, segments: model([ids, segments], training=False), input_signature=[spec, spec])
+    if backend == "jax":
+        return compiled(lambda ids, segments: model([ids, segments], training=False), model)
+    return lambda ids, segments: model([ids, segments], training=False)
+
+
+def _padded_to(ids, multiple, most):
+    """`ids` `(batch, length)` padded (id 0) to the next multiple of `multiple`, or to `most` if that is less."""
+    return np.pad(ids, ((0, 0), (0, min(-ids.shape[1] % multiple, most - ids.shape[1]))))
 
 
 def _encoder_family(folder):
