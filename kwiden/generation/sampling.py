@@ -12,6 +12,10 @@ from keras import ops
 
 from kwiden.generation.cache import compiled
 from kwiden.generation.rollout import Rollout
+from kwiden.memory import accelerated
+
+# From this width a one-row loop runs on a CPU without XLA (TensorFlow; `_xla`).
+XLA_LEAST_WIDTH = 512
 
 
 def choose(logits, search, draws):
@@ -60,7 +64,7 @@ def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed=
     logits = rollout.start()
     rows = len(logits)
     draws = row_draws(seed, prompts, repeats, max_new_tokens) if search.samples else np.zeros((rows, max_new_tokens))
-    loop = _loop(decoder, search, tuple(end_ids), tuple(banned))
+    loop = _loop(decoder, search, tuple(end_ids), tuple(banned), _xla(decoder, rows))
     generated, ends = loop(
         logits.astype(np.float32), rollout.seen, rollout.offsets.astype(np.int32), rollout.cache,
         draws.astype(np.float32),
@@ -69,11 +73,20 @@ def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed=
     return [generated[row, : ends[row]].tolist() for row in range(rows)]
 
 
-def _loop(decoder, search, end_ids, banned):
-    """The compiled loop of `decoder` for this search, end ids and banned ids; kept on it, one a kind."""
-    key = (search, end_ids, banned)
+def _xla(decoder, rows):
+    """Whether TensorFlow compiles the loop with XLA: always but for one row of a model `XLA_LEAST_WIDTH` wide
+    or more on a CPU, whose matrix-vector products run faster in TensorFlow's own kernels (benchmarks/generation.py
+    on 2 cores: 1.25x at 512 x 4, one row; XLA 1.7-14x faster with 8 rows or below 512 wide)."""
+    width = max(layer.heads * layer.head_size for layer in decoder.cached.attentions)
+    return not (rows == 1 and width >= XLA_LEAST_WIDTH) or accelerated()
+
+
+def _loop(decoder, search, end_ids, banned, xla):
+    """The compiled loop of `decoder` for this search, end ids, banned ids and compiler; kept on it, one a kind."""
+    key = (search, end_ids, banned, xla)
     if key not in decoder.loops:
-        decoder.loops[key] = compiled(functools.partial(_steps, decoder, search, end_ids, banned), decoder.cached.model)
+        steps = functools.partial(_steps, decoder, search, end_ids, banned)
+        decoder.loops[key] = compiled(steps, decoder.cached.model, xla)
     return decoder.loops[key]
 
 

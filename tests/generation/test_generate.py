@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kwiden
-from kwiden.generation import Search, generate_ids
+from kwiden.generation import Search, generate_ids, sampling
 from kwiden.generation import prompts as prompts_module
 from kwiden.generation.rollout import Decoder, Rollout
 from kwiden.generation.sampling import choose
@@ -166,6 +166,14 @@ def test_the_new_tokens_are_chosen_in_one_compiled_loop_not_a_call_a_token(searc
     decoder.loops = {key: counted("loop", loop) for key, loop in decoder.loops.items()}
     assert generate_ids(model, PROMPTS, 12, search, seed=3) == expected
     assert calls == {"step": 2, "loop": 1}  # the prompt each time; the 12 tokens once
+
+
+def test_one_row_of_a_wide_model_decodes_without_xla_to_the_same_tokens_as_in_a_batch():
+    width = sampling.XLA_LEAST_WIDTH
+    model = built("gpt", seed=6, hidden_size=width, num_attention_heads=8, intermediate_size=width)
+    alone = generate_ids(model, [[3, 4]], 10, Search(greedy=True))
+    assert generate_ids(model, [[3, 4], [3, 4]], 10, Search(greedy=True)) == alone * 2
+    assert sorted(xla for *_, xla in prompts_module._decoder(model).loops) == [False, True]
 
 
 def test_banned_tokens_never_come_out():
