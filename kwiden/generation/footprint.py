@@ -11,15 +11,16 @@ from kwiden.memory import accelerated, available_memory, device_memory, readable
 
 # Bytes of the float32 attention scores and their softmax, for each query, head and key.
 SCORE_BYTES = 2 * 4
-# Bytes of the host's float64 logits and what choosing a token makes of them (log-softmax, totals, their order).
-LOGIT_BYTES = 4 * 8
+# Bytes of the host's logits after the prompts: float64, and the float32 copy the loop is given.
+LOGIT_BYTES = 8 + 4
 # Bytes of the device's float32 logits and what the compiled loop's choosing makes of them (scaled, cut,
 # softmax, sorted, cumulative sums).
 DEVICE_LOGIT_BYTES = 6 * 4
 # Bytes of a slot of the host's token and seen buffers (int32 and bool), each held twice while rows are copied.
 SLOT_BYTES = 2 * (4 + 1)
-# Bytes of a new token in a beam's history (int64), held twice while it is reordered.
-HISTORY_BYTES = 2 * 8
+# Bytes of a new token in a row's history and a finished set's (int32), the history held twice while it is
+# reordered (beam search).
+HISTORY_BYTES = 3 * 4
 
 
 def decoding_bytes(decoder, prompts, repeats, max_new_tokens):
@@ -31,9 +32,9 @@ def decoding_bytes(decoder, prompts, repeats, max_new_tokens):
     step, a repeat or a beam's reorder writes a new one beside the old), and
     one layer's attention at a time (its scores, and its keys and values
     spread to every query head) over the prompts' pass or a step's, the
-    larger; the logits and what the compiled loop's choosing makes of them
-    (greedy and sampled decoding). On the host: the token buffers, the logits and what choosing
-    makes of them, a beam's history."""
+    larger; the logits and what the compiled loop's choosing makes of them,
+    the tokens chosen. On the host: the token buffers and the prompts'
+    logits."""
     length = buffer_length(prompts, max_new_tokens)
     queries = length - max_new_tokens  # the prompts' pass: every prompt slot of every prompt
     rows = len(prompts) * repeats
@@ -41,8 +42,9 @@ def decoding_bytes(decoder, prompts, repeats, max_new_tokens):
     attention = max(_attention_bytes(decoder, layer, len(prompts) * queries, rows, length) for layer in
                     decoder.cached.attentions)  # fmt: skip
     mask = len(prompts) * queries * length  # the prompts' pass: which slots each query sees
-    host = rows * (length * SLOT_BYTES + decoder.vocab_size * LOGIT_BYTES + max_new_tokens * HISTORY_BYTES)
-    return cache + attention + mask + rows * decoder.vocab_size * DEVICE_LOGIT_BYTES, host
+    host = rows * (length * SLOT_BYTES + decoder.vocab_size * LOGIT_BYTES)
+    chosen = rows * (decoder.vocab_size * DEVICE_LOGIT_BYTES + max_new_tokens * HISTORY_BYTES)
+    return cache + attention + mask + chosen, host
 
 
 def _attention_bytes(decoder, layer, prompt_queries, rows, length):

@@ -10,10 +10,11 @@ from kwiden.arguments import is_count
 from kwiden.checkpoints import folder_config, holds_layer
 from kwiden.checkpoints.generation_config import read_generation_config, trained_max_length
 from kwiden.generation.arguments import ArgumentError, ArgumentWarning, GenerateOptions, checked
+from kwiden.generation.beams import beam_rows
 from kwiden.generation.footprint import check_memory
 from kwiden.generation.rollout import Decoder, check_positions
 from kwiden.generation.sampling import decode_rows
-from kwiden.generation.search import Search, beam_rows
+from kwiden.generation.search import Search
 from kwiden.messages import warn
 from kwiden.models import family_of_config, naming
 from kwiden.models.builder import build_transformer_model

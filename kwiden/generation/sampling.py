@@ -18,24 +18,26 @@ from kwiden.memory import accelerated
 XLA_LEAST_WIDTH = 512
 
 
-def choose(logits, search, draws):
+def choose(logits, draws, greedy=False, temperature=1.0, top_k=None, top_p=None):
     """One token a row of float32 `logits` `(rows, vocabulary)` (banned
-    tokens already at -inf): the likeliest, or one sampled from the
-    distribution at `search.temperature` cut to its `top_k` likeliest tokens
+    tokens already at -inf): the likeliest if `greedy`, else one sampled from
+    the distribution at `temperature`, cut to its `top_k` likeliest tokens
     and to the smallest set of the likeliest holding `top_p` of the
-    probability (tokens as likely as the least likely kept are kept too),
-    by inverting its cumulative sum at each row's uniform `draws` in [0, 1)."""
-    if not search.samples:
+    probability (tokens as likely as the least likely kept stay too), by
+    inverting its cumulative sum at each row's uniform `draws` in [0, 1).
+    `temperature` and `top_p` may be tensors (one compiled loop serves every
+    value); `top_k` and whether `top_p` cuts (None: not) shape the program."""
+    if greedy:
         return ops.argmax(logits, axis=-1)
     vocabulary = logits.shape[-1]
-    logits = logits / search.temperature
-    if search.top_k is not None and search.top_k < vocabulary:
-        kth = ops.top_k(logits, search.top_k)[0][:, -1:]
+    logits = logits / temperature
+    if top_k is not None and top_k < vocabulary:
+        kth = ops.top_k(logits, top_k)[0][:, -1:]
         logits = ops.where(logits < kth, -np.inf, logits)
     probabilities = ops.softmax(logits, axis=-1)
-    if search.top_p < 1.0:
+    if top_p is not None:
         ranked = ops.flip(ops.sort(probabilities, axis=-1), axis=-1)
-        kept = ops.sum(ops.cast(ops.cumsum(ranked, axis=-1) - ranked < search.top_p, "int32"), axis=-1)
+        kept = ops.sum(ops.cast(ops.cumsum(ranked, axis=-1) - ranked < top_p, "int32"), axis=-1)
         least = ops.take_along_axis(ranked, ops.maximum(kept, 1)[:, None] - 1, axis=-1)  # the likeliest stays
         probabilities = ops.where(probabilities < least, 0.0, probabilities)
     cumulative = ops.cumsum(probabilities, axis=-1)
@@ -64,10 +66,14 @@ def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed=
     logits = rollout.start()
     rows = len(logits)
     draws = row_draws(seed, prompts, repeats, max_new_tokens) if search.samples else np.zeros((rows, max_new_tokens))
-    loop = _loop(decoder, search, tuple(end_ids), tuple(banned), _xla(decoder, rows))
+    vocabulary = np.arange(decoder.vocab_size)
+    barred = np.where(np.isin(vocabulary, banned), -np.inf, 0.0).astype(np.float32)
+    cut = search.samples and search.top_p < 1.0
+    loop = _loop(decoder, not search.samples, search.top_k if search.samples else None, cut, _xla(decoder, rows))
     generated, ends = loop(
         logits.astype(np.float32), rollout.seen, rollout.offsets.astype(np.int32), rollout.cache,
-        draws.astype(np.float32),
+        draws.astype(np.float32), barred, np.isin(vocabulary, end_ids), np.float32(search.temperature),
+        np.float32(search.top_p),
     )  # fmt: skip
     generated, ends = ops.convert_to_numpy(generated), ops.convert_to_numpy(ends)
     return [generated[row, : ends[row]].tolist() for row in range(rows)]
@@ -81,28 +87,28 @@ def _xla(decoder, rows):
     return not (rows == 1 and width >= XLA_LEAST_WIDTH) or accelerated()
 
 
-def _loop(decoder, search, end_ids, banned, xla):
-    """The compiled loop of `decoder` for this search, end ids, banned ids and compiler; kept on it, one a kind."""
-    key = (search, end_ids, banned, xla)
+def _loop(decoder, greedy, top_k, cut, xla):
+    """The compiled loop of `decoder` for this kind of search (`choose`'s `greedy`, `top_k`, whether `top_p` cuts)
+    and compiler; kept on it, one a kind, whatever the temperature, top-p, end and banned ids."""
+    key = (greedy, top_k, cut, xla)
     if key not in decoder.loops:
-        steps = functools.partial(_steps, decoder, search, end_ids, banned)
-        decoder.loops[key] = compiled(steps, decoder.cached.model, xla)
+        decoder.loops[key] = compiled(functools.partial(_steps, decoder, key[:3]), decoder.cached.model, xla)
     return decoder.loops[key]
 
 
-def _steps(decoder, search, end_ids, banned, logits, seen, offsets, cache, draws):
+def _steps(decoder, kind, logits, seen, offsets, cache, draws, barred, ending, temperature, top_p):
     """The tokens chosen `(rows, steps)` after the prompt whose next-token `logits`, cache and slots `seen`
-    are given, and each row's count before its end token (`steps` where none came)."""
+    are given, and each row's count before its end token (`steps` where none came). `barred` is -inf at each
+    banned token (0 elsewhere), `ending` True at each end token."""
+    greedy, top_k, cut = kind
     rows, steps = draws.shape
     prompt_length = seen.shape[1] - steps
-    vocabulary = np.arange(logits.shape[-1])
-    barred = np.where(np.isin(vocabulary, banned), -np.inf, 0.0).astype(np.float32)
-    ending = np.isin(vocabulary, end_ids)
 
     def chosen(step, logits, done, ends, generated):
         """Choose each row's token at `step` (0 for a row done); record it and which rows it ends."""
         draw = ops.take(draws, step, axis=1)
-        tokens = ops.cast(choose(ops.cast(logits, "float32") + barred, search, draw), "int32")
+        tokens = choose(ops.cast(logits, "float32") + barred, draw, greedy, temperature, top_k, top_p if cut else None)
+        tokens = ops.cast(tokens, "int32")
         tokens = ops.where(done, 0, tokens)
         stopped = ops.logical_and(ops.logical_not(done), ops.take(ending, tokens))
         ends = ops.where(stopped, step, ends)

@@ -10,9 +10,9 @@ import pytest
 import kwiden
 from kwiden.generation import Search, generate_ids, sampling
 from kwiden.generation import prompts as prompts_module
+from kwiden.generation.beams import beam_rows
 from kwiden.generation.rollout import Decoder, Rollout
 from kwiden.generation.sampling import choose
-from kwiden.generation.search import beam_rows, log_softmax
 from kwiden.testing import randomize_weights, tiny_config
 
 RTOL = 1e-5
@@ -105,6 +105,11 @@ def test_beam_search_wide_enough_is_exhaustive():
     assert scores == sorted(scores, reverse=True)
 
 
+def log_softmax(logits):
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
 def _log_probability(model, prompt, tokens):
     logits = logits_along(model, prompt, list(tokens[:-1]))
     return sum(log_softmax(row)[token] for row, token in zip(logits, tokens))
@@ -125,16 +130,17 @@ def test_sampling_draws_from_the_cut_distribution():
     logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 40000, np.float32))
     rng = np.random.default_rng(0)
 
-    def frequencies(search):
-        chosen = keras.ops.convert_to_numpy(choose(logits, search, rng.random(len(logits), np.float32)))
+    def frequencies(**search):
+        chosen = keras.ops.convert_to_numpy(choose(logits, rng.random(len(logits), np.float32), **search))
         return np.bincount(chosen, minlength=4) / len(logits)
 
-    np.testing.assert_allclose(frequencies(Search()), [0.5, 0.3, 0.15, 0.05], atol=0.01)
-    np.testing.assert_allclose(frequencies(Search(top_k=2)), [0.625, 0.375, 0, 0], atol=0.01)
-    counts = frequencies(Search(top_p=0.85))  # 0.5+0.3 < 0.85
+    np.testing.assert_allclose(frequencies(), [0.5, 0.3, 0.15, 0.05], atol=0.01)
+    np.testing.assert_allclose(frequencies(top_k=2), [0.625, 0.375, 0, 0], atol=0.01)
+    counts = frequencies(top_p=0.85)  # 0.5+0.3 < 0.85
     np.testing.assert_allclose(counts, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0], atol=0.01)
     squared = np.array([0.25, 0.09, 0.0225, 0.0025])
-    np.testing.assert_allclose(frequencies(Search(temperature=0.5)), squared / squared.sum(), atol=0.01)
+    np.testing.assert_allclose(frequencies(temperature=0.5), squared / squared.sum(), atol=0.01)
+    assert set(frequencies(greedy=True)) == {0.0, 1.0} and frequencies(greedy=True)[0] == 1.0
 
 
 def test_end_tokens_and_max_new_tokens_stop_it():
@@ -148,7 +154,9 @@ def test_end_tokens_and_max_new_tokens_stop_it():
     assert [len(row[0]) for row in generate_ids(model, PROMPTS, 3, Search(greedy=True))] == [3, 3, 3]
 
 
-@pytest.mark.parametrize("search", [Search(greedy=True), Search(top_k=5, top_p=0.9)], ids=["greedy", "sampled"])
+@pytest.mark.parametrize(
+    "search", [Search(greedy=True), Search(top_k=5, top_p=0.9), Search(beam=3)], ids=["greedy", "sampled", "beam"]
+)
 def test_the_new_tokens_are_chosen_in_one_compiled_loop_not_a_call_a_token(search):
     model = built("gpt", seed=6)
     decoder = prompts_module._decoder(model)
@@ -166,6 +174,13 @@ def test_the_new_tokens_are_chosen_in_one_compiled_loop_not_a_call_a_token(searc
     decoder.loops = {key: counted("loop", loop) for key, loop in decoder.loops.items()}
     assert generate_ids(model, PROMPTS, 12, search, seed=3) == expected
     assert calls == {"step": 2, "loop": 1}  # the prompt each time; the 12 tokens once
+
+
+def test_one_compiled_loop_serves_every_temperature_top_p_and_end_token():
+    model = built("gpt", seed=6)
+    for temperature, top_p, end in [(0.7, 0.9, 3), (1.3, 0.5, 4), (2.0, 0.99, 5)]:
+        generate_ids(model, PROMPTS, 6, Search(temperature=temperature, top_p=top_p), end_ids=[end], seed=0)
+    assert len(prompts_module._decoder(model).loops) == 1
 
 
 def test_one_row_of_a_wide_model_decodes_without_xla_to_the_same_tokens_as_in_a_batch():
@@ -257,28 +272,33 @@ def test_a_decoder_goes_with_its_model():
     assert gone() is None
 
 
-def test_beam_scores_are_the_finished_continuations_own(monkeypatch):
-    from kwiden.generation import search
+class Scripted:
+    """A decoder whose model gives the same next-token distribution at every step, for every row."""
 
+    def __init__(self, probabilities):
+        self.logits = np.log(np.asarray(probabilities, np.float32))[None, None]
+        self.cached = self
+        self.step, self.model, self.loops, self.vocab_size = self, keras.layers.Identity(), {}, self.logits.shape[-1]
+        self.masks_padding, self.causal = False, True
+
+    def empty_cache(self, batch, length):
+        return []
+
+    def most_new_tokens(self, prompt_length):
+        return None
+
+    def __call__(self, token_ids, segment_ids, positions, mask, cache, index):
+        return keras.ops.tile(keras.ops.convert_to_tensor(self.logits), (token_ids.shape[0], 1, 1)), cache
+
+
+def test_beam_scores_are_the_finished_continuations_own():
     probabilities = np.array([0.054, 0.718, 0.019, 0.209])  # token 3 ends
-
-    class Scripted:  # the same next-token distribution at every step, for every row
-        def __init__(self, decoder, prompts, max_new_tokens, repeats=1):
-            self.rows = len(prompts) * repeats
-
-        def start(self):
-            return np.tile(np.log(probabilities), (self.rows, 1))
-
-        advance = lambda self, tokens: self.start()  # noqa: E731
-        reorder = lambda self, rows: None  # noqa: E731
-
-    monkeypatch.setattr(search, "Rollout", Scripted)
-    (found,) = search.beam_rows(None, [[1]], 6, 2, 2, [3], [])
+    (found,) = beam_rows(Scripted(probabilities), [[1]], 6, 2, 2, [3], [])
     log = np.log(probabilities)
     # The ending first at step 0, then [1] ending: every prompt's beam finished, so the search stops there
     # (the beams still going are not ranked, and [1] keeps its own score, not one of a longer continuation).
     assert [ids for ids, _ in found] == [[1], []]
-    np.testing.assert_allclose([score for _, score in found], [(log[1] + log[3]) / 2, log[3]], rtol=1e-12)
+    np.testing.assert_allclose([score for _, score in found], [(log[1] + log[3]) / 2, log[3]], rtol=1e-6)
 
 
 # With end id 10, FAST's beams of 2 both finish within 2 tokens; SLOW's run to max_new_tokens=8.
