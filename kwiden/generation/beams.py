@@ -12,6 +12,7 @@ from keras import ops
 
 from kwiden.generation.cache import compiled
 from kwiden.generation.rollout import Rollout
+from kwiden.generation.sampling import compiled_with_xla
 
 # Beam search ranks finished continuations by their log-probability over their length, as transformers'
 # `length_penalty=1.0`.
@@ -29,9 +30,10 @@ def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):
     logits = rollout.start()
     vocabulary = np.arange(decoder.vocab_size)
     barred = np.where(np.isin(vocabulary, banned), -np.inf, 0.0).astype(np.float32)
-    key = ("beam", beam)
+    xla = compiled_with_xla(decoder, len(logits))
+    key = ("beam", beam, xla)
     if key not in decoder.loops:
-        decoder.loops[key] = compiled(functools.partial(_steps, decoder, beam), decoder.cached.model)
+        decoder.loops[key] = compiled(functools.partial(_steps, decoder, beam), decoder.cached.model, xla)
     lengths, ids, scores = decoder.loops[key](
         logits.astype(np.float32), rollout.seen, rollout.offsets.astype(np.int32), rollout.cache, barred,
         np.isin(vocabulary, end_ids), np.zeros((len(logits), max_new_tokens), np.int32),

@@ -14,7 +14,7 @@ from kwiden.generation.cache import compiled
 from kwiden.generation.rollout import Rollout
 from kwiden.memory import accelerated
 
-# From this width a one-row loop runs on a CPU without XLA (TensorFlow; `_xla`).
+# From this width a one-row loop runs on a CPU without XLA (TensorFlow; `compiled_with_xla`).
 XLA_LEAST_WIDTH = 512
 
 
@@ -69,7 +69,9 @@ def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed=
     vocabulary = np.arange(decoder.vocab_size)
     barred = np.where(np.isin(vocabulary, banned), -np.inf, 0.0).astype(np.float32)
     cut = search.samples and search.top_p < 1.0
-    loop = _loop(decoder, not search.samples, search.top_k if search.samples else None, cut, _xla(decoder, rows))
+    loop = _loop(
+        decoder, not search.samples, search.top_k if search.samples else None, cut, compiled_with_xla(decoder, rows)
+    )
     generated, ends = loop(
         logits.astype(np.float32), rollout.seen, rollout.offsets.astype(np.int32), rollout.cache,
         draws.astype(np.float32), barred, np.isin(vocabulary, end_ids), np.float32(search.temperature),
@@ -79,11 +81,11 @@ def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed=
     return [generated[row, : ends[row]].tolist() for row in range(rows)]
 
 
-def _xla(decoder, rows):
-    """Whether TensorFlow compiles the loop with XLA: always but for one row of a model `XLA_LEAST_WIDTH` wide
+def compiled_with_xla(decoder, rows):
+    """Whether TensorFlow compiles a search loop with XLA: always but for one row of a model `XLA_LEAST_WIDTH` wide
     or more on a CPU, whose matrix-vector products run faster in TensorFlow's own kernels (benchmarks/generation.py
     on 2 cores: 1.25x at 512 x 4, one row; XLA 1.7-14x faster with 8 rows or below 512 wide)."""
-    width = max(layer.heads * layer.head_size for layer in decoder.cached.attentions)
+    width = max((layer.heads * layer.head_size for layer in decoder.cached.attentions), default=0)
     return not (rows == 1 and width >= XLA_LEAST_WIDTH) or accelerated()
 
 

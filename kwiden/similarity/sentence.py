@@ -103,7 +103,7 @@ class SentenceEncoder:
             model = build_transformer_model(checkpoint_path=folder, with_pool=with_pool)
         self.model = _check_encoder(model)
         self._pooler = _linear_pooler(self.model) if self.pooling == "pooler" else None
-        self._forward = None  # compiled at the first encode
+        self._forward = None  # compiled at the first encode of several batches
         loaded = _loaded_tokenizer(folder, tokenizer, lowercase)
         self.maxlen = _maxlen(self.model, folder, maxlen, read_settings(folder).maxlen)
         self.tokenizer = Tokenizer(loaded, maxlen=self.maxlen)
@@ -136,7 +136,7 @@ class SentenceEncoder:
         with tqdm(total=len(texts), unit="text", desc="SentenceEncoder", disable=not shown) as bar:
             for start in range(0, len(texts), self.batch_size):
                 rows = order[start : start + self.batch_size]
-                vectors[rows], cut_here = self._encoded([texts[i] for i in rows])
+                vectors[rows], cut_here = self._encoded([texts[i] for i in rows], len(texts) > self.batch_size)
                 cut += cut_here
                 bar.update(len(rows))
         return vectors, cut
@@ -146,14 +146,16 @@ class SentenceEncoder:
         cosines = self.encode(a) @ self.encode(b).T
         return float(cosines[0, 0]) if isinstance(a, str) and isinstance(b, str) else cosines
 
-    def _encoded(self, texts):
+    def _encoded(self, texts, compiling):
         """The unit-length vectors of `texts`, and how many of them were cut to `maxlen`."""
         token_ids, segment_ids, cut = self.tokenizer.encode_batch(texts)
         if keras.backend.backend() == "jax":  # jit compiles each length: padded to a few
             token_ids, segment_ids = (_padded_to(ids, LENGTH_BUCKET, self.maxlen) for ids in (token_ids, segment_ids))
-        if self._forward is None:
+        if compiling and self._forward is None:  # a trace pays for itself over several batches, not one
             self._forward = _compiled_forward(self.model)
-        outputs = self._forward(token_ids.astype("int32"), segment_ids.astype("int32"))
+        # A call's path is its own size's (one batch: eager), whatever was encoded before.
+        forward = self._forward if compiling else (lambda ids, segments: self.model([ids, segments], training=False))
+        outputs = forward(token_ids.astype("int32"), segment_ids.astype("int32"))
         sequence = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
         if self.pooling == "pooler":
             vectors = self._pooler(sequence[:, 0])

@@ -279,7 +279,7 @@ class Scripted:
         self.logits = np.log(np.asarray(probabilities, np.float32))[None, None]
         self.cached = self
         self.step, self.model, self.loops, self.vocab_size = self, keras.layers.Identity(), {}, self.logits.shape[-1]
-        self.masks_padding, self.causal = False, True
+        self.masks_padding, self.causal, self.attentions = False, True, ()
 
     def empty_cache(self, batch, length):
         return []

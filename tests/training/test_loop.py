@@ -12,6 +12,7 @@ import pytest
 import kwiden
 from kwiden import optimizers
 from kwiden.testing import padded_batch, randomize_weights, tiny_config
+from kwiden.training import stretch
 from kwiden.training.fit import STATE_FILE
 from kwiden.training.stretch import run_stretch
 
@@ -171,3 +172,11 @@ def test_a_call_of_same_shaped_batches_runs_in_one_graph_loop_and_trains_as_one_
     several, given = trained(3)
     assert given == [True, False, True]  # batches 0–2 and 6 stacked; 3–5 of two lengths
     assert_same_weights(one_by_one, several)
+
+
+def test_a_call_whose_targets_hold_a_none_runs_its_batches_one_by_one():
+    """A target without a loss (None, as SimBERT's sequence output has) cannot go into `tf.data`."""
+    pytest.importorskip("tensorflow")
+    x, y = np.ones((2, 3), "int32"), np.zeros((2, 3), "int32")
+    given = stretch._one_call([(x, [None, y]), (x, [None, y])])
+    assert [(a is x, b[0] is None, b[1] is y) for a, b, _ in given] == [(True, True, True)] * 2
