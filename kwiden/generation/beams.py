@@ -12,7 +12,7 @@ from keras import ops
 
 from kwiden.generation.cache import compiled
 from kwiden.generation.rollout import Rollout
-from kwiden.generation.sampling import compiled_with_xla
+from kwiden.generation.sampling import compiled_with_xla, fed, token_masks
 
 # Beam search ranks finished continuations by their log-probability over their length, as transformers'
 # `length_penalty=1.0`.
@@ -28,15 +28,14 @@ def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):
     prompts beside it. Fewer than `keep` where fewer continuations exist."""
     rollout = Rollout(decoder, prompts, max_new_tokens, repeats=beam)
     logits = rollout.start()
-    vocabulary = np.arange(decoder.vocab_size)
-    barred = np.where(np.isin(vocabulary, banned), -np.inf, 0.0).astype(np.float32)
+    barred, ending = token_masks(decoder, banned, end_ids)
     xla = compiled_with_xla(decoder, len(logits))
     key = ("beam", beam, xla)
     if key not in decoder.loops:
         decoder.loops[key] = compiled(functools.partial(_steps, decoder, beam), decoder.cached.model, xla)
     lengths, ids, scores = decoder.loops[key](
         logits.astype(np.float32), rollout.seen, rollout.offsets.astype(np.int32), rollout.cache, barred,
-        np.isin(vocabulary, end_ids), np.zeros((len(logits), max_new_tokens), np.int32),
+        ending, np.zeros((len(logits), max_new_tokens), np.int32),
     )  # fmt: skip
     lengths, ids, scores = (ops.convert_to_numpy(x) for x in (lengths, ids, scores))
     found = [[(ids[p, b, : lengths[p, b]].tolist(), float(scores[p, b])) for b in range(beam) if lengths[p, b] >= 0]
@@ -114,14 +113,9 @@ def _steps(decoder, beam, logits, seen, offsets, cache, barred, ending, history)
         history = ops.slice_update(ops.take(history, chosen, axis=0), (0, step), ops.cast(tokens, "int32")[:, None])
         cache = [tuple(ops.take(part, chosen, axis=0) for part in pair) for pair in cache]
         seen, offsets = ops.take(seen, chosen, axis=0), ops.take(offsets, chosen, axis=0)
-        slot = prompt_length + step  # the last step's call is never read
-        tokens = ops.cast(tokens, "int32")
-        visible = tokens != 0 if decoder.cached.masks_padding else ops.ones_like(tokens, "bool")
-        seen = ops.slice_update(seen, (0, slot), visible[:, None])
-        logits, cache = decoder.cached(
-            tokens[:, None], ops.ones_like(tokens[:, None]), (slot - offsets)[:, None], seen[:, None, :], cache, slot
-        )
-        return step + 1, ops.cast(logits[:, -1], "float32"), cache, seen, offsets, scores, history, finished, all_done
+        # The last step's call is never read.
+        logits, cache, seen = fed(decoder, ops.cast(tokens, "int32"), prompt_length + step, seen, offsets, cache)
+        return step + 1, logits, cache, seen, offsets, scores, history, finished, all_done
 
     state = (ops.convert_to_tensor(0, "int32"), logits, cache, ops.cast(seen, "bool"), offsets, starts, history,
              empty, ops.convert_to_tensor(False))  # fmt: skip

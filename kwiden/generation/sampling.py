@@ -66,19 +66,36 @@ def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed=
     logits = rollout.start()
     rows = len(logits)
     draws = row_draws(seed, prompts, repeats, max_new_tokens) if search.samples else np.zeros((rows, max_new_tokens))
-    vocabulary = np.arange(decoder.vocab_size)
-    barred = np.where(np.isin(vocabulary, banned), -np.inf, 0.0).astype(np.float32)
+    barred, ending = token_masks(decoder, banned, end_ids)
     cut = search.samples and search.top_p < 1.0
     loop = _loop(
         decoder, not search.samples, search.top_k if search.samples else None, cut, compiled_with_xla(decoder, rows)
     )
     generated, ends = loop(
         logits.astype(np.float32), rollout.seen, rollout.offsets.astype(np.int32), rollout.cache,
-        draws.astype(np.float32), barred, np.isin(vocabulary, end_ids), np.float32(search.temperature),
+        draws.astype(np.float32), barred, ending, np.float32(search.temperature),
         np.float32(search.top_p),
     )  # fmt: skip
     generated, ends = ops.convert_to_numpy(generated), ops.convert_to_numpy(ends)
     return [generated[row, : ends[row]].tolist() for row in range(rows)]
+
+
+def token_masks(decoder, banned, end_ids):
+    """`(barred, ending)` over `decoder`'s vocabulary: -inf at each banned id (0 elsewhere), True at each end id."""
+    vocabulary = np.arange(decoder.vocab_size)
+    return np.where(np.isin(vocabulary, banned), -np.inf, 0.0).astype(np.float32), np.isin(vocabulary, end_ids)
+
+
+def fed(decoder, tokens, slot, seen, offsets, cache):
+    """One token a row written at `slot` and run through the model: the float32 logits of the token after it,
+    the cache and the seen slots, updated."""
+    # A model that masks id 0 as padding never sees one as a key (generate_ids bans it there).
+    visible = tokens != 0 if decoder.cached.masks_padding else ops.ones_like(tokens, "bool")
+    seen = ops.slice_update(seen, (0, slot), visible[:, None])
+    logits, cache = decoder.cached(
+        tokens[:, None], ops.ones_like(tokens[:, None]), (slot - offsets)[:, None], seen[:, None, :], cache, slot
+    )
+    return ops.cast(logits[:, -1], "float32"), cache, seen
 
 
 def compiled_with_xla(decoder, rows):
@@ -122,14 +139,8 @@ def _steps(decoder, kind, logits, seen, offsets, cache, draws, barred, ending, t
 
     def advance(step, logits, cache, seen, done, ends, generated):
         tokens, done, ends, generated = chosen(step, logits, done, ends, generated)
-        slot = prompt_length + step
-        # A model that masks id 0 as padding never sees one as a key (generate_ids bans it there).
-        visible = tokens != 0 if decoder.cached.masks_padding else ops.ones_like(tokens, "bool")
-        seen = ops.slice_update(seen, (0, slot), visible[:, None])
-        logits, cache = decoder.cached(
-            tokens[:, None], ops.ones_like(tokens[:, None]), (slot - offsets)[:, None], seen[:, None, :], cache, slot
-        )
-        return step + 1, ops.cast(logits[:, -1], "float32"), cache, seen, done, ends, generated
+        logits, cache, seen = fed(decoder, tokens, prompt_length + step, seen, offsets, cache)
+        return step + 1, logits, cache, seen, done, ends, generated
 
     state = (
         ops.convert_to_tensor(0, "int32"), logits, cache, ops.cast(seen, "bool"), ops.zeros((rows,), "bool"),
