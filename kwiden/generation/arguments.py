@@ -40,6 +40,10 @@ class GenerateOptions:
     top_p: float = option(1.0, "sample from the likeliest tokens holding P", "share", metavar="P")
     temperature: float = option(1.0, "divide the logits by T before sampling", "positive", LEAST_TEMPERATURE,
                                 metavar="T")  # fmt: skip
+    repetition_penalty: float = option(1.0, "make each token already in the prompt or the continuation less "
+                                       "likely: its logit divided by R where positive, multiplied where negative "
+                                       "(a beam search's log-probability multiplied), as transformers does; end "
+                                       "tokens are not penalised; 1: no penalty", "positive", metavar="R")  # fmt: skip
     num_samples: int = option(1, "continuations a prompt", "count", 1)
     seed: int = option(None, "makes sampling repeat", "count", 0)
     end_tokens: list = option(None, "a token that ends a continuation: its text (or a text the tokenizer reads as "

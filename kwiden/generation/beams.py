@@ -12,30 +12,34 @@ from keras import ops
 
 from kwiden.generation.cache import compiled
 from kwiden.generation.rollout import Rollout
-from kwiden.generation.sampling import compiled_with_xla, fed, token_masks
+from kwiden.generation.sampling import compiled_with_xla, fed, penalised, presence, token_masks, with_token
 
 # Beam search ranks finished continuations by their log-probability over their length, as transformers'
 # `length_penalty=1.0`.
 LENGTH_PENALTY = 1.0
 
 
-def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned):
+def beam_rows(decoder, prompts, max_new_tokens, beam, keep, end_ids, banned, repetition_penalty=1.0):
     """The `keep` best of `beam` continuations of each prompt, best first,
     as `(ids, score)`: finished ones leave the beam as they end, and a
     prompt is done once `beam` have (transformers' `early_stopping=True`):
     from then on it takes no candidate, and its beams still going are never
     ranked, so each prompt's result is the one it has alone, whatever the
-    prompts beside it. Fewer than `keep` where fewer continuations exist."""
+    prompts beside it. Fewer than `keep` where fewer continuations exist.
+    A `repetition_penalty` applies to the log-probabilities of the tokens a
+    beam holds (`sampling.penalised`), as transformers' beam search does."""
     rollout = Rollout(decoder, prompts, max_new_tokens, repeats=beam)
     logits = rollout.start()
     barred, ending = token_masks(decoder, banned, end_ids)
-    xla = compiled_with_xla(decoder, len(logits))
-    key = ("beam", beam, xla)
+    xla, penalises = compiled_with_xla(decoder, len(logits)), repetition_penalty != 1.0
+    present = presence(decoder, prompts, beam, end_ids) if penalises else np.zeros((len(logits), 1), bool)
+    key = ("beam", beam, penalises, xla)
     if key not in decoder.loops:
-        decoder.loops[key] = compiled(functools.partial(_steps, decoder, beam), decoder.cached.model, xla)
+        steps = functools.partial(_steps, decoder, beam, penalises)
+        decoder.loops[key] = compiled(steps, decoder.cached.model, xla)
     lengths, ids, scores = decoder.loops[key](
         logits.astype(np.float32), rollout.seen, rollout.offsets.astype(np.int32), rollout.cache, barred,
-        ending, np.zeros((len(logits), max_new_tokens), np.int32),
+        ending, present, np.float32(repetition_penalty), np.zeros((len(logits), max_new_tokens), np.int32),
     )  # fmt: skip
     lengths, ids, scores = (ops.convert_to_numpy(x) for x in (lengths, ids, scores))
     found = [[(ids[p, b, : lengths[p, b]].tolist(), float(scores[p, b])) for b in range(beam) if lengths[p, b] >= 0]
@@ -82,20 +86,24 @@ def _ranked(values, indices, beam, vocabulary, ending, done):
     )
 
 
-def _steps(decoder, beam, logits, seen, offsets, cache, barred, ending, history):
+def _steps(decoder, beam, penalises, logits, seen, offsets, cache, barred, ending, present, penalty, history):
     """Each prompt's finished set `(lengths, ids, scores)` `(prompts, beam, …)`, a length -1 where a slot is
-    empty, after the prompts whose next-token `logits`, cache and slots `seen` are given (`beam` rows each)."""
+    empty, after the prompts whose next-token `logits`, cache and slots `seen` are given (`beam` rows each);
+    the tokens `present` in a row penalised by `penalty` where `penalises`."""
     rows, steps = history.shape
     prompts, prompt_length, vocabulary = rows // beam, seen.shape[1] - steps, logits.shape[-1]
     empty = (ops.zeros((prompts, beam, steps), "int32"), ops.full((prompts, beam), -1, "int32"),
              ops.full((prompts, beam), -np.inf, "float32"))  # fmt: skip
     starts = ops.convert_to_tensor(np.tile(np.float32([0.0] + [-np.inf] * (beam - 1)), prompts))
 
-    def going(step, logits, cache, seen, offsets, scores, history, finished, all_done):
+    def going(step, logits, cache, seen, offsets, present, scores, history, finished, all_done):
         return ops.logical_and(step < steps, ops.logical_not(all_done))
 
-    def advance(step, logits, cache, seen, offsets, scores, history, finished, all_done):
-        totals = ops.log_softmax(ops.cast(logits, "float32") + barred, axis=-1) + scores[:, None]
+    def advance(step, logits, cache, seen, offsets, present, scores, history, finished, all_done):
+        log_probabilities = ops.log_softmax(ops.cast(logits, "float32") + barred, axis=-1)
+        if penalises:
+            log_probabilities = penalised(log_probabilities, present, penalty)
+        totals = log_probabilities + scores[:, None]
         values, indices = ops.top_k(ops.reshape(totals, (prompts, beam * vocabulary)), min(2 * beam, beam * vocabulary))
         done = ops.sum(ops.cast(finished[1] >= 0, "int32"), axis=-1) >= beam
         ended = ops.logical_and(ops.take(ending, indices % vocabulary), ops.isfinite(values))
@@ -110,16 +118,18 @@ def _steps(decoder, beam, logits, seen, offsets, cache, barred, ending, history)
         all_done = ops.all(ops.sum(ops.cast(finished[1] >= 0, "int32"), axis=-1) >= beam)
         chosen, tokens, scores = (ops.reshape(x, (rows,)) for x in _ranked(values, indices, beam, vocabulary,
                                                                            ending, done))  # fmt: skip
-        history = ops.slice_update(ops.take(history, chosen, axis=0), (0, step), ops.cast(tokens, "int32")[:, None])
+        tokens = ops.cast(tokens, "int32")
+        history = ops.slice_update(ops.take(history, chosen, axis=0), (0, step), tokens[:, None])
         cache = [tuple(ops.take(part, chosen, axis=0) for part in pair) for pair in cache]
         seen, offsets = ops.take(seen, chosen, axis=0), ops.take(offsets, chosen, axis=0)
+        present = with_token(ops.take(present, chosen, axis=0), tokens) if penalises else present
         # The last step's call is never read.
-        logits, cache, seen = fed(decoder, ops.cast(tokens, "int32"), prompt_length + step, seen, offsets, cache)
-        return step + 1, logits, cache, seen, offsets, scores, history, finished, all_done
+        logits, cache, seen = fed(decoder, tokens, prompt_length + step, seen, offsets, cache)
+        return step + 1, logits, cache, seen, offsets, present, scores, history, finished, all_done
 
-    state = (ops.convert_to_tensor(0, "int32"), logits, cache, ops.cast(seen, "bool"), offsets, starts, history,
-             empty, ops.convert_to_tensor(False))  # fmt: skip
-    _, _, _, _, _, scores, history, finished, all_done = ops.while_loop(going, advance, state)
+    state = (ops.convert_to_tensor(0, "int32"), logits, cache, ops.cast(seen, "bool"), offsets,
+             ops.cast(present, "bool"), starts, history, empty, ops.convert_to_tensor(False))  # fmt: skip
+    _, _, _, _, _, _, scores, history, finished, all_done = ops.while_loop(going, advance, state)
     scores, history = ops.reshape(scores, (prompts, beam)), ops.reshape(history, (prompts, beam, steps))
 
     def rank(b, finished):  # the beams still going when the tokens ran out, each prompt's in row order

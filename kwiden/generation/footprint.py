@@ -13,9 +13,9 @@ from kwiden.memory import accelerated, available_memory, device_memory, readable
 SCORE_BYTES = 2 * 4
 # Bytes of the host's logits after the prompts: float64, and the float32 copy the loop is given.
 LOGIT_BYTES = 8 + 4
-# Bytes of the device's float32 logits and what the compiled loop's choosing makes of them (scaled, cut,
-# softmax, sorted, cumulative sums).
-DEVICE_LOGIT_BYTES = 6 * 4
+# Bytes of the device's float32 logits and what the compiled loop's choosing makes of them (penalised, scaled,
+# cut, softmax, sorted, cumulative sums), and which tokens each row holds (bool, the old and the new).
+DEVICE_LOGIT_BYTES = 7 * 4 + 2
 # Bytes of a slot of the host's token and seen buffers (int32 and bool), each held twice while rows are copied.
 SLOT_BYTES = 2 * (4 + 1)
 # Bytes of a new token in a row's history and a finished set's (int32), the history held twice while it is

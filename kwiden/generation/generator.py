@@ -36,7 +36,8 @@ class Generator:
         self.model, self.tokenizer = load_generator(checkpoint)
 
     def generate(self, prompts, max_new_tokens=32, do_sample=None, temperature=1.0, top_k=None, top_p=1.0,
-                 num_beams=1, num_return_sequences=1, seed=None, end_tokens=None):  # fmt: skip
+                 repetition_penalty=1.0, num_beams=1, num_return_sequences=1, seed=None,
+                 end_tokens=None):  # fmt: skip
         """The continuation of each prompt (a decoder's, without the prompt;
         a UniLM's second segment), as `kwiden.generate` writes it.
 
@@ -52,7 +53,7 @@ class Generator:
                 kwiden reads no sampling settings from it).
             num_beams: a beam search of this many continuations (1: none).
             num_return_sequences: continuations a prompt.
-            seed, end_tokens: as `kwiden.generate`'s.
+            repetition_penalty, seed, end_tokens: as `kwiden.generate`'s.
 
         Returns:
             For one text, its continuation (a text), or a list of
@@ -65,7 +66,8 @@ class Generator:
         greedy = do_sample is False and beam is None
         try:
             found = generate(self.model, self.tokenizer, prompts, max_new_tokens, greedy=greedy, beam=beam,
-                             top_k=top_k, top_p=top_p, temperature=temperature, num_samples=num_return_sequences,
+                             top_k=top_k, top_p=top_p, temperature=temperature,
+                             repetition_penalty=repetition_penalty, num_samples=num_return_sequences,
                              seed=seed, end_tokens=end_tokens)  # fmt: skip
         except ArgumentError as error:
             raise error.respelled(NAMES) from None

@@ -107,7 +107,9 @@ def generate_ids(model, prompts, max_new_tokens, search=None, end_ids=(), banned
     _check_counts(search, max_new_tokens, num_samples, seed)
     _check_room(decoder, search, prompts, max_new_tokens, num_samples)
     if search.beam is not None:
-        found = beam_rows(decoder, prompts, max_new_tokens, search.beam, num_samples, end_ids, banned)
+        found = beam_rows(
+            decoder, prompts, max_new_tokens, search.beam, num_samples, end_ids, banned, search.repetition_penalty
+        )
         _warn_fewer(found, num_samples, max_new_tokens)
         return [[ids for ids, _ in best] for best in found]
     found = decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed, num_samples)
@@ -215,6 +217,7 @@ def generate(
     top_k=None,
     top_p=1.0,
     temperature=1.0,
+    repetition_penalty=1.0,
     num_samples=1,
     seed=None,
     end_tokens=None,
@@ -241,6 +244,12 @@ def generate(
         top_k, top_p, temperature: sampling (the default): the
             distribution at `temperature`, cut to the `top_k` likeliest
             tokens and to the smallest set with probability `top_p`.
+        repetition_penalty: with any search, each token already in the
+            prompt or the continuation made less likely: its logit divided
+            by this where positive, multiplied where negative (a beam
+            search's log-probability multiplied), as transformers does; a
+            prompt's end tokens (a UniLM's [SEP]) are not penalised, so a
+            continuation still ends. 1: no penalty.
         num_samples: continuations a prompt (sampled, or beam search's
             best: fewer, with a warning, where fewer exist).
         seed: a whole number ≥ 0 that makes sampling repeat: a prompt's
@@ -273,7 +282,7 @@ def generate(
         if isinstance(tokenizer, CorpusTokenizer)
         else load_tokenizer(str(tokenizer), "tokenizer", remedy=", or 'bytes'")
     )
-    search = _checked_search(greedy, beam, top_k, top_p, temperature, num_samples)
+    search = _checked_search(greedy, beam, top_k, top_p, temperature, repetition_penalty, num_samples)
     single = isinstance(prompts, str)
     texts = [prompts] if single else list(prompts)
     decoder = _decoder(model)
@@ -289,9 +298,9 @@ def generate(
     return decoded[0] if single else decoded
 
 
-def _checked_search(greedy, beam, top_k, top_p, temperature, num_samples):
+def _checked_search(greedy, beam, top_k, top_p, temperature, repetition_penalty, num_samples):
     # Search checks its own values, and generate_ids num_samples against a beam.
-    search = Search(bool(greedy), beam, top_k, top_p, temperature)
+    search = Search(bool(greedy), beam, top_k, top_p, temperature, repetition_penalty)
     if greedy and num_samples != 1:
         raise ArgumentError("{greedy} gives one continuation a prompt, not {num_samples}={value}.", value=num_samples)
     return search

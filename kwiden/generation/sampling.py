@@ -1,5 +1,6 @@
 """Greedy and sampled decoding in one compiled loop on the device: each
-step chooses every row's token (`choose`), writes it into the key/value
+step chooses every row's token (`choose`, after the repetition penalty:
+`penalised`), writes it into the key/value
 cache and runs the model on it, with the cache as the loop's state, until
 every row has ended or the tokens run out; the host sees the result alone.
 The uniform draws a sample takes come from the host, one stream a row, so
@@ -45,6 +46,29 @@ def choose(logits, draws, greedy=False, temperature=1.0, top_k=None, top_p=None)
     return ops.minimum(ops.sum(below, axis=-1), vocabulary - 1)
 
 
+def penalised(logits, present, penalty):
+    """`logits` with each token `present` (True in a `(rows, vocabulary)` mask) made less likely by `penalty`
+    (CTRL's repetition penalty, as transformers applies it): divided by it where positive, multiplied where
+    negative. `penalty` may be a tensor."""
+    return ops.where(present, ops.where(logits > 0, logits / penalty, logits * penalty), logits)
+
+
+def presence(decoder, prompts, repeats, end_ids):
+    """Which tokens each row's prompt holds, `(rows, vocabulary)` (each prompt's `repeats` in a row), its end
+    tokens left out: a penalty on repeating must not keep a continuation from ending (a UniLM's prompt ends
+    with the [SEP] that ends its continuation too)."""
+    present = np.zeros((len(prompts), decoder.vocab_size), bool)
+    for row, prompt in enumerate(prompts):
+        present[row, prompt] = True
+    present[:, list(end_ids)] = False
+    return np.repeat(present, repeats, axis=0)
+
+
+def with_token(present, tokens):
+    """`present` with each row's token of `tokens` added."""
+    return ops.logical_or(present, ops.arange(present.shape[-1])[None, :] == tokens[:, None])
+
+
 def row_draws(seed, prompts, repeats, steps):
     """`steps` uniform draws for each row (each prompt's `repeats` in a row),
     from a stream seeded by `seed`, the row's prompt and its sample's number,
@@ -67,14 +91,14 @@ def decode_rows(decoder, prompts, max_new_tokens, search, end_ids, banned, seed=
     rows = len(logits)
     draws = row_draws(seed, prompts, repeats, max_new_tokens) if search.samples else np.zeros((rows, max_new_tokens))
     barred, ending = token_masks(decoder, banned, end_ids)
-    cut = search.samples and search.top_p < 1.0
-    loop = _loop(
-        decoder, not search.samples, search.top_k if search.samples else None, cut, compiled_with_xla(decoder, rows)
-    )
+    cut, penalises = search.samples and search.top_p < 1.0, search.repetition_penalty != 1.0
+    present = presence(decoder, prompts, repeats, end_ids) if penalises else np.zeros((rows, 1), bool)
+    kind = (not search.samples, search.top_k if search.samples else None, cut, penalises)
+    loop = _loop(decoder, kind, compiled_with_xla(decoder, rows))
     generated, ends = loop(
         logits.astype(np.float32), rollout.seen, rollout.offsets.astype(np.int32), rollout.cache,
-        draws.astype(np.float32), barred, ending, np.float32(search.temperature),
-        np.float32(search.top_p),
+        draws.astype(np.float32), barred, ending, present, np.float32(search.temperature),
+        np.float32(search.top_p), np.float32(search.repetition_penalty),
     )  # fmt: skip
     generated, ends = ops.convert_to_numpy(generated), ops.convert_to_numpy(ends)
     return [generated[row, : ends[row]].tolist() for row in range(rows)]
@@ -106,27 +130,31 @@ def compiled_with_xla(decoder, rows):
     return not (rows == 1 and width >= XLA_LEAST_WIDTH) or accelerated()
 
 
-def _loop(decoder, greedy, top_k, cut, xla):
-    """The compiled loop of `decoder` for this kind of search (`choose`'s `greedy`, `top_k`, whether `top_p` cuts)
-    and compiler; kept on it, one a kind, whatever the temperature, top-p, end and banned ids."""
-    key = (greedy, top_k, cut, xla)
+def _loop(decoder, kind, xla):
+    """The compiled loop of `decoder` for this `kind` of search (`choose`'s `greedy`, `top_k`, whether `top_p`
+    cuts, whether a repetition penalty applies) and compiler; kept on it, one a kind, whatever the temperature,
+    top-p, penalty, end and banned ids."""
+    key = (*kind, xla)
     if key not in decoder.loops:
-        decoder.loops[key] = compiled(functools.partial(_steps, decoder, key[:3]), decoder.cached.model, xla)
+        decoder.loops[key] = compiled(functools.partial(_steps, decoder, kind), decoder.cached.model, xla)
     return decoder.loops[key]
 
 
-def _steps(decoder, kind, logits, seen, offsets, cache, draws, barred, ending, temperature, top_p):
+def _steps(decoder, kind, logits, seen, offsets, cache, draws, barred, ending, present, temperature, top_p, penalty):
     """The tokens chosen `(rows, steps)` after the prompt whose next-token `logits`, cache and slots `seen`
     are given, and each row's count before its end token (`steps` where none came). `barred` is -inf at each
-    banned token (0 elsewhere), `ending` True at each end token."""
-    greedy, top_k, cut = kind
+    banned token (0 elsewhere), `ending` True at each end token, `present` True at each token of a row's prompt
+    (penalised by `penalty` where `kind` says so)."""
+    greedy, top_k, cut, penalises = kind
     rows, steps = draws.shape
     prompt_length = seen.shape[1] - steps
 
-    def chosen(step, logits, done, ends, generated):
+    def chosen(step, logits, present, done, ends, generated):
         """Choose each row's token at `step` (0 for a row done); record it and which rows it ends."""
         draw = ops.take(draws, step, axis=1)
-        tokens = choose(ops.cast(logits, "float32") + barred, draw, greedy, temperature, top_k, top_p if cut else None)
+        logits = ops.cast(logits, "float32")
+        logits = penalised(logits, present, penalty) if penalises else logits
+        tokens = choose(logits + barred, draw, greedy, temperature, top_k, top_p if cut else None)
         tokens = ops.cast(tokens, "int32")
         tokens = ops.where(done, 0, tokens)
         stopped = ops.logical_and(ops.logical_not(done), ops.take(ending, tokens))
@@ -134,18 +162,20 @@ def _steps(decoder, kind, logits, seen, offsets, cache, draws, barred, ending, t
         generated = ops.slice_update(generated, (0, step), tokens[:, None])
         return tokens, ops.logical_or(done, stopped), ends, generated
 
-    def going(step, logits, cache, seen, done, ends, generated):
+    def going(step, logits, cache, seen, present, done, ends, generated):
         return ops.logical_and(step < steps - 1, ops.logical_not(ops.all(done)))
 
-    def advance(step, logits, cache, seen, done, ends, generated):
-        tokens, done, ends, generated = chosen(step, logits, done, ends, generated)
+    def advance(step, logits, cache, seen, present, done, ends, generated):
+        tokens, done, ends, generated = chosen(step, logits, present, done, ends, generated)
+        present = with_token(present, tokens) if penalises else present
         logits, cache, seen = fed(decoder, tokens, prompt_length + step, seen, offsets, cache)
-        return step + 1, logits, cache, seen, done, ends, generated
+        return step + 1, logits, cache, seen, present, done, ends, generated
 
     state = (
-        ops.convert_to_tensor(0, "int32"), logits, cache, ops.cast(seen, "bool"), ops.zeros((rows,), "bool"),
-        ops.full((rows,), steps, "int32"), ops.zeros((rows, steps), "int32"),
+        ops.convert_to_tensor(0, "int32"), logits, cache, ops.cast(seen, "bool"), ops.cast(present, "bool"),
+        ops.zeros((rows,), "bool"), ops.full((rows,), steps, "int32"), ops.zeros((rows, steps), "int32"),
     )  # fmt: skip
-    step, logits, _, _, done, ends, generated = ops.while_loop(going, advance, state)
-    _, _, ends, generated = chosen(step, logits, done, ends, generated)  # the last token is chosen, never fed
+    step, logits, _, _, present, done, ends, generated = ops.while_loop(going, advance, state)
+    # The last token is chosen, never fed.
+    _, _, ends, generated = chosen(step, logits, present, done, ends, generated)
     return generated, ends

@@ -12,7 +12,7 @@ from kwiden.generation import Search, generate_ids, sampling
 from kwiden.generation import prompts as prompts_module
 from kwiden.generation.beams import beam_rows
 from kwiden.generation.rollout import Decoder, Rollout
-from kwiden.generation.sampling import choose
+from kwiden.generation.sampling import choose, penalised, row_draws
 from kwiden.testing import randomize_weights, tiny_config
 
 RTOL = 1e-5
@@ -178,8 +178,9 @@ def test_the_new_tokens_are_chosen_in_one_compiled_loop_not_a_call_a_token(searc
 
 def test_one_compiled_loop_serves_every_temperature_top_p_and_end_token():
     model = built("gpt", seed=6)
-    for temperature, top_p, end in [(0.7, 0.9, 3), (1.3, 0.5, 4), (2.0, 0.99, 5)]:
-        generate_ids(model, PROMPTS, 6, Search(temperature=temperature, top_p=top_p), end_ids=[end], seed=0)
+    for temperature, top_p, penalty, end in [(0.7, 0.9, 1.2, 3), (1.3, 0.5, 2.0, 4), (2.0, 0.99, 0.8, 5)]:
+        search = Search(temperature=temperature, top_p=top_p, repetition_penalty=penalty)
+        generate_ids(model, PROMPTS, 6, search, end_ids=[end], seed=0)
     assert len(prompts_module._decoder(model).loops) == 1
 
 
@@ -253,6 +254,8 @@ def test_search_options_are_checked_where_they_are_made():
         (dict(top_k=0), "top_k=0: must"),
         (dict(temperature=1e-320), "temperature=1e-320: must be"),
         (dict(top_p=0.0), "top_p=0.0: must"),
+        (dict(repetition_penalty=0.0), "repetition_penalty=0.0: must be a positive number"),
+        (dict(greedy=True, top_k=3), "Choose one of greedy=True, beam=K, or sampling"),
     ]:
         with pytest.raises(ValueError, match=message):
             Search(**options)
@@ -362,3 +365,64 @@ def test_on_an_accelerator_the_cache_is_held_to_the_devices_free_memory(monkeypa
     footprint.check_memory(Decoder(model), [[1, 2, 3]], 20, 3, "num_samples")  # what it named fits
     monkeypatch.setattr(footprint, "device_memory", lambda: None)  # a backend that does not say: the host's part only
     footprint.check_memory(Decoder(model), [[1, 2, 3]], 1000, 3, "num_samples")
+
+
+def test_a_repetition_penalty_divides_the_positive_logits_of_present_tokens_and_multiplies_the_negative():
+    logits = np.array([[2.0, -1.0, 3.0, -0.5]], np.float32)
+    present = np.array([[True, True, False, False]])
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(penalised(logits, present, 2.0)), [[1.0, -2.0, 3.0, -0.5]])
+
+
+def penalised_rollout(model, prompt, steps, penalty, end, pick=np.argmax):
+    """Tokens chosen by `pick` from the whole model's logits, each token of the prompt (but `end`) and of the
+    continuation penalised; stopped at `end`."""
+    tokens, present = [], set(prompt) - {end}
+    for step in range(steps):
+        logits = full_logits(model, [(prompt, tokens)])[0]
+        logits[0] = -np.inf if Decoder(model).cached.masks_padding else logits[0]  # padding: banned
+        held = np.isin(np.arange(len(logits)), sorted(present))
+        token = int(pick(np.where(held, np.where(logits > 0, logits / penalty, logits * penalty), logits), step))
+        if token == end:
+            break
+        tokens.append(token)
+        present.add(token)
+    return tokens
+
+
+@pytest.mark.parametrize("family", ["gpt", pytest.param("bert", marks=pytest.mark.backends)])
+def test_greedy_with_a_repetition_penalty_is_a_penalised_argmax_rollout_that_still_ends(family):
+    model = built(family, seed=2, vocab_size=12)
+    prompts, end = [[5, 7, 9, 5, 10], [3, 4, 10]], 10  # the end token in a prompt is not penalised
+    found = generate_ids(model, prompts, 8, Search(greedy=True, repetition_penalty=3.0), end_ids=[end])
+    assert found == [[penalised_rollout(model, prompt, 8, 3.0, end, lambda x, _: np.argmax(x))] for prompt in prompts]
+    assert found != generate_ids(model, prompts, 8, Search(greedy=True), end_ids=[end])  # the penalty told
+
+
+def test_sampling_with_a_repetition_penalty_draws_from_the_penalised_distribution():
+    model = built("gpt", seed=2, vocab_size=12)
+    prompt, seed = [5, 7, 9], 4
+    draws = row_draws(seed, [prompt], 1, 10)[0]
+
+    def sampled(logits, step):
+        return keras.ops.convert_to_numpy(choose(logits[None].astype(np.float32), draws[step : step + 1]))[0]
+
+    found = generate_ids(model, [prompt], 10, Search(repetition_penalty=1.7), seed=seed)[0][0]
+    assert found == penalised_rollout(model, prompt, 10, 1.7, None, sampled)
+
+
+def test_beam_search_with_a_repetition_penalty_ranks_the_penalised_log_probabilities():
+    model = built("gpt", seed=4, vocab_size=6)
+    prompt, penalty = [1, 2, 3], 1.5
+
+    def scores(tokens):  # log-probabilities without id 0 (padding), those of held tokens multiplied
+        logits = np.where(np.arange(6) == 0, -np.inf, full_logits(model, [(prompt, tokens)])[0])
+        held = np.isin(np.arange(6), [*prompt, *tokens])
+        return np.where(held, log_softmax(logits) * penalty, log_softmax(logits))
+
+    first = scores([])
+    scored = {(a, b): (first[a] + scores([a])[b]) / 2 for a in range(1, 6) for b in range(1, 6)}
+    best = sorted(scored, key=lambda ids: -scored[ids])[:4]
+    (found,) = beam_rows(Decoder(model), [prompt], 2, 25, 4, [], [0], repetition_penalty=penalty)
+    assert [ids for ids, _ in found] == [list(ids) for ids in best]
+    np.testing.assert_allclose([score for _, score in found], [scored[ids] for ids in best], rtol=RTOL)
+    assert found != beam_rows(Decoder(model), [prompt], 2, 25, 4, [], [0])[0]

@@ -191,6 +191,8 @@ def test_an_end_token_is_any_text_the_tokenizer_reads_as_one_token(gpt_folder, c
 def test_the_commands_name_their_own_flags(gpt_folder, unilm_folder, capsys):
     assert main(["generate", str(gpt_folder), "ab", "--top-p", "0"]) == 1
     assert capsys.readouterr().err == "kwiden generate: --top-p=0.0: must be in (0, 1].\n"
+    assert main(["generate", str(gpt_folder), "ab", "--repetition-penalty", "-1"]) == 1
+    assert capsys.readouterr().err == "kwiden generate: --repetition-penalty=-1.0: must be a positive number.\n"
     assert main(["generate", str(gpt_folder), "ab", "--seed", "-1"]) == 1
     assert "kwiden generate: --seed=-1: must be a whole number of at least 0." in capsys.readouterr().err
     assert main(["generate", str(gpt_folder), "abcdefghij", "--max-new-tokens", "30"]) == 1
@@ -338,13 +340,16 @@ def test_a_generator_generates_as_kwiden_generate_with_transformers_names(gpt_fo
     gpt, unilm = kwiden.Generator(gpt_folder), kwiden.Generator(unilm_folder)
     sampled = dict(max_new_tokens=5, top_k=3, temperature=0.7, seed=1)
     assert gpt.generate("ab", **sampled) == kwiden.generate(gpt_folder, None, "ab", **sampled)[0]  # str in, str out
+    # The generators' own models from here: the same as a folder's (above), and compiled once.
+    penalised = gpt.generate("ab", **sampled, repetition_penalty=1.5)
+    assert penalised == kwiden.generate(gpt.model, gpt.tokenizer, "ab", **sampled, repetition_penalty=1.5)[0]
     assert gpt.generate(["ab", "xyz"], max_new_tokens=5, do_sample=False) == [
-        texts[0] for texts in kwiden.generate(gpt_folder, None, ["ab", "xyz"], 5, greedy=True)
+        texts[0] for texts in kwiden.generate(gpt.model, gpt.tokenizer, ["ab", "xyz"], 5, greedy=True)
     ]  # list in, list out
     beams = unilm.generate(["床前明月光"], 6, num_beams=3, num_return_sequences=2)
-    assert beams == kwiden.generate(unilm_folder, None, ["床前明月光"], 6, beam=3, num_samples=2)
+    assert beams == kwiden.generate(unilm.model, unilm.tokenizer, ["床前明月光"], 6, beam=3, num_samples=2)
     assert unilm.generate("低头", 4, num_return_sequences=3, seed=0) == kwiden.generate(
-        unilm_folder, None, "低头", 4, num_samples=3, seed=0
+        unilm.model, unilm.tokenizer, "低头", 4, num_samples=3, seed=0
     )
     with pytest.raises(
         ValueError, match=r"do_sample=False gives one continuation a prompt, not num_return_sequences=2"
