@@ -145,6 +145,7 @@ ANSWERED_WITHOUT_KERAS = {
     "pretrain CORPUS --output-dir RUN --config gpt-demo --budget 0": 1,
     "pretrain CORPUS --output-dir RUN --config gpt-demo --objective nonesuch": 1,
     "pretrain CORPUS --output-dir RUN --config gpt-demo --grow 0.5:k=0": 1,
+    "pretrain CORPUS --output-dir RUN --config gpt-demo --objective simbert --batch-size 2": 1,
     "pretrain missing.txt --output-dir RUN --config gpt-demo": 1,
     "pretrain CORPUS --output-dir RUN": 1,
     "grow missing.keras out.keras": 1,

@@ -74,9 +74,10 @@ class PretrainOptions:
         if values["model"] is not None and values["model"] not in known:
             raise ValueError(f"--model {values['model']}: the families kwiden knows are {', '.join(known)} "
                              "(kwiden.models.register_family adds one).")  # fmt: skip
-        if values["objective"] is not None:
-            objectives.get_objective(values["objective"])  # refused naming those registered
-        return cls(**values)
+        options = cls(**values)
+        if options.objective is not None:  # refused naming those registered; a family's own: pretrain checks it
+            objectives.get_objective(options.objective).check_run(options)
+        return options
 
 
 def default_lr(options):

@@ -162,6 +162,7 @@ def pretrain(
         valid_fraction=valid_fraction, eval_every=eval_every, save_every=save_every, seed=seed, precision=precision,
     ))  # fmt: skip
     family, kind = _objective_class(shared)
+    kind.check_run(shared)
     own = _absolute_paths(refuse_untaken(objective_options, kind))
     defaulted = ("lr",) if shared.lr is None else ()  # a resume keeps the run's: the default may have changed since
     shared = dataclasses.replace(shared, lr=default_lr(shared) if shared.lr is None else shared.lr)

@@ -48,8 +48,10 @@ class Objective:
     `made_for`), `differs(options, key, began, now)` the refusal where it
     changed.
 
-    `made_for(tokenizer, family, options)` makes one for a run (refusing,
-    naming the flag, what it cannot train); `options` holds every run's
+    `check_run(options)` refuses, naming the flag, every run's options it
+    cannot train with (checked before Keras is imported); `made_for(tokenizer,
+    family, options)` makes one for a run (refusing, naming the flag, what it
+    cannot train); `options` holds every run's
     options (`PretrainOptions`: `seq_len`, `batch_size`, …) and its own, as
     attributes. `window` is how many tokens of the stream one example reads;
     `batch(tokens, starts, rng)` the `(inputs, targets)` of the examples at
@@ -94,6 +96,11 @@ class Objective:
         """Its own options from `values` (`{name: value}`, those missing at their defaults), each checked by its
         field; refused naming the flag."""
         return cls.Options(**arguments.checked(cls.Options, values))
+
+    @classmethod
+    def check_run(cls, options):
+        """Refuse, naming the flag, every run's options (`PretrainOptions`) this objective cannot train with: a
+        check of flags alone, run before Keras is imported or a file read (`kwiden pretrain` answers at once)."""
 
     @classmethod
     def made_for(cls, tokenizer, family, options):

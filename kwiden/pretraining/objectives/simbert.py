@@ -87,9 +87,13 @@ class SimBERT(Seq2Seq):
         return options
 
     @classmethod
+    def check_run(cls, options):
+        cls._pairs(options.batch_size)
+
+    @classmethod
     def made_for(cls, tokenizer, family, options):
         objective = super().made_for(tokenizer, family, options)
-        objective.pairs_a_batch = objective._pairs(options.batch_size)  # refused before the corpus is read
+        objective.pairs_a_batch = objective._pairs(options.batch_size)
         objective.scale = options.scale
         if options.teacher is not None:
             objective.teacher = teacher_for(options.teacher, tokenizer, objective.seq_len)
@@ -187,7 +191,8 @@ class SimBERT(Seq2Seq):
         pairs = [(valid.groups[r][0], valid.groups[r][1]) for r in records]
         return [self._batch(valid, pairs[i : i + pairs_a_batch]) for i in range(0, count, pairs_a_batch)]
 
-    def _pairs(self, batch_size):
+    @staticmethod
+    def _pairs(batch_size):
         if batch_size % 2:
             raise ValueError(f"--batch-size {batch_size}: --objective simbert puts each pair in a batch both ways "
                              "(text → synonym, synonym → text): give an even batch size.")  # fmt: skip
