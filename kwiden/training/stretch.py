@@ -6,7 +6,6 @@ fast path behind it."""
 import itertools
 
 import keras
-import numpy as np
 
 from kwiden.keras_internals import build_for_training
 
@@ -19,10 +18,11 @@ def run_stretch(model, batches, steps, after_call, fit_arguments=None):
 
     With `fit_arguments` (`callbacks`, `verbose`, `initial_epoch`, `epochs`: `fit_growing`'s) the stretch is one
     epoch of `model.fit`, whose callbacks may stop it too (Keras checks `model.stop_training` after each call), and
-    the history is its. Without, on TensorFlow, each call is one run of Keras' train function on the call's batches
-    (`_one_call`), as `fit` runs it but without `fit`'s `tf.data` pipeline started anew each stretch, whose threads
-    cost a stretch of a few updates more than they save (measured by benchmarks/loop_speed.py); the history is then
-    empty. Elsewhere `fit`, which keeps the state where it trains.
+    the history is its. Without, on TensorFlow, the calls are the ones `train_on_batch` makes, given several
+    batches: `fit` would feed them through a `tf.data` pipeline started anew each stretch, whose threads cost a
+    stretch of a few updates more than its calls save (measured by benchmarks/loop_speed.py); the history is then
+    empty. (A call's batches stacked into one `tf.data` iterator, which Keras runs in one loop inside its graph,
+    measured 0.65x the rate of these calls at 128 x 4 and within the noise at 64 x 2: not taken.) Elsewhere `fit`, which keeps the state where it trains.
     """
     if keras.backend.backend() == "tensorflow":
         batches = _built_for(model, batches)
@@ -59,28 +59,12 @@ def _compiled_calls(model, batches, steps, after_call):
     trained, logs = 0, {}
     while trained < steps:
         count = min(model.steps_per_execution, steps - trained)
-        logs = model.train_function(_one_call(list(itertools.islice(batches, count))))
+        logs = model.train_function((x, y, None) for x, y in itertools.islice(batches, count))
         trained += count
         logs = {name: float(keras.ops.convert_to_numpy(value)) for name, value in logs.items()}
         if after_call(trained, logs):
             break
     return trained, logs, {}
-
-
-def _one_call(batches):
-    """A call's batches `(x, y)` as Keras' TensorFlow train function runs them fastest: stacked into one `tf.data`
-    iterator when they have the same shapes and no None, which it runs in one loop inside its graph, as `fit` does
-    (given a Python iterator, it calls its one-batch graph once a batch from the host); else one by one."""
-    import tensorflow as tf  # TensorFlow's fast path alone
-
-    parts = [keras.tree.flatten(batch) for batch in batches]
-    if any(part is None for flat in parts for part in flat):  # a target without a loss: tf.data holds no None
-        return ((x, y, None) for x, y in batches)
-    shapes = {tuple((np.shape(part), np.asarray(part).dtype) for part in flat) for flat in parts}
-    if len(shapes) != 1:
-        return ((x, y, None) for x, y in batches)
-    stacked = keras.tree.pack_sequence_as(batches[0], [np.stack(column) for column in zip(*parts)])
-    return iter(tf.data.Dataset.from_tensor_slices(stacked))
 
 
 class _AfterCall(keras.callbacks.Callback):

@@ -12,7 +12,6 @@ import pytest
 import kwiden
 from kwiden import optimizers
 from kwiden.testing import padded_batch, randomize_weights, tiny_config
-from kwiden.training import stretch
 from kwiden.training.fit import STATE_FILE
 from kwiden.training.stretch import run_stretch
 
@@ -142,41 +141,17 @@ def test_a_stretch_makes_no_variable_inside_its_traced_step(gpt, fit_arguments):
     assert model.optimizer.built and made == []
 
 
-def test_a_call_of_same_shaped_batches_runs_in_one_graph_loop_and_trains_as_one_by_one(gpt, monkeypatch):
-    """On TensorFlow a call's batches reach Keras' train function as one `tf.data` iterator (its in-graph loop, as
-    `fit`), batches of different shapes one by one; both train the weights that one batch a call trains."""
-    tf = pytest.importorskip("tensorflow")
-    if keras.backend.backend() != "tensorflow":
-        pytest.skip("the in-graph loop is TensorFlow's fast path")
+def test_several_batches_a_call_of_different_shapes_train_as_one_a_call(gpt):
+    """A stretch's compiled calls of several batches (`steps_per_execution`), one of them shorter, train the weights
+    that one batch a call trains."""
     pairs = [(x, y) for x, y, _ in batches(7)]
-    pairs[5] = tuple(part[:, :-2] for part in pairs[5])  # a shorter batch: the call that holds it goes one by one
+    pairs[5] = tuple(part[:, :-2] for part in pairs[5])
 
     def trained(per_call):
         model = compiled(gpt)
         model.compile(model.optimizer, model.loss, steps_per_execution=per_call)
-        given = []
-        real = model.make_train_function
-
-        def watched(force=False):
-            real(force)
-            function = model.train_function
-            model.train_function = lambda data: given.append(isinstance(data, tf.data.Iterator)) or function(data)
-
-        monkeypatch.setattr(model, "make_train_function", watched)
         calls, logs, _ = run_stretch(model, iter(pairs), 7, lambda trained, logs: False)
         assert calls == 7 and np.isfinite(logs["loss"])
-        return model, given
+        return model
 
-    one_by_one, given = trained(1)
-    assert given == [True] * 7  # a call of one batch is a loop of one
-    several, given = trained(3)
-    assert given == [True, False, True]  # batches 0–2 and 6 stacked; 3–5 of two lengths
-    assert_same_weights(one_by_one, several)
-
-
-def test_a_call_whose_targets_hold_a_none_runs_its_batches_one_by_one():
-    """A target without a loss (None, as SimBERT's sequence output has) cannot go into `tf.data`."""
-    pytest.importorskip("tensorflow")
-    x, y = np.ones((2, 3), "int32"), np.zeros((2, 3), "int32")
-    given = stretch._one_call([(x, [None, y]), (x, [None, y])])
-    assert [(a is x, b[0] is None, b[1] is y) for a, b, _ in given] == [(True, True, True)] * 2
+    assert_same_weights(trained(1), trained(3))
