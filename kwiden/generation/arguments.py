@@ -16,6 +16,9 @@ from kwiden.arguments import flag_of, option
 
 # Below this, logits / temperature overflow float64 and sampling would give NaN.
 LEAST_TEMPERATURE = 1e-6
+# A repetition penalty's range: beyond it a penalised logit, or a beam's sum of penalised log-probabilities,
+# could overflow float32 to an infinity (a row of them gives NaN); 1e6 already makes a repeat all but impossible.
+PENALTY_RANGE = (1e-6, 1e6)
 # How Python callers name the switches (the rest: as written).
 PYTHON = {"greedy": "greedy=True"}
 # A backslash escape in a token's text, and the character it stands for.
@@ -43,7 +46,8 @@ class GenerateOptions:
     repetition_penalty: float = option(1.0, "make each token already in the prompt or the continuation less "
                                        "likely: its logit divided by R where positive, multiplied where negative "
                                        "(a beam search's log-probability multiplied), as transformers does; end "
-                                       "tokens are not penalised; 1: no penalty", "positive", metavar="R")  # fmt: skip
+                                       "tokens are not penalised; 1: no penalty", "positive", *PENALTY_RANGE,
+                                       metavar="R")  # fmt: skip
     num_samples: int = option(1, "continuations a prompt", "count", 1)
     seed: int = option(None, "makes sampling repeat", "count", 0)
     end_tokens: list = option(None, "a token that ends a continuation: its text (or a text the tokenizer reads as "

@@ -254,7 +254,8 @@ def test_search_options_are_checked_where_they_are_made():
         (dict(top_k=0), "top_k=0: must"),
         (dict(temperature=1e-320), "temperature=1e-320: must be"),
         (dict(top_p=0.0), "top_p=0.0: must"),
-        (dict(repetition_penalty=0.0), "repetition_penalty=0.0: must be a positive number"),
+        (dict(repetition_penalty=0.0), r"repetition_penalty=0.0: must be a number from 1e-06 to 1e\+06"),
+        (dict(repetition_penalty=1e7), r"repetition_penalty=10000000.0: must be a number from 1e-06 to 1e\+06"),
         (dict(greedy=True, top_k=3), "Choose one of greedy=True, beam=K, or sampling"),
     ]:
         with pytest.raises(ValueError, match=message):
@@ -426,3 +427,13 @@ def test_beam_search_with_a_repetition_penalty_ranks_the_penalised_log_probabili
     assert [ids for ids, _ in found] == [list(ids) for ids in best]
     np.testing.assert_allclose([score for _, score in found], [scored[ids] for ids in best], rtol=RTOL)
     assert found != beam_rows(Decoder(model), [prompt], 2, 25, 4, [], [0])[0]
+
+
+@pytest.mark.parametrize("penalty", [1e6, 1e-6])
+def test_the_most_extreme_repetition_penalties_still_choose_real_tokens(penalty):
+    model = built("gpt", seed=2, vocab_size=12)
+    every = list(range(1, 12))  # every token present: each penalised, none to ±inf or NaN
+    for search in (Search(greedy=True, repetition_penalty=penalty), Search(repetition_penalty=penalty),
+                   Search(beam=2, repetition_penalty=penalty)):  # fmt: skip
+        found = generate_ids(model, [every], 4, search, seed=0)[0][0]
+        assert len(found) == 4 and all(1 <= token < 12 for token in found), (search, found)

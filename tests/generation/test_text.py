@@ -192,7 +192,9 @@ def test_the_commands_name_their_own_flags(gpt_folder, unilm_folder, capsys):
     assert main(["generate", str(gpt_folder), "ab", "--top-p", "0"]) == 1
     assert capsys.readouterr().err == "kwiden generate: --top-p=0.0: must be in (0, 1].\n"
     assert main(["generate", str(gpt_folder), "ab", "--repetition-penalty", "-1"]) == 1
-    assert capsys.readouterr().err == "kwiden generate: --repetition-penalty=-1.0: must be a positive number.\n"
+    assert (
+        capsys.readouterr().err == "kwiden generate: --repetition-penalty=-1.0: must be a number from 1e-06 to 1e+06.\n"
+    )
     assert main(["generate", str(gpt_folder), "ab", "--seed", "-1"]) == 1
     assert "kwiden generate: --seed=-1: must be a whole number of at least 0." in capsys.readouterr().err
     assert main(["generate", str(gpt_folder), "abcdefghij", "--max-new-tokens", "30"]) == 1
