@@ -104,12 +104,6 @@ class Rollout:
         """The tokens appended so far, `(rows, count)`."""
         return self.tokens[:, self.prompt_length : self.prompt_length + self.filled]
 
-    def reorder(self, rows):
-        """Keep rows `rows` (beam search's survivors, a row repeated where it has several)."""
-        self.tokens, self.seen, self.offsets = self.tokens[rows], self.seen[rows], self.offsets[rows]
-        indices = ops.convert_to_tensor(np.asarray(rows, np.int32))
-        self.cache = [tuple(ops.take(part, indices, axis=0) for part in pair) for pair in self.cache]
-
 
 def buffer_length(prompts, max_new_tokens):
     """The slots a rollout of `prompts` holds: the longest, rounded up to a multiple of `PROMPT_BUCKET`,
