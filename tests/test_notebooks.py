@@ -33,7 +33,15 @@ def execute(path, monkeypatch, **environment):
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}})
+    # The kernel is killed once the last cell has run ("immediate"): every output is in by then, and a graceful
+    # shutdown waits seconds for a kernel that imported TensorFlow to exit on its own.
+    client = NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT)}},
+        shutdown_kernel="immediate",
+    )
     client.execute()
     errors = [o for cell in notebook.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
