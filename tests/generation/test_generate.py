@@ -1,6 +1,7 @@
 """Generation: the cached decoder computes what the whole model computes,
 for every family that generates, and each search chooses as it says."""
 
+import functools
 import itertools
 
 import keras
@@ -27,6 +28,22 @@ def built(family, seed=1, vocab_size=50, **config):
         config["num_key_value_heads"] = 1  # grouped-query attention
     flags = dict(with_mlm=True, unilm=True) if family in UNILM else {}
     return randomize_weights(kwiden.build_transformer_model(config, model=family, **flags), seed=seed, std=0.3)
+
+
+@pytest.fixture(scope="module")
+def shared():
+    """`built(family, seed, …)` built once for the module: the tests that only read a model share it, and with it
+    its compiled decoder, so each search and shape is traced once, not once a test (a test that counts or drops
+    what a model's decoder keeps builds its own)."""
+    kept = {}
+
+    def get(family, seed=1, **config):
+        key = (family, seed, tuple(sorted(config.items())))
+        if key not in kept:
+            kept[key] = built(family, seed=seed, **config)
+        return kept[key]
+
+    return get
 
 
 def full_logits(model, rows):
@@ -67,11 +84,11 @@ ON_BACKENDS = [pytest.param(f, marks=pytest.mark.backends) if f in ("llama", "be
 
 
 @pytest.mark.parametrize("family", ON_BACKENDS)
-def test_cached_logits_equal_the_whole_models_logits_at_each_position(family):
-    model = built(family)
-    decoder = Decoder(model)
-    rollout = Rollout(decoder, PROMPTS, 4)
-    fed = np.random.default_rng(0).integers(1, 50, (4, len(PROMPTS)))
+def test_cached_logits_equal_the_whole_models_logits_at_each_position(family, shared):
+    model = shared(family, seed=2)  # the greedy test's: its decoder, and the prompts' call in a buffer of 6
+    decoder = prompts_module._decoder(model)
+    rollout = Rollout(decoder, PROMPTS, 6)
+    fed = np.random.default_rng(0).integers(1, 50, (6, len(PROMPTS)))
     logits = [rollout.start()] + [rollout.advance(tokens) for tokens in fed[:-1]]
     along = [logits_along(model, prompt, fed[:-1, row].tolist()) for row, prompt in enumerate(PROMPTS)]
     for step, got in enumerate(logits):
@@ -80,29 +97,37 @@ def test_cached_logits_equal_the_whole_models_logits_at_each_position(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_equals_an_argmax_rollout_and_beam_one_equals_greedy(family):
-    model = built(family, seed=2)
+def test_greedy_equals_an_argmax_rollout_and_beam_one_equals_greedy(family, shared):
+    model = shared(family, seed=2)
     greedy = generate_ids(model, PROMPTS, 6, Search(greedy=True))
     assert greedy == [[argmax_rollout(model, prompt, 6)] for prompt in PROMPTS]
     assert generate_ids(model, PROMPTS, 6, Search(beam=1)) == greedy
 
 
-def test_a_grown_model_generates_what_the_small_one_does():
-    small = built("gpt", seed=3)
+def test_a_grown_model_generates_what_the_small_one_does(shared):
+    small = shared("gpt", seed=2)  # grow leaves it as it is
     big = kwiden.grow(small, 2)
     assert big.get_layer(kwiden.models.naming.EMBEDDING_TOKEN).output_dim == 32
     search = Search(greedy=True)
-    assert generate_ids(big, PROMPTS, 5, search) == generate_ids(small, PROMPTS, 5, search)
+    assert generate_ids(big, PROMPTS, 6, search) == generate_ids(small, PROMPTS, 6, search)
 
 
-def test_beam_search_wide_enough_is_exhaustive():
-    model = built("gpt", seed=4, vocab_size=6)
+def test_beam_search_wide_enough_is_exhaustive(shared):
+    model = shared("gpt", seed=4, vocab_size=6)
     prompt = [1, 2, 3]
-    best = max(itertools.product(range(6), repeat=2), key=lambda pair: _log_probability(model, prompt, pair))
+    along = logits_after(model, prompt)
+    best = max(itertools.product(range(6), repeat=2), key=lambda pair: _log_probability(along, pair))
     found = generate_ids(model, [prompt], 2, Search(beam=36), num_samples=3)[0]
     assert found[0] == list(best)
-    scores = [_log_probability(model, prompt, ids) for ids in found]
+    scores = [_log_probability(along, ids) for ids in found]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_a_beam_wider_than_the_continuations_says_how_many_it_found(shared):
+    gpt = shared("gpt", seed=4, vocab_size=6)  # the exhaustive search's model: its beam of 36 compiled once
+    with pytest.warns(UserWarning, match="found 25 continuations of prompt 0, not num_samples=30"):
+        found = generate_ids(gpt, [[1, 2, 3]], 2, Search(beam=36), num_samples=30)[0]  # 5 tokens (not id 0), twice
+    assert sorted(found) == [[a, b] for a in range(1, 6) for b in range(1, 6)]
 
 
 def log_softmax(logits):
@@ -110,20 +135,26 @@ def log_softmax(logits):
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def _log_probability(model, prompt, tokens):
-    logits = logits_along(model, prompt, list(tokens[:-1]))
+def _log_probability(along, tokens):
+    logits = along(tuple(tokens[:-1]))
     return sum(log_softmax(row)[token] for row, token in zip(logits, tokens))
 
 
-def test_a_seed_makes_sampling_repeat_and_top_k_one_is_greedy():
-    model = built("llama", seed=5)
+def logits_after(model, prompt):
+    """`logits_along(model, prompt, tokens)` as a function of `tokens` (a tuple), each run once: scoring every
+    pair of tokens needs the whole model on each first token alone, not on each pair."""
+    return functools.cache(lambda tokens: logits_along(model, prompt, list(tokens)))
+
+
+def test_a_seed_makes_sampling_repeat_and_top_k_one_is_greedy(shared):
+    model = shared("llama", seed=2)  # the greedy test's: its prompts' call and greedy loop of 6 tokens
     sample = dict(search=Search(temperature=1.5), num_samples=3)
-    first = generate_ids(model, PROMPTS, 8, seed=7, **sample)
-    assert generate_ids(model, PROMPTS, 8, seed=7, **sample) == first
-    assert generate_ids(model, PROMPTS, 8, seed=8, **sample) != first
-    greedy = generate_ids(model, PROMPTS, 8, Search(greedy=True))
-    assert generate_ids(model, PROMPTS, 8, Search(top_k=1), seed=0) == greedy
-    assert generate_ids(model, PROMPTS, 8, Search(top_p=1e-9), seed=0) == greedy
+    first = generate_ids(model, PROMPTS, 6, seed=7, **sample)
+    assert generate_ids(model, PROMPTS, 6, seed=7, **sample) == first
+    assert generate_ids(model, PROMPTS, 6, seed=8, **sample) != first
+    greedy = generate_ids(model, PROMPTS, 6, Search(greedy=True))
+    assert generate_ids(model, PROMPTS, 6, Search(top_k=1), seed=0) == greedy
+    assert generate_ids(model, PROMPTS, 6, Search(top_p=1e-9), seed=0) == greedy
 
 
 def test_sampling_draws_from_the_cut_distribution():
@@ -143,8 +174,8 @@ def test_sampling_draws_from_the_cut_distribution():
     assert set(frequencies(greedy=True)) == {0.0, 1.0} and frequencies(greedy=True)[0] == 1.0
 
 
-def test_end_tokens_and_max_new_tokens_stop_it():
-    model = built("gpt", seed=6)
+def test_end_tokens_and_max_new_tokens_stop_it(shared):
+    model = shared("gpt", seed=2)  # the greedy test's: its greedy loop of 6 tokens
     greedy = generate_ids(model, PROMPTS, 6, Search(greedy=True))
     end = greedy[0][0][2]
     stopped = generate_ids(model, PROMPTS, 6, Search(greedy=True), end_ids=[end])
@@ -192,8 +223,8 @@ def test_one_row_of_a_wide_model_decodes_without_xla_to_the_same_tokens_as_in_a_
     assert sorted(xla for *_, xla in prompts_module._decoder(model).loops) == [False, True]
 
 
-def test_banned_tokens_never_come_out():
-    model = built("gpt", seed=6)
+def test_banned_tokens_never_come_out(shared):
+    model = shared("gpt", seed=2)
     greedy = generate_ids(model, [[1, 2]], 6, Search(greedy=True))[0][0]
     found = generate_ids(model, [[1, 2]], 6, Search(temperature=3.0), banned=set(greedy), num_samples=4, seed=1)[0]
     assert all(token not in greedy for ids in found for token in ids)
@@ -242,8 +273,8 @@ def test_a_bert_without_the_unilm_mask_is_refused():
         generate_ids(bert, [[2, 5, 3]], 2)
 
 
-def test_a_model_that_masks_padding_never_generates_it():
-    model = built("gpt", seed=7, vocab_size=6)  # kwiden's decoders mask id 0 as padding
+def test_a_model_that_masks_padding_never_generates_it(shared):
+    model = shared("gpt", seed=4, vocab_size=6)  # kwiden's decoders mask id 0 as padding
     found = generate_ids(model, [[3, 4], [1]], 6, Search(temperature=100.0), num_samples=20, seed=0)
     assert all(0 not in ids for samples in found for ids in samples)
 
@@ -309,8 +340,9 @@ def test_beam_scores_are_the_finished_continuations_own():
 FAST, SLOW, END = [2, 5, 3], [2, 4, 3], 10
 
 
-def test_a_prompt_beam_searches_the_same_alone_or_in_any_batch():
-    decoder = Decoder(built("gpt", seed=2, vocab_size=12))
+def test_a_prompt_beam_searches_the_same_alone_or_in_any_batch(shared):
+    # The model's own decoder: the prompts' calls (1, 2 and 3 rows, 8 tokens on) are the sampling test's too.
+    decoder = prompts_module._decoder(shared("gpt", seed=2, vocab_size=12))
     alone = {tuple(p): beam_rows(decoder, [p], 8, 2, 2, [END], [0])[0] for p in (FAST, SLOW)}
     assert max(len(ids) for ids, _ in alone[tuple(FAST)]) < 3  # the batch mixes a prompt done early
     assert min(len(ids) for ids, _ in alone[tuple(SLOW)]) == 8  # with one that runs to the end
@@ -323,8 +355,8 @@ def test_a_prompt_beam_searches_the_same_alone_or_in_any_batch():
     assert together == [[ids for ids, _ in alone[tuple(p)]] for p in (FAST, SLOW)]
 
 
-def test_a_prompt_samples_the_same_alone_or_in_any_batch():
-    model = built("gpt", seed=2, vocab_size=12)
+def test_a_prompt_samples_the_same_alone_or_in_any_batch(shared):
+    model = shared("gpt", seed=2, vocab_size=12)
     sample = dict(search=Search(temperature=2.0), end_ids=[END], num_samples=3, seed=5)
     alone = [generate_ids(model, [prompt], 8, **sample)[0] for prompt in (FAST, SLOW)]
     assert generate_ids(model, [FAST, SLOW], 8, **sample) == alone
@@ -380,7 +412,7 @@ def penalised_rollout(model, prompt, steps, penalty, end, pick=np.argmax):
     tokens, present = [], set(prompt) - {end}
     for step in range(steps):
         logits = full_logits(model, [(prompt, tokens)])[0]
-        logits[0] = -np.inf if Decoder(model).cached.masks_padding else logits[0]  # padding: banned
+        logits[0] = -np.inf if prompts_module._decoder(model).cached.masks_padding else logits[0]  # padding: banned
         held = np.isin(np.arange(len(logits)), sorted(present))
         token = int(pick(np.where(held, np.where(logits > 0, logits / penalty, logits * penalty), logits), step))
         if token == end:
@@ -391,49 +423,52 @@ def penalised_rollout(model, prompt, steps, penalty, end, pick=np.argmax):
 
 
 @pytest.mark.parametrize("family", ["gpt", pytest.param("bert", marks=pytest.mark.backends)])
-def test_greedy_with_a_repetition_penalty_is_a_penalised_argmax_rollout_that_still_ends(family):
-    model = built(family, seed=2, vocab_size=12)
+def test_greedy_with_a_repetition_penalty_is_a_penalised_argmax_rollout_that_still_ends(family, shared):
+    model = shared(family, seed=2, vocab_size=12)
     prompts, end = [[5, 7, 9, 5, 10], [3, 4, 10]], 10  # the end token in a prompt is not penalised
     found = generate_ids(model, prompts, 8, Search(greedy=True, repetition_penalty=3.0), end_ids=[end])
     assert found == [[penalised_rollout(model, prompt, 8, 3.0, end, lambda x, _: np.argmax(x))] for prompt in prompts]
     assert found != generate_ids(model, prompts, 8, Search(greedy=True), end_ids=[end])  # the penalty told
 
 
-def test_sampling_with_a_repetition_penalty_draws_from_the_penalised_distribution():
-    model = built("gpt", seed=2, vocab_size=12)
-    prompt, seed = [5, 7, 9], 4
-    draws = row_draws(seed, [prompt], 1, 10)[0]
+def test_sampling_with_a_repetition_penalty_draws_from_the_penalised_distribution(shared):
+    model = shared("gpt", seed=2, vocab_size=12)
+    prompt, seed = [5, 7, 9], 4  # 8 tokens: the length the other tests of this model decode one prompt to
+    draws = row_draws(seed, [prompt], 1, 8)[0]
 
     def sampled(logits, step):
         return keras.ops.convert_to_numpy(choose(logits[None].astype(np.float32), draws[step : step + 1]))[0]
 
-    found = generate_ids(model, [prompt], 10, Search(repetition_penalty=1.7), seed=seed)[0][0]
-    assert found == penalised_rollout(model, prompt, 10, 1.7, None, sampled)
+    found = generate_ids(model, [prompt], 8, Search(repetition_penalty=1.7), seed=seed)[0][0]
+    assert found == penalised_rollout(model, prompt, 8, 1.7, None, sampled)
 
 
-def test_beam_search_with_a_repetition_penalty_ranks_the_penalised_log_probabilities():
-    model = built("gpt", seed=4, vocab_size=6)
+def test_beam_search_with_a_repetition_penalty_ranks_the_penalised_log_probabilities(shared):
+    model = shared("gpt", seed=4, vocab_size=6)
+    decoder = prompts_module._decoder(model)
     prompt, penalty = [1, 2, 3], 1.5
+    along = logits_after(model, prompt)
 
     def scores(tokens):  # log-probabilities without id 0 (padding), those of held tokens multiplied
-        logits = np.where(np.arange(6) == 0, -np.inf, full_logits(model, [(prompt, tokens)])[0])
+        logits = np.where(np.arange(6) == 0, -np.inf, along(tuple(tokens))[-1])
         held = np.isin(np.arange(6), [*prompt, *tokens])
         return np.where(held, log_softmax(logits) * penalty, log_softmax(logits))
 
     first = scores([])
     scored = {(a, b): (first[a] + scores([a])[b]) / 2 for a in range(1, 6) for b in range(1, 6)}
     best = sorted(scored, key=lambda ids: -scored[ids])[:4]
-    (found,) = beam_rows(Decoder(model), [prompt], 2, 25, 4, [], [0], repetition_penalty=penalty)
+    (found,) = beam_rows(decoder, [prompt], 2, 25, 4, [], [0], repetition_penalty=penalty)
     assert [ids for ids, _ in found] == [list(ids) for ids in best]
     np.testing.assert_allclose([score for _, score in found], [scored[ids] for ids in best], rtol=RTOL)
-    assert found != beam_rows(Decoder(model), [prompt], 2, 25, 4, [], [0])[0]
+    # Without the penalty: a beam of 36 keeps every one of the 25 continuations too (the exhaustive test's loop).
+    assert found != beam_rows(decoder, [prompt], 2, 36, 4, [], [0])[0]
 
 
 @pytest.mark.parametrize("penalty", [1e6, 1e-6])
-def test_the_most_extreme_repetition_penalties_still_choose_real_tokens(penalty):
-    model = built("gpt", seed=2, vocab_size=12)
+def test_the_most_extreme_repetition_penalties_still_choose_real_tokens(penalty, shared):
+    model = shared("gpt", seed=2, vocab_size=12)  # a penalty is a value of the loop: both share it
     every = list(range(1, 12))  # every token present: each penalised, none to ±inf or NaN
     for search in (Search(greedy=True, repetition_penalty=penalty), Search(repetition_penalty=penalty),
                    Search(beam=2, repetition_penalty=penalty)):  # fmt: skip
-        found = generate_ids(model, [every], 4, search, seed=0)[0][0]
-        assert len(found) == 4 and all(1 <= token < 12 for token in found), (search, found)
+        found = generate_ids(model, [every], 8, search, seed=0)[0][0]
+        assert len(found) == 8 and all(1 <= token < 12 for token in found), (search, found)
