@@ -1,5 +1,6 @@
 import json
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -21,6 +22,8 @@ TINY_GPT = dict(
 TINY_BERT = {**TINY_GPT, "hidden_dropout_prob": 0.1}
 # What every tiny run shares.
 TINY_RUN = dict(seq_len=16, batch_size=4, budget=12, lr=3e-3, verbose=0)
+# The smallest finished run: a folder for the tests of what a later call does there.
+SMALL_RUN = dict(model="gpt", config=TINY_GPT, grow="none", **{**TINY_RUN, "budget": 2})
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +32,31 @@ def english(tmp_path_factory):
     path = tmp_path_factory.mktemp("english") / "tutorial.txt"
     path.write_text(corpus.load_text()[:40_000], encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory):
+    """`finished(corpus, **arguments)`: the result of `kwiden.pretrain(corpus, folder, **arguments)`, run once a
+    worker for every test that asks for the same arguments (building and tracing a model is most of a test's time).
+    Its folder is `result.final.parent`. Tests only read a shared run, its model and its folder: one that writes
+    into a run folder works on `copied(result, folder)`. Call it before patching anything the run would go through."""
+    import kwiden
+
+    made = {}
+
+    def run(corpus, **arguments):
+        key = json.dumps([str(corpus), arguments], sort_keys=True, default=str)
+        if key not in made:
+            made[key] = kwiden.pretrain(corpus, tmp_path_factory.mktemp("finished"), **arguments)
+        return made[key]
+
+    return run
+
+
+def copied(result, folder):
+    """A copy of a shared run's folder at `folder`, for a test to go on in (a run folder may move: it resumes)."""
+    shutil.copytree(result.final.parent, folder, symlinks=True)
+    return folder
 
 
 def chinese_lines():

@@ -8,7 +8,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_BERT, TINY_GPT, TINY_RUN
+from conftest import SMALL_RUN, TINY_BERT, TINY_GPT, TINY_RUN, copied
 
 import kwiden
 from kwiden.models.hf import masks_padding
@@ -91,10 +91,10 @@ def test_growth_schedules_that_cannot_reach_the_target(english, tmp_path):
     assert not (tmp_path / "h" / "metrics.jsonl").exists()
 
 
-def test_an_output_folder_of_another_run_is_refused_naming_the_argument(english, tmp_path):
-    pretrain(english, tmp_path, budget=2, grow="none")
+def test_an_output_folder_of_another_run_is_refused_naming_the_argument(english, tmp_path, finished):
+    folder = copied(finished(english, **SMALL_RUN), tmp_path / "run")  # a finished run's folder (one a worker)
     with pytest.raises(ValueError, match=r"holds a run made with --lr 0.003, not 0.001: run the same command"):
-        pretrain(english, tmp_path, budget=2, grow="none", lr=1e-3)
+        pretrain(english, folder, budget=2, grow="none", lr=1e-3)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "thesis.tex").write_text("mine")
     with pytest.raises(
@@ -237,8 +237,10 @@ def test_whole_word_masks_of_bytes(english, tmp_path):
     assert result.updates == 2
 
 
-def test_a_run_recorded_with_an_option_since_taken_out_resumes_only_where_it_changed_nothing(english, tmp_path):
-    pretrain(english, tmp_path / "run", budget=2, grow="none")
+def test_a_run_recorded_with_an_option_since_taken_out_resumes_only_where_it_changed_nothing(
+    english, tmp_path, finished
+):
+    copied(finished(english, **SMALL_RUN), tmp_path / "run")  # a finished run's folder (one a worker)
     record = tmp_path / "run" / "run.json"
     recorded = json.loads(record.read_text())
     older = dict(after_growth="continue", learned_growth=0, learned_growth_lr=0.01)  # as an earlier kwiden wrote it

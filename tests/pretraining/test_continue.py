@@ -15,16 +15,18 @@ from kwiden.testing import randomize_weights
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
 
 
-def body_only(folder):
-    """A BERT without its MLM head (a `BertModel` folder): masked LM's head starts fresh."""
+@pytest.fixture(scope="module")
+def start(tmp_path_factory):
+    """A BERT without its MLM head (a `BertModel` folder): masked LM's head starts fresh. Built once: the runs
+    only read it."""
+    folder = tmp_path_factory.mktemp("start")
     bert = randomize_weights(kwiden.build_transformer_model({**TINY_BERT, "vocab_size": len(WORDS)}))
     kwiden.save_checkpoint(bert, folder)
     (folder / "vocab.txt").write_text("\n".join(WORDS) + "\n")
     return folder
 
 
-def test_a_body_only_checkpoint_continued_twice_with_one_seed_ends_on_the_same_weights(english, tmp_path):
-    start = body_only(tmp_path / "start")
+def test_a_body_only_checkpoint_continued_twice_with_one_seed_ends_on_the_same_weights(english, tmp_path, start):
     run = {**TINY_RUN, "budget": 4, "grow": "none", "seed": 3}
     first = kwiden.pretrain(english, tmp_path / "one", from_checkpoint=str(start), **run)
     assert first.model.get_layer("MLM-Dense").kernel.path in {w.path for w in first.model.weights}
@@ -37,9 +39,8 @@ def test_a_body_only_checkpoint_continued_twice_with_one_seed_ends_on_the_same_w
 
 
 def test_a_continued_run_trains_at_a_pretrained_models_rate_unless_told_and_says_its_advice_does_not_apply(
-    english, tmp_path
+    english, tmp_path, start
 ):
-    start = body_only(tmp_path / "start")
     run = {key: value for key, value in TINY_RUN.items() if key != "lr"}
     continued = kwiden.pretrain(english, tmp_path / "on", from_checkpoint=str(start), grow="none", **run)
     assert json.loads((tmp_path / "on" / "run.json").read_text())["arguments"]["lr"] == LR_PRETRAINED == 5e-5
@@ -62,10 +63,9 @@ def test_a_backup_of_another_model_is_refused_naming_the_weights_that_differ():
     )
 
 
-def test_a_run_begun_at_another_default_rate_resumes_with_it(english, tmp_path, monkeypatch):
+def test_a_run_begun_at_another_default_rate_resumes_with_it(english, tmp_path, monkeypatch, start):
     """A --from run begun before the default rate changed recorded 1e-3; the same command (no --lr) resumes it at
     1e-3 rather than being refused as another run. A rate given is still compared."""
-    start = body_only(tmp_path / "start")
     run = {key: value for key, value in TINY_RUN.items() if key != "lr"}
     arguments = dict(from_checkpoint=str(start), grow="none", save_every=4, warmup=0, **{**run, "budget": 8})
     with pytest.raises(SystemExit, match="^killed$"):
@@ -79,13 +79,12 @@ def test_a_run_begun_at_another_default_rate_resumes_with_it(english, tmp_path, 
         kwiden.pretrain(english, tmp_path / "run", lr=2e-4, **arguments)
 
 
-def test_a_checkpoint_is_read_once_and_a_schedule_planned_on_shapes(english, tmp_path, monkeypatch):
+def test_a_checkpoint_is_read_once_and_a_schedule_planned_on_shapes(english, tmp_path, monkeypatch, start):
     """Before training, memory holds about one model: `--from` is read once (with the objective's heads), and
     the growths are planned on skeletons, their weights filled only when the run grows."""
     from kwiden.growth import pipeline
     from kwiden.pretraining import run as run_module
 
-    start = body_only(tmp_path / "start")
     reads, fills = [], []
     read, transfer = run_module.build_transformer_model, pipeline.transfer
     monkeypatch.setattr(run_module, "build_transformer_model", lambda *a, **k: reads.append(k) or read(*a, **k))

@@ -11,7 +11,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_GPT, TINY_RUN
+from conftest import SMALL_RUN, TINY_GPT, copied
 
 import kwiden
 from kwiden.arguments import option
@@ -145,10 +145,9 @@ def test_a_plugin_that_is_not_there_is_named(capsys, tmp_path):
 EARLIER = dict(whole_word_mask=False, scale=30.0, corrupt=0.0, teacher=None, distill_weight=None)
 
 
-def test_a_run_json_an_earlier_kwiden_wrote_resumes(english, tmp_path):
-    run = tmp_path / "run"
-    arguments = dict(model="gpt", config=TINY_GPT, grow="none", **{**TINY_RUN, "budget": 2})
-    kwiden.pretrain(english, run, **arguments)
+def test_a_run_json_an_earlier_kwiden_wrote_resumes(english, tmp_path, finished):
+    arguments = SMALL_RUN
+    run = copied(finished(english, **arguments), tmp_path / "run")  # a finished run's folder (one a worker)
     record = json.loads((run / "run.json").read_text())
     assert not set(EARLIER) & set(record["arguments"])  # a causal LM's run records no other objective's options
     record["arguments"].update(EARLIER)

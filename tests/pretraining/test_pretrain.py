@@ -3,24 +3,28 @@ from scratch, what it writes, equal compute, resuming."""
 
 import json
 import os
+import shutil
 import signal
 
 import numpy as np
 import pytest
-from conftest import TINY_BERT, TINY_GPT, TINY_RUN, after_update, kill
+from conftest import SMALL_RUN, TINY_BERT, TINY_GPT, TINY_RUN, after_update, copied, kill
 
 import kwiden
 from kwiden.pretraining import outputs, trainer
 from kwiden.training import loop
+
+# A grown run's scratch twin, a run interrupted to resume and a checkpoint to go on from: one finished run for all.
+SCRATCH = dict(model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
 
 
 def read_metrics(folder):
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_grown_causal_run_writes_everything_and_spends_the_scratch_budget(english, tmp_path):
+def test_a_grown_causal_run_writes_everything_and_spends_the_scratch_budget(english, tmp_path, finished):
     grown = kwiden.pretrain(english, tmp_path / "grown", model="gpt", config=TINY_GPT, **TINY_RUN)
-    scratch = kwiden.pretrain(english, tmp_path / "scratch", model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
+    scratch = finished(english, **SCRATCH)
     rows = read_metrics(tmp_path / "grown")
     assert rows == grown.metrics
     assert all(set(outputs.METRICS) <= set(row) for row in rows)
@@ -50,15 +54,15 @@ def test_a_grown_causal_run_writes_everything_and_spends_the_scratch_budget(engl
     )
 
 
-def test_tokens_are_cached_and_reused(english, tmp_path):
-    kwiden.pretrain(english, tmp_path, model="gpt", config=TINY_GPT, **{**TINY_RUN, "budget": 2}, grow="none")
-    index = json.loads((tmp_path / "tokens" / "index.json").read_text())
+def test_tokens_are_cached_and_reused(english, tmp_path, finished):
+    folder = copied(finished(english, **SMALL_RUN), tmp_path / "run")  # a first run's folder, as it left it
+    index = json.loads((folder / "tokens" / "index.json").read_text())
     assert index["dtype"] == "uint16" and index["count"] == len(english.read_bytes()) + 1  # the newline ending it
-    ids = np.memmap(tmp_path / "tokens" / "ids.bin", "uint16", "r")
+    ids = np.memmap(folder / "tokens" / "ids.bin", "uint16", "r")
     np.testing.assert_array_equal(ids[:100], np.frombuffer(english.read_bytes()[:100], np.uint8) + 1)
-    stamp = (tmp_path / "tokens" / "ids.bin").stat().st_mtime_ns
-    kwiden.pretrain(english, tmp_path, model="gpt", config=TINY_GPT, **{**TINY_RUN, "budget": 2}, grow="none")
-    assert (tmp_path / "tokens" / "ids.bin").stat().st_mtime_ns == stamp
+    stamp = (folder / "tokens" / "ids.bin").stat().st_mtime_ns
+    kwiden.pretrain(english, folder, **SMALL_RUN)
+    assert (folder / "tokens" / "ids.bin").stat().st_mtime_ns == stamp
 
 
 def test_a_masked_run_with_its_own_vocabulary_fine_tunes_on_clue(chinese, tmp_path, monkeypatch):
@@ -97,19 +101,32 @@ def test_a_masked_run_with_its_own_vocabulary_fine_tunes_on_clue(chinese, tmp_pa
     assert len(lines["dev"]) == 2 and done["dev_accuracy"] in (0.0, 0.5, 1.0)
 
 
+# Dropout on, backups every 4 updates: a run killed and resumed.
+KILLED_RUN = dict(model="gpt", config={**TINY_GPT, "hidden_dropout_prob": 0.1}, save_every=4, **TINY_RUN)
+
+
+@pytest.fixture(scope="module")
+def killed(english, finished, tmp_path_factory):
+    """The whole run of KILLED_RUN, and the folder of the same run killed on the first update after its growth
+    (whose backup is the last), which each resume copies."""
+    whole = finished(english, **KILLED_RUN)
+    folder = tmp_path_factory.mktemp("killed")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        after_update(monkeypatch, whole.growths[0].update + 1, kill)
+        with pytest.raises(SystemExit, match="^killed$"):
+            kwiden.pretrain(english, folder, **KILLED_RUN)
+    assert not (folder / "final").exists()
+    return whole, folder
+
+
 # A resume may evaluate and back up at other intervals: neither changes an update.
 @pytest.mark.parametrize("resumed_with", [{}, {"eval_every": 1, "save_every": 3}])
-def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, monkeypatch, resumed_with):
-    run = dict(model="gpt", config={**TINY_GPT, "hidden_dropout_prob": 0.1}, save_every=4, **TINY_RUN)
-    whole = kwiden.pretrain(english, tmp_path / "whole", **run)
+def test_a_killed_run_resumes_to_identical_weights(english, tmp_path, killed, resumed_with):
+    whole, stopped = killed
     grew = whole.growths[0].update
-    after_update(monkeypatch, grew + 1, kill)  # the first update after the growth, whose backup is the last
-    with pytest.raises(SystemExit, match="^killed$"):
-        kwiden.pretrain(english, tmp_path / "killed", **run)
-    assert not (tmp_path / "killed" / "final").exists()
-    monkeypatch.undo()
-    resumed = kwiden.pretrain(english, tmp_path / "killed", **{**run, **resumed_with})
-    assert f"resuming from the backup at update {grew}" in (tmp_path / "killed" / "log.txt").read_text()
+    folder = shutil.copytree(stopped, tmp_path / "killed")
+    resumed = kwiden.pretrain(english, folder, **{**KILLED_RUN, **resumed_with})
+    assert f"resuming from the backup at update {grew}" in (folder / "log.txt").read_text()
     for a, b in zip(whole.model.weights, resumed.model.weights):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
     updates = [r["update"] for r in resumed.metrics]
@@ -125,19 +142,18 @@ def stopped_log(tmp_path):
     return (tmp_path / "stopped" / "log.txt").read_text()
 
 
-def test_ctrl_c_saves_a_backup_first(english, tmp_path, monkeypatch):
-    run = dict(model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
-    whole = kwiden.pretrain(english, tmp_path / "whole", **run)
+def test_ctrl_c_saves_a_backup_first(english, tmp_path, monkeypatch, finished):
+    whole = finished(english, **SCRATCH)
     after_update(monkeypatch, 5, lambda logs: os.kill(os.getpid(), signal.SIGINT))
     with pytest.raises(
         KeyboardInterrupt, match=r"^stopped at update \d+: backup saved; run the same command to resume$"
     ):
-        kwiden.pretrain(english, tmp_path / "stopped", **run)
+        kwiden.pretrain(english, tmp_path / "stopped", **SCRATCH)
     state = json.loads((tmp_path / "stopped" / "backup" / "state.json").read_text())
     assert state["update"] == 5
     assert "stopped at update 5: backup saved; run the same command to resume" in stopped_log(tmp_path)
     monkeypatch.undo()
-    resumed = kwiden.pretrain(english, tmp_path / "stopped", **run)
+    resumed = kwiden.pretrain(english, tmp_path / "stopped", **SCRATCH)
     for a, b in zip(whole.model.weights, resumed.model.weights):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
 
@@ -234,8 +250,8 @@ def test_the_schedule_is_counted_across_growths(english, tmp_path):
     assert rates[total] == 0.0
 
 
-def test_from_a_checkpoint_goes_on_and_grows(english, tmp_path):
-    first = kwiden.pretrain(english, tmp_path / "first", model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
+def test_from_a_checkpoint_goes_on_and_grows(english, tmp_path, finished):
+    first = finished(english, **SCRATCH)
     more = kwiden.pretrain(english, tmp_path / "more", from_checkpoint=str(first.final), grow="0.5:k=2", **TINY_RUN)
     # the same tokens (its tokenizer.json read as bytes), and the loss it ended with
     assert more.metrics[0]["valid_loss"] == pytest.approx(first.metrics[-1]["valid_loss"], rel=1e-5)

@@ -4,6 +4,7 @@ kwiden wrote before the one loop (`state.json` without batches or schedule)."""
 
 import json
 import os
+import shutil
 import signal
 
 import numpy as np
@@ -30,19 +31,32 @@ def state_of(folder):
     return json.loads((folder / "backup" / "state.json").read_text())
 
 
-def interrupted_after_the_growth(english, folder, monkeypatch, grew):
-    after_update(monkeypatch, grew + 1, lambda logs: os.kill(os.getpid(), signal.SIGINT))
-    with pytest.raises(KeyboardInterrupt, match=rf"stopped at update {grew + 1}: backup saved; run the same command"):
-        kwiden.pretrain(english, folder, **RUN)
-    monkeypatch.undo()
+@pytest.fixture(scope="module")
+def whole(english, finished):
+    """The uninterrupted run every test compares with (shared: the tests only read it)."""
+    return finished(english, **RUN)
+
+
+@pytest.fixture(scope="module")
+def stopped(english, whole, tmp_path_factory):
+    """The folder of RUN stopped by a Ctrl-C on the first update after its growth, which each test copies before
+    going on there."""
+    grew = whole.growths[0].update
+    folder = tmp_path_factory.mktemp("stopped")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        after_update(monkeypatch, grew + 1, lambda logs: os.kill(os.getpid(), signal.SIGINT))
+        with pytest.raises(
+            KeyboardInterrupt, match=rf"stopped at update {grew + 1}: backup saved; run the same command"
+        ):
+            kwiden.pretrain(english, folder, **RUN)
+    return folder
 
 
 def test_ctrl_c_after_a_growth_backs_up_and_the_same_command_resumes_to_identical_weights(
-    english, tmp_path, monkeypatch
+    english, tmp_path, whole, stopped
 ):
-    whole = kwiden.pretrain(english, tmp_path / "whole", **RUN)
     grew = whole.growths[0].update
-    interrupted_after_the_growth(english, tmp_path / "stopped", monkeypatch, grew)
+    shutil.copytree(stopped, tmp_path / "stopped")
     state = state_of(tmp_path / "stopped")
     assert (state["update"], state["batches"], state["growths_done"]) == (grew + 1, grew + 1, 1)
     resumed = kwiden.pretrain(english, tmp_path / "stopped", **RUN)
@@ -51,9 +65,8 @@ def test_ctrl_c_after_a_growth_backs_up_and_the_same_command_resumes_to_identica
 
 
 def test_a_loss_that_is_not_finite_stops_naming_the_update_and_keeps_the_last_good_backup(
-    english, tmp_path, monkeypatch
+    english, tmp_path, monkeypatch, whole
 ):
-    whole = kwiden.pretrain(english, tmp_path / "whole", **RUN)
     grew = whole.growths[0].update
     after_update(monkeypatch, grew + 2, lambda logs: logs.update(loss=np.float32("inf")))
     with pytest.raises(ValueError, match=rf"training loss is inf by update {grew + 2}: training diverged"):
@@ -63,11 +76,9 @@ def test_a_loss_that_is_not_finite_stops_naming_the_update_and_keeps_the_last_go
 
 
 def test_a_run_folders_backup_in_the_format_before_the_one_loop_resumes_to_identical_weights(
-    english, tmp_path, monkeypatch
+    english, tmp_path, whole, stopped
 ):
-    whole = kwiden.pretrain(english, tmp_path / "whole", **RUN)
-    grew = whole.growths[0].update
-    interrupted_after_the_growth(english, tmp_path / "stopped", monkeypatch, grew)
+    shutil.copytree(stopped, tmp_path / "stopped")
     keys = ("model", "backend", "generators", "update", "growths_done", "seconds", "train_losses")
     today = {key: state_of(tmp_path / "stopped")[key] for key in keys}
     (tmp_path / "stopped" / "backup" / "state.json").write_text(json.dumps(today, indent=1))

@@ -16,7 +16,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_BERT, TINY_GPT, TINY_RUN, after_update, kill
+from conftest import SMALL_RUN, TINY_BERT, TINY_GPT, TINY_RUN, after_update, copied, kill
 
 import kwiden
 from kwiden.files import FolderLock
@@ -34,6 +34,12 @@ def names(folder):
 
 def record(folder):
     return json.loads((folder / "run.json").read_text())
+
+
+@pytest.fixture
+def small(english, finished, tmp_path):
+    """tmp_path / "run" holding a finished SMALL_RUN: a copy of one run a worker (the tests write into it)."""
+    return copied(finished(english, **SMALL_RUN), tmp_path / "run")
 
 
 def test_a_folder_holding_files_kwiden_did_not_write_is_refused_and_left_as_it_was(english, tmp_path):
@@ -108,10 +114,9 @@ def test_a_run_that_trained_and_failed_keeps_its_files_and_resumes(english, tmp_
     assert resumed.updates == TINY_RUN["budget"]
 
 
-def test_final_is_staged_under_a_random_name_and_never_written_through_a_link(english, tmp_path):
-    folder, victim = tmp_path / "run", tmp_path / "victim"
+def test_final_is_staged_under_a_random_name_and_never_written_through_a_link(english, tmp_path, small):
+    folder, victim = small, tmp_path / "victim"
     victim.mkdir()
-    pretrain(english, folder, budget=2, grow="none")
     for fixed in ("final.kwiden-tmp-", ".final.kwiden-tmp-", "final.kwiden-tmp-old"):  # names once used or guessable
         (folder / fixed).symlink_to(victim, target_is_directory=True)
     again = pretrain(english, folder, budget=2, grow="none")  # a finished run run again writes final/ again
@@ -147,9 +152,8 @@ def test_a_link_planted_at_the_token_file_is_replaced_not_written_through(englis
     assert victim.read_bytes() == b"theirs" and not (folder / "tokens" / "ids.bin").is_symlink()
 
 
-def test_a_folder_in_use_is_refused_at_once_and_freed_when_its_holder_dies(english, tmp_path):
-    folder = tmp_path / "run"
-    pretrain(english, folder, budget=2, grow="none")
+def test_a_folder_in_use_is_refused_at_once_and_freed_when_its_holder_dies(english, small):
+    folder = small
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, os, sys, time; d = os.open(sys.argv[1], os.O_RDONLY); "
          "fcntl.flock(d, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)", str(folder)],
@@ -194,9 +198,8 @@ def test_build_vocab_trusts_only_the_vocabulary_it_recorded(english, tmp_path):
         pretrain(english, folder, **bert)
 
 
-def test_a_resume_on_another_backend_or_precision_is_refused_naming_both(english, tmp_path):
-    folder = tmp_path / "run"
-    pretrain(english, folder, budget=2, grow="none")
+def test_a_resume_on_another_backend_or_precision_is_refused_naming_both(english, small):
+    folder = small
     began = record(folder)
     assert began["computed_on"] == dict(backend=keras.backend.backend(), precision="float32")
     other = "jax" if keras.backend.backend() != "jax" else "tensorflow"
@@ -209,9 +212,8 @@ def test_a_resume_on_another_backend_or_precision_is_refused_naming_both(english
             pretrain(english, folder, budget=2, grow="none")
 
 
-def test_a_run_resumed_by_a_process_on_another_backend_is_refused(english, tmp_path):
-    folder = tmp_path / "run"
-    pretrain(english, folder, budget=2, grow="none")
+def test_a_run_resumed_by_a_process_on_another_backend_is_refused(english, small):
+    folder = small
     other = "jax" if keras.backend.backend() != "jax" else "tensorflow"
     code = (
         "import sys, kwiden; sys.path.insert(0, sys.argv[3]); from conftest import TINY_GPT, TINY_RUN\n"
@@ -227,14 +229,26 @@ def test_a_run_resumed_by_a_process_on_another_backend_is_refused(english, tmp_p
     assert f"begun on the {keras.backend.backend()} backend in float32; resumed on {other} in float32" in done.stdout
 
 
-def test_the_first_row_after_a_resume_is_the_uninterrupted_runs(english, tmp_path, monkeypatch):
-    arguments = dict(grow="none", eval_every=3, save_every=4)
-    whole = pretrain(english, tmp_path / "whole", **arguments)
-    after_update(monkeypatch, 5, kill)  # the backup is at update 4, the next row at 6
-    with pytest.raises(SystemExit, match="^killed$"):
-        pretrain(english, tmp_path / "killed", **arguments)
-    monkeypatch.undo()
-    resumed = pretrain(english, tmp_path / "killed", **arguments)
+# Rows every 3 updates, backups every 4: a run killed at update 5 resumes from 4, its next row at 6.
+ROWS_AND_BACKUPS = dict(model="gpt", config=TINY_GPT, **TINY_RUN, grow="none", eval_every=3, save_every=4)
+
+
+@pytest.fixture(scope="module")
+def killed(english, finished, tmp_path_factory):
+    """The whole run of ROWS_AND_BACKUPS, and the folder of the same run killed at update 5 (which each test copies
+    before it goes on there)."""
+    whole = finished(english, **ROWS_AND_BACKUPS)
+    folder = tmp_path_factory.mktemp("killed")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        after_update(monkeypatch, 5, kill)
+        with pytest.raises(SystemExit, match="^killed$"):
+            kwiden.pretrain(english, folder, **ROWS_AND_BACKUPS)
+    return whole, folder
+
+
+def test_the_first_row_after_a_resume_is_the_uninterrupted_runs(english, tmp_path, killed):
+    whole, stopped = killed
+    resumed = kwiden.pretrain(english, shutil.copytree(stopped, tmp_path / "killed"), **ROWS_AND_BACKUPS)
 
     def without_time(rows):
         return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
@@ -243,19 +257,14 @@ def test_the_first_row_after_a_resume_is_the_uninterrupted_runs(english, tmp_pat
     assert without_time(resumed.metrics) == without_time(whole.metrics)
 
 
-def test_a_backup_of_the_previous_format_one_loss_a_micro_batch_resumes(english, tmp_path, monkeypatch):
-    arguments = dict(grow="none", eval_every=3, save_every=4)
-    whole = pretrain(english, tmp_path / "whole", **arguments)
-    after_update(monkeypatch, 5, kill)
-    with pytest.raises(SystemExit, match="^killed$"):
-        pretrain(english, tmp_path / "killed", **arguments)
-    monkeypatch.undo()
-    path = tmp_path / "killed" / "backup" / "state.json"
+def test_a_backup_of_the_previous_format_one_loss_a_micro_batch_resumes(english, tmp_path, killed):
+    whole, stopped = killed
+    path = shutil.copytree(stopped, tmp_path / "killed") / "backup" / "state.json"
     state = json.loads(path.read_text())
     assert state["update"] == 4 and [count for _, count in state["train_losses"]] == [1]  # update 4, since row 3
     state["train_losses"] = [loss for loss, count in state["train_losses"] for _ in range(count)]
     path.write_text(json.dumps(state))
-    resumed = pretrain(english, tmp_path / "killed", **arguments)
+    resumed = kwiden.pretrain(english, tmp_path / "killed", **ROWS_AND_BACKUPS)
     assert resumed.metrics[0]["train_loss"] is None  # the first row, before any update
     assert [r["train_loss"] for r in resumed.metrics[1:]] == pytest.approx([r["train_loss"] for r in whole.metrics[1:]])
 
@@ -373,9 +382,8 @@ def test_a_backup_of_another_model_is_refused(english, tmp_path):
         pretrain(english, tmp_path / "run", budget=4, grow="none", save_every=4)
 
 
-def test_records_and_rows_of_the_wrong_shape_are_named_not_a_traceback(english, tmp_path):
-    folder = tmp_path / "run"
-    pretrain(english, folder, budget=2, grow="none")
+def test_records_and_rows_of_the_wrong_shape_are_named_not_a_traceback(english, small):
+    folder = small
     began = record(folder)
     for edit in [dict(written=[["x"]]), dict(tokens="abc"), dict(computed_on="jax"), dict(written=["../x"])]:
         (folder / "run.json").write_text(json.dumps({**began, **edit}))
@@ -390,15 +398,14 @@ def test_records_and_rows_of_the_wrong_shape_are_named_not_a_traceback(english, 
         pretrain(english, folder, budget=2, grow="none")
 
 
-def test_a_resume_may_name_the_precision_it_resolved_to_and_the_folder_may_move(english, tmp_path):
-    pretrain(english, tmp_path / "run", budget=2, grow="none")  # precision "auto": float32 on a CPU
+def test_a_resume_may_name_the_precision_it_resolved_to_and_the_folder_may_move(english, tmp_path, small):
+    assert record(small)["arguments"]["precision"] == "auto"  # float32 on a CPU
     os.rename(tmp_path / "run", tmp_path / "moved")
     assert pretrain(english, tmp_path / "moved", budget=2, grow="none", precision="float32").updates == 2
 
 
-def test_a_hard_linked_log_grows_under_this_name_alone(english, tmp_path):
-    folder = tmp_path / "run"
-    pretrain(english, folder, budget=2, grow="none")
+def test_a_hard_linked_log_grows_under_this_name_alone(english, tmp_path, small):
+    folder = small
     os.link(folder / "log.txt", tmp_path / "snapshot.txt")  # as `cp -al` snapshots leave it
     before = (tmp_path / "snapshot.txt").read_text()
     pretrain(english, folder, budget=2, grow="none")
