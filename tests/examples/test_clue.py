@@ -1,6 +1,9 @@
 """The CLUE classification baselines (examples/clue) end to end on tiny
 hand-written fixtures in CLUE 1.1's format, with a tiny BERT."""
 
+import contextlib
+import dataclasses
+import io
 import json
 import pathlib
 import re
@@ -97,20 +100,101 @@ def label_set(task):
     return {record["label"] for record in read_lines(source)} - {"-"}
 
 
-@pytest.mark.parametrize(
-    "flags", [[], ["--grow", "2", "--accum-steps", "2", "--epochs", "2"]], ids=["plain", "grow2-accum2"]
-)
-@pytest.mark.parametrize("task", sorted(TASKS))
-def test_script_writes_one_prediction_per_test_id(task, flags, model_files, tmp_path, capsys):
-    result = run(task, model_files, tmp_path, None, *flags)
-    path = tmp_path / TASKS[task]
+GROWN = ["--grow", "2", "--accum-steps", "2", "--epochs", "2"]
+# Every task script runs once (afqmc twice), each of the plain and the grown and accumulating runs on several: a
+# script only says how a line becomes text (`snippets.Task`), which growth and accumulation never see. afqmc's two
+# are runs other tests read too (`constant_afqmc`, `accumulated_afqmc`).
+WRITES = [("afqmc", "plain"), ("afqmc", "grow2-accum2"), ("cluewsc", "grow2-accum2"), ("cmnli", "plain"),
+          ("csl", "grow2-accum2"), ("iflytek", "plain"), ("ocnli", "grow2-accum2"), ("tnews", "plain")]  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A script's run, for the tests that read it: what `main` returned and printed, the learning rate at the
+    start of every batch and after training (`recording_fit`), its flags (past `run`'s own) and --output-dir;
+    where recorded, the label counts the classifier was built for."""
+
+    result: dict
+    out: str
+    rates: list
+    flags: tuple
+    output_dir: pathlib.Path
+    classes: list = None
+
+    @property
+    def epochs(self):
+        return int(self.flags[self.flags.index("--epochs") + 1]) if "--epochs" in self.flags else 1
+
+
+def recorded_run(monkeypatch, task, model_files, output_dir, data_dir=None, *flags, lr="1e-3"):
+    """`run`, its printed lines and rates kept in a `Run`: for a module-scoped fixture, which cannot take the
+    function-scoped capsys, nor snippets_importable."""
+    monkeypatch.syspath_prepend(str(CLUE))
+    rates = recording_fit(monkeypatch)
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        result = run(task, model_files, output_dir, data_dir, *flags, lr=lr)
+    return Run(result, out.getvalue(), rates, flags, output_dir)
+
+
+@pytest.fixture(scope="module")
+def constant_afqmc(model_files, tmp_path_factory):
+    """afqmc, neither grown nor accumulating, 2 epochs at the default rate under --schedule constant: the run
+    test_script_writes_one_prediction_per_test_id[afqmc-plain] and test_schedule_constant_keeps_the_rate read."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return recorded_run(monkeypatch, "afqmc", model_files, tmp_path_factory.mktemp("constant_afqmc"), None,
+                            "--epochs", "2", "--schedule", "constant", lr=None)  # fmt: skip
+
+
+def mixed_labels(lines):
+    return with_label(3, 0)(with_label(1, 1)(lines))  # ints where the other lines have "0" and "1"
+
+
+@pytest.fixture(scope="module")
+def accumulated_afqmc(model_files, tmp_path_factory):
+    """afqmc grown twice (max pooling), 2 batches an update for 10 epochs, by SGDM, on a train.json with two
+    labels written as numbers (the same 6 lines: 2 batches of 4), the label counts the classifier was built for
+    recorded: the run test_script_writes_one_prediction_per_test_id[afqmc-grow2-accum2],
+    test_pooling_over_real_tokens_grows[max], test_labels_of_mixed_types_are_one_label_written_as_text and
+    test_the_schedule_counts_updates_not_batches read."""
+    folder = tmp_path_factory.mktemp("accumulated_afqmc")
+    data_dir = broken_copy("afqmc", folder, "train.json", mixed_labels)
+    flags = ["--epochs", "10", "--accum-steps", "2", "--optimizer", "sgdm", "--grow", "2", "--pooling", "max"]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.syspath_prepend(str(CLUE))
+        import snippets
+
+        classes, real = [], snippets.build_classifier
+        monkeypatch.setattr(snippets, "build_classifier", lambda args, n: classes.append(n) or real(args, n))
+        done = recorded_run(monkeypatch, "afqmc", model_files, folder / "out", data_dir, *flags)
+    return dataclasses.replace(done, classes=classes)
+
+
+@pytest.fixture(scope="module")
+def warmup_afqmc(model_files, tmp_path_factory):
+    """afqmc grown 8 times (avg pooling, width 128: the default rate 5e-4), by SGDM, 5 epochs, 2 updates of
+    warmup: the run test_pooling_over_real_tokens_grows[avg] and
+    test_the_rate_warms_up_then_decays_to_0_at_the_last_update read."""
+    flags = ["--epochs", "5", "--warmup", "2", "--grow", "8", "--pooling", "avg", "--optimizer", "sgdm"]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return recorded_run(monkeypatch, "afqmc", model_files, tmp_path_factory.mktemp("warmup_afqmc"), None,
+                            *flags, lr=None)  # fmt: skip
+
+
+@pytest.mark.parametrize("task, variant", WRITES, ids=[f"{task}-{variant}" for task, variant in WRITES])
+def test_script_writes_one_prediction_per_test_id(task, variant, model_files, tmp_path, capsys, request):
+    if task == "afqmc":
+        done = request.getfixturevalue("constant_afqmc" if variant == "plain" else "accumulated_afqmc")
+    else:
+        flags = GROWN if variant == "grow2-accum2" else []
+        result = run(task, model_files, tmp_path, None, *flags)
+        done = Run(result, capsys.readouterr().out, [], tuple(flags), tmp_path)
+    result, path = done.result, done.output_dir / TASKS[task]
     assert result["predictions"] == path
     predictions = read_lines(path)
     assert [p["id"] for p in predictions] == expected_ids(task)
     assert all(set(p) == {"id", "label"} for p in predictions)
     assert {p["label"] for p in predictions} <= label_set(task)
-    assert_best_dev_epoch(result, capsys.readouterr().out, 2 if "--epochs" in flags else 1, len(read_lines(
-        FIXTURES / task / "dev.json")))  # fmt: skip
+    assert_best_dev_epoch(result, done.out, done.epochs, len(read_lines(FIXTURES / task / "dev.json")))
 
 
 def assert_best_dev_epoch(result, out, epochs, dev_examples):
@@ -131,9 +215,12 @@ def test_cluewsc_marks_both_spans():
 
 
 @pytest.mark.parametrize("pooling", ["avg", "max"])
-def test_pooling_over_real_tokens_grows(pooling, model_files, tmp_path):
-    result = run("afqmc", model_files, tmp_path, None, "--pooling", pooling, "--grow", "2", "--optimizer", "sgdm")
-    assert result["predictions"].exists()
+def test_pooling_over_real_tokens_grows(pooling, request):
+    """On runs other tests read too: max pooling grown twice (`accumulated_afqmc`), avg grown 8 times
+    (`warmup_afqmc`), both by SGDM."""
+    done = request.getfixturevalue({"max": "accumulated_afqmc", "avg": "warmup_afqmc"}[pooling])
+    assert done.flags[done.flags.index("--pooling") + 1] == pooling and "--grow" in done.flags
+    assert done.result["predictions"].exists()
 
 
 def test_learnable_fixture_is_learned(model_files, tmp_path):
@@ -206,20 +293,12 @@ def test_bad_input_names_file_and_line_and_writes_nothing(case, model_files, tmp
     assert not output_dir.exists()
 
 
-def test_labels_of_mixed_types_are_one_label_written_as_text(model_files, tmp_path, monkeypatch):
+def test_labels_of_mixed_types_are_one_label_written_as_text(accumulated_afqmc):
     """`1` and `"1"` in one train.json are one class, as CLUE means them; predictions write it as text."""
     import snippets
 
-    def mixed(lines):
-        return with_label(3, 0)(with_label(1, 1)(lines))  # ints where the other lines have "0" and "1"
-
-    data_dir = broken_copy("afqmc", tmp_path, "train.json", mixed)
-    classes = []
-    real = snippets.build_classifier
-    monkeypatch.setattr(snippets, "build_classifier", lambda args, n: classes.append(n) or real(args, n))
-    result = run("afqmc", model_files, tmp_path / "out", data_dir)
-    assert classes == [2]
-    assert {type(p["label"]) for p in read_lines(result["predictions"])} == {str}
+    assert accumulated_afqmc.classes == [2]  # its train.json: `mixed_labels`
+    assert {type(p["label"]) for p in read_lines(accumulated_afqmc.result["predictions"])} == {str}
     assert [snippets.label_of({"label": v}, "x") for v in ("1", 1, True, "true", False)] == [
         "1", "1", "true", "true", "false"]  # fmt: skip
     for bad in (1.5, None, [1]):
@@ -297,37 +376,37 @@ def recording_fit(monkeypatch):
     return rates
 
 
-def test_the_rate_warms_up_then_decays_to_0_at_the_last_update(model_files, tmp_path, monkeypatch, capsys):
+def test_the_rate_warms_up_then_decays_to_0_at_the_last_update(warmup_afqmc):
     """afqmc's 6 training lines are 2 batches of 4: 5 epochs, 10 updates, 2 of warmup."""
-    rates = recording_fit(monkeypatch)
-    run("afqmc", model_files, tmp_path, None, "--epochs", "5", "--warmup", "2", "--grow", "8", lr=None)
     assert (
         "lr 5e-4 (default for width 128), warmup 2 updates (--warmup 2) then linear decay to 0 over 10 "
         "(5 epochs of 2 batches)\n"
-    ) in capsys.readouterr().out
-    assert rates == pytest.approx([5e-4 * f for f in (0, 0.5, 1, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8, 0)])
+    ) in warmup_afqmc.out
+    assert warmup_afqmc.rates == pytest.approx(
+        [5e-4 * f for f in (0, 0.5, 1, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8, 0)]
+    )
 
 
-def test_the_schedule_counts_updates_not_batches(model_files, tmp_path, monkeypatch, capsys):
+def test_the_schedule_counts_updates_not_batches(accumulated_afqmc):
     """--accum-steps 2: the rate moves every other batch; the default warmup is 10% of the updates."""
-    rates = recording_fit(monkeypatch)
-    run("afqmc", model_files, tmp_path, None, "--epochs", "10", "--accum-steps", "2", "--optimizer", "sgdm")
     assert (
         "lr 1e-3 (--lr), warmup 1 update (10% of 10, the default) then linear decay to 0 over 10 "
         "(10 epochs of 2 batches, 2 per update)\n"
-    ) in capsys.readouterr().out
+    ) in accumulated_afqmc.out
     per_update = [1e-3 * f for f in (0, 1, 8 / 9, 7 / 9, 6 / 9, 5 / 9, 4 / 9, 3 / 9, 2 / 9, 1 / 9)]
-    assert rates == pytest.approx([rate for rate in per_update for _ in range(2)] + [0.0])
+    assert accumulated_afqmc.rates == pytest.approx([rate for rate in per_update for _ in range(2)] + [0.0])
 
 
-@pytest.mark.parametrize("task", ["afqmc", "cmrc2018"])
-def test_schedule_constant_keeps_the_rate(task, model_files, tmp_path, monkeypatch, capsys):
-    rates = recording_fit(monkeypatch)
-    run(task, model_files, tmp_path, None, "--epochs", "2", "--schedule", "constant", lr=None)
-    out = capsys.readouterr().out
-    batches = len(rates) - 1
+def assert_constant_rate(done):
+    """The log line and the rate of a run of 2 epochs under --schedule constant at the default rate."""
+    batches = len(done.rates) - 1
     assert (
         "lr 1e-3 (default for width 16, the width rule clipped to 1e-5..1e-3), "
         f"constant over {batches} updates (2 epochs of {batches // 2} batches; --schedule constant)\n"
-    ) in out
-    assert rates == [pytest.approx(1e-3)] * (batches + 1)
+    ) in done.out
+    assert done.rates == [pytest.approx(1e-3)] * (batches + 1)
+
+
+def test_schedule_constant_keeps_the_rate(constant_afqmc):
+    """A span task's too: test_clue_spans.test_schedule_constant_keeps_the_rate_of_cmrc2018."""
+    assert_constant_rate(constant_afqmc)

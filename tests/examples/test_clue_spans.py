@@ -12,8 +12,12 @@ import pytest
 from test_clue import (  # noqa: F401 (fixtures)
     CLUE,
     FIXTURES,
+    GROWN,
+    Run,
     assert_best_dev_epoch,
+    assert_constant_rate,
     model_files,
+    recorded_run,
     run,
     snippets_importable,
 )
@@ -73,21 +77,38 @@ def check_cmrc2018(path):
 CHECKS = {"chid": check_chid, "c3": check_c3, "cmrc2018": check_cmrc2018}
 
 
-@pytest.mark.parametrize(
-    "flags", [[], ["--grow", "2", "--accum-steps", "2", "--epochs", "2"]], ids=["plain", "grow2-accum2"]
-)
-@pytest.mark.parametrize("task", sorted(PREDICTIONS))
-def test_script_predicts_every_test_question_once(task, flags, model_files, tmp_path, capsys):  # noqa: F811
-    result = run(task, model_files, tmp_path, None, *flags)
-    path = tmp_path / PREDICTIONS[task]
-    assert result["predictions"] == path
+@pytest.fixture(scope="module")
+def cmrc2018_run(model_files, tmp_path_factory):  # noqa: F811
+    """cmrc2018 neither grown nor accumulating, in small windows every 5 characters, 2 epochs at the default
+    rate under --schedule constant: the run three tests read."""
+    flags = ["--stride", "5", "--maxlen", "32", "--epochs", "2", "--schedule", "constant"]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return recorded_run(monkeypatch, "cmrc2018", model_files, tmp_path_factory.mktemp("cmrc2018"), None, *flags,
+                            lr=None)  # fmt: skip
+
+
+# cmrc2018 (its own span head) plain and grown with accumulation; chid and c3 share `snippets.run_multiple_choice`
+# and `build_scorer`, and differ in how they read their files, which growth and accumulation never see: one each.
+SPAN_RUNS = [("c3", "plain"), ("chid", "grow2-accum2"), ("cmrc2018", "plain"), ("cmrc2018", "grow2-accum2")]
+
+
+@pytest.mark.parametrize("task, variant", SPAN_RUNS, ids=[f"{task}-{variant}" for task, variant in SPAN_RUNS])
+def test_script_predicts_every_test_question_once(task, variant, model_files, tmp_path, capsys, request):  # noqa: F811
+    if (task, variant) == ("cmrc2018", "plain"):
+        done = request.getfixturevalue("cmrc2018_run")
+    else:
+        flags = GROWN if variant == "grow2-accum2" else []
+        result = run(task, model_files, tmp_path, None, *flags)
+        done = Run(result, capsys.readouterr().out, [], tuple(flags), tmp_path)
+    path = done.output_dir / PREDICTIONS[task]
+    assert done.result["predictions"] == path
     CHECKS[task](path)
     dev = (FIXTURES / task / "dev.json").read_text("utf-8")
     questions = len(re.findall(r"#idiom\d+#", dev)) if task == "chid" else dev.count('"question"')
-    assert_best_dev_epoch(result, capsys.readouterr().out, 2 if "--epochs" in flags else 1, questions)
+    assert_best_dev_epoch(done.result, done.out, done.epochs, questions)
 
 
-def test_cmrc2018_windows_overlap_and_labels_point_at_the_answer(model_files, tmp_path):  # noqa: F811
+def test_cmrc2018_windows_overlap_and_labels_point_at_the_answer(model_files, cmrc2018_run):  # noqa: F811
     """Small windows every few characters: each window holding the answer labels its first and last character."""
     cmrc2018 = runpy.run_path(str(CLUE / "cmrc2018.py"))
     args = cmrc2018["parse_args"](
@@ -105,8 +126,13 @@ def test_cmrc2018_windows_overlap_and_labels_point_at_the_answer(model_files, tm
             assert contexts[window.id][first : last + 1] == answers[window.id][0]
     labelled = {window.id for window in windows if window.label != (0, 0)}
     assert labelled == set(contexts)
-    result = run("cmrc2018", model_files, tmp_path, None, "--stride", "5", "--maxlen", "32")
-    check_cmrc2018(result["predictions"])
+    assert cmrc2018_run.flags[:4] == ("--stride", "5", "--maxlen", "32")  # the run on these windows
+    check_cmrc2018(cmrc2018_run.result["predictions"])
+
+
+def test_schedule_constant_keeps_the_rate_of_cmrc2018(cmrc2018_run):
+    """A span task's, as test_clue.test_schedule_constant_keeps_the_rate checks afqmc's."""
+    assert_constant_rate(cmrc2018_run)
 
 
 def broken_copy(task, tmp_path, file, edit):
