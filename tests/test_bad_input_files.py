@@ -102,9 +102,12 @@ def test_new_files_get_the_umask_mode_and_replaced_ones_keep_theirs(bert, tmp_pa
 # 3. What a killed writer leaves, the next write removes.
 
 
-# A child process imports kwiden/files.py alone (it needs nothing but the standard library), not all of kwiden.
+# A child process imports kwiden/files.py alone (it needs nothing but the standard library and kwiden.messages),
+# not all of kwiden: a bare package stands in for kwiden's, whose __init__ would take seconds importing Keras.
 IMPORT_FILES = f"""
-import importlib.util
+import importlib.util, sys, types
+sys.modules["kwiden"] = types.ModuleType("kwiden")
+sys.modules["kwiden"].__path__ = [{str(pathlib.Path(files.__file__).parent)!r}]
 spec = importlib.util.spec_from_file_location("files", {str(pathlib.Path(files.__file__))!r})
 files = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(files)

@@ -168,37 +168,77 @@ def kwiden_script():
     return script
 
 
+# Runs the `kwiden` console script once for each command line (argv's, as JSON) in turn in one Python process,
+# as a process of its own would run it (its own sys.argv, environment and warning filters), and after each writes
+# a line to standard error with its status and the backends in sys.modules by then. A backend one command line
+# imports stays imported, so a later line is checked as strictly: it shows from the line that imported it on.
+DONE = "kwiden-test: done"
+RUN_IN_TURN = f"""
+import json, os, runpy, sys, traceback, warnings
+script, lines, backends = sys.argv[1], json.loads(sys.argv[2]), set(json.loads(sys.argv[3]))
+environment = dict(os.environ)
+for argv in lines:
+    os.environ.clear()
+    os.environ.update(environment)
+    sys.argv = [script, *argv]
+    with warnings.catch_warnings():
+        try:
+            runpy.run_path(script, run_name="__main__")
+            status = 0
+        except SystemExit as done:  # as Python ends a process: None is 0, other than a number is said, and 1
+            if done.code is not None and not isinstance(done.code, int):
+                print(done.code, file=sys.stderr)
+            status = 0 if done.code is None else done.code if isinstance(done.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    sys.stdout.flush()
+    print({DONE!r}, json.dumps([status, sorted(backends & set(sys.modules))]), file=sys.stderr, flush=True)
+"""
+
+
 def test_help_and_refusals_answer_before_a_backend_is_imported(tmp_path):
     """`kwiden --help`, each command's, and a refused flag, file or folder import no backend: the user who
     mistyped waits for none (docs/architecture.md#what-imports-keras). Python lists what each run imported
-    (PYTHONPROFILEIMPORTTIME)."""
+    (PYTHONPROFILEIMPORTTIME), and sys.modules what it holds after each."""
     corpus_file, source = tmp_path / "corpus.txt", tmp_path / "small.keras"
     corpus_file.write_text("床前明月光\n")
     with zipfile.ZipFile(source, "w") as archive:
         archive.writestr("config.json", "{}")
     paths = {"CORPUS": corpus_file, "RUN": tmp_path / "run", "SOURCE": source}
 
-    def run(line):
-        """`(status, lines printed to stderr, the backends imported)` of the command `line`."""
-        argv = [str(paths.get(word, word)) for word in line.split()]
+    def run(lines):
+        """`[(status, lines printed to stderr, the backends imported, those in sys.modules)]` of the command
+        `lines`, run in turn in one process (starting Python for each took most of the test's time)."""
+        argvs = [[str(paths.get(word, word)) for word in line.split()] for line in lines]
         # A log level of the user's own: the quiet start, which hides standard error while TensorFlow starts,
         # would hide the import lines too.
         env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
-        done = subprocess.run([kwiden_script(), *argv], capture_output=True, text=True, cwd=tmp_path, env=env)
-        rows = done.stderr.splitlines()
-        imported = {row.rsplit("|", 1)[-1].strip() for row in rows if row.startswith("import time:")}
-        said = [row for row in rows if not row.startswith("import time:")]
-        return done.returncode, said, sorted(imported & set(BACKENDS))
+        script = [sys.executable, "-c", RUN_IN_TURN, kwiden_script()]
+        argv = [*script, json.dumps(argvs), json.dumps(BACKENDS)]
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        # Each line's standard error ends at its DONE line: what Python imported before the first, the first's.
+        sections = done.stderr.split(f"{DONE} ")
+        assert len(sections) == len(lines) + 1, done.stderr[-3000:]
+        answered = []
+        for rows, (status, held) in zip(sections, (json.loads(s.split("\n", 1)[0]) for s in sections[1:])):
+            rows = rows.split("\n", 1)[1].splitlines() if answered else rows.splitlines()
+            imported = {row.rsplit("|", 1)[-1].strip() for row in rows if row.startswith("import time:")}
+            said = [row for row in rows if not row.startswith("import time:")]
+            answered.append((status, said, sorted(imported & set(BACKENDS)), held))
+        return answered
 
-    for line, expected in ANSWERED_WITHOUT_KERAS.items():
-        status, said, backends = run(line)
+    # The control last: a command that reads a model imports Keras, and the lines before it would say so.
+    lines = [*ANSWERED_WITHOUT_KERAS, "grow SOURCE out.keras --factor 2"]
+    *answered, control = run(lines)
+    for (line, expected), (status, said, backends, held) in zip(ANSWERED_WITHOUT_KERAS.items(), answered, strict=True):
         assert status == expected, (line, said)
         assert expected == 0 or said[-1].startswith(("kwiden", "usage: kwiden")), (line, said)
-        assert backends == [], (line, backends)
+        assert backends == [] and held == [], (line, backends, held)
     assert not (tmp_path / "run").exists()
-    # The control: a command that reads a model imports Keras, and the lines above would say so.
-    status, said, backends = run("grow SOURCE out.keras --factor 2")
-    assert status == 1 and "keras" in backends, (said, backends)
+    status, said, backends, held = control
+    assert status == 1 and "keras" in backends and "keras" in held, (said, backends, held)
 
 
 def test_console_script_is_installed():

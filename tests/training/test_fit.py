@@ -1,6 +1,7 @@
 """`fit_growing`: a growth schedule run inside training, resumable from its backups."""
 
 import json
+import shutil
 
 import keras
 import numpy as np
@@ -8,8 +9,9 @@ import pytest
 
 import kwiden
 from kwiden import optimizers
-from kwiden.testing import padded_batch, randomize_weights, tiny_config
+from kwiden.testing import padded_batch
 
+# conftest.py's `straight` and `backup_at_update_2` are runs of this schedule (its GROWTHS).
 SCHEDULE = {3: dict(k=2, spread=1.0), 6: dict(depth=2)}
 
 
@@ -52,16 +54,6 @@ class StopAtEpoch(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def tiny_gpt(seed=0):
-    return randomize_weights(kwiden.build_transformer_model(tiny_config(), model="gpt"), seed)
-
-
-@pytest.fixture(scope="module")
-def straight():
-    """The 9 updates of SCHEDULE trained straight through, where every resumed run must end: run once a module."""
-    return kwiden.fit_growing(compiled(tiny_gpt), batches(), SCHEDULE, steps=9, verbose=0)[0]
-
-
 def test_two_growths_train_and_carry_the_optimizer(gpt):
     small = compiled(gpt, accum_steps=2)
     width = small.get_layer("Embedding-Token").output_dim
@@ -84,7 +76,7 @@ def test_several_steps_a_call_reach_every_growth_and_train_the_same_weights(gpt,
     several, _ = kwiden.fit_growing(several, batches(), SCHEDULE, steps=9, verbose=0)
     assert int(several.optimizer.updates_done) == 9
     assert kwiden.models.naming.count_blocks(layer.name for layer in several.layers) == 4
-    for a, b in zip(straight.get_weights(), several.get_weights()):
+    for a, b in zip(straight.model.get_weights(), several.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
@@ -94,32 +86,32 @@ def test_resumes_after_a_growth_to_identical_weights(gpt, tmp_path, straight):
                            callbacks=[CrashAt(5)], backup_dir=tmp_path)  # fmt: skip
     # The backup is the model just after the first growth (update 3), not the crashed one.
     resumed, _ = kwiden.fit_growing(gpt(seed=7), batches(), SCHEDULE, steps=9, verbose=0, backup_dir=tmp_path)
-    assert len(resumed.weights) == len(straight.weights)
-    for a, b in zip(straight.get_weights(), resumed.get_weights()):
+    assert len(resumed.weights) == len(straight.model.weights)
+    for a, b in zip(straight.model.get_weights(), resumed.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_resumes_from_a_backup_taken_before_a_growth(gpt, tmp_path):
-    straight, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=5, verbose=0)
+def test_resumes_from_a_backup_taken_before_a_growth(gpt, tmp_path, straight):
     stopped, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=3, verbose=0, backup_dir=tmp_path)
     width = stopped.get_layer("Embedding-Token").output_dim
     assert width == gpt().get_layer("Embedding-Token").output_dim  # stopped at update 3, not grown yet
     resumed, _ = kwiden.fit_growing(stopped, batches(), SCHEDULE, steps=5, verbose=0, backup_dir=tmp_path)
     assert resumed.get_layer("Embedding-Token").output_dim == 2 * width
-    for a, b in zip(straight.get_weights(), resumed.get_weights()):
+    # Where a straight run of 5 updates ends: the straight run of 9 at its update 5.
+    for a, b in zip(straight.at_update_5, resumed.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_a_backup_made_under_another_schedule_is_refused(gpt, tmp_path):
-    kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=2, verbose=0, backup_dir=tmp_path)
+def test_a_backup_made_under_another_schedule_is_refused(gpt, tmp_path, backup_at_update_2):
+    shutil.copytree(backup_at_update_2, tmp_path, dirs_exist_ok=True)
     with pytest.raises(ValueError, match=r"made under another growth schedule .* pass the same schedule"):
         kwiden.fit_growing(compiled(gpt), batches(), {4: dict(k=2)}, steps=6, verbose=0, backup_dir=tmp_path)
 
 
-def test_a_backup_folder_in_use_or_made_on_another_backend_is_refused(gpt, tmp_path):
+def test_a_backup_folder_in_use_or_made_on_another_backend_is_refused(gpt, tmp_path, backup_at_update_2):
     from kwiden.files import FolderLock
 
-    kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=2, verbose=0, backup_dir=tmp_path)
+    shutil.copytree(backup_at_update_2, tmp_path, dirs_exist_ok=True)
     lock = FolderLock(tmp_path)
     assert lock.acquire() == "locked"  # another run backing up there
     try:

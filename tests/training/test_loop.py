@@ -3,6 +3,7 @@ leaves a backup to resume from, a loss that is not finite, and a backup in the f
 loop (`kwiden-growing.json` without the update)."""
 
 import json
+import shutil
 import signal
 
 import keras
@@ -11,10 +12,11 @@ import pytest
 
 import kwiden
 from kwiden import optimizers
-from kwiden.testing import padded_batch, randomize_weights, tiny_config
+from kwiden.testing import padded_batch
 from kwiden.training.fit import STATE_FILE
 from kwiden.training.stretch import run_stretch
 
+# conftest.py's `straight` and `backup_at_update_2` are runs of this schedule (its GROWTHS).
 SCHEDULE = {3: dict(k=2, spread=1.0), 6: dict(depth=2)}
 
 
@@ -59,16 +61,6 @@ def state(folder):
     return json.loads((folder / STATE_FILE).read_text())
 
 
-def tiny_gpt(seed=0):
-    return randomize_weights(kwiden.build_transformer_model(tiny_config(), model="gpt"), seed)
-
-
-@pytest.fixture(scope="module")
-def straight():
-    """The 9 updates of SCHEDULE trained straight through, where every resumed run must end: run once a module."""
-    return kwiden.fit_growing(compiled(tiny_gpt), batches(), SCHEDULE, steps=9, verbose=0)[0]
-
-
 def test_ctrl_c_between_growths_backs_up_and_the_same_call_resumes_to_identical_weights(gpt, tmp_path, straight):
     with pytest.raises(KeyboardInterrupt, match=r"stopped at update 5 \(Ctrl-C\): backed up in .*resume"):
         kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, callbacks=[CtrlCAt(5)],
@@ -76,7 +68,7 @@ def test_ctrl_c_between_growths_backs_up_and_the_same_call_resumes_to_identical_
     saved = state(tmp_path)
     assert (saved["update"], saved["batches"], saved["growths_done"]) == (5, 5, 1)  # after the first growth
     resumed, history = kwiden.fit_growing(gpt(seed=7), batches(), SCHEDULE, steps=9, verbose=0, backup_dir=tmp_path)
-    assert_same_weights(straight, resumed)
+    assert_same_weights(straight.model, resumed)
     assert kwiden.models.naming.count_blocks(layer.name for layer in resumed.layers) == 4  # the second growth too
     assert len(history["loss"]) == 2  # the rest of the second stretch, and the third
 
@@ -106,12 +98,12 @@ def test_a_backup_in_the_format_before_the_one_loop_resumes_to_identical_weights
                                                     "schedule")}  # fmt: skip
     (tmp_path / STATE_FILE).write_text(json.dumps(today, indent=1))
     resumed, _ = kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, backup_dir=tmp_path)
-    assert_same_weights(straight, resumed)
+    assert_same_weights(straight.model, resumed)
     assert state(tmp_path)["update"] == 9  # written in the one loop's format from then on
 
 
-def test_a_backup_at_a_position_its_schedule_cannot_reach_is_refused(gpt, tmp_path):
-    kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=2, verbose=0, backup_dir=tmp_path)
+def test_a_backup_at_a_position_its_schedule_cannot_reach_is_refused(gpt, tmp_path, backup_at_update_2):
+    shutil.copytree(backup_at_update_2, tmp_path, dirs_exist_ok=True)
     (tmp_path / STATE_FILE).write_text(json.dumps({**state(tmp_path), "growths_done": 2}))
     with pytest.raises(ValueError, match=r"not a backup of this schedule's run to 9 updates .* after 2 growth"):
         kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, backup_dir=tmp_path)
