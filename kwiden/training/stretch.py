@@ -48,7 +48,9 @@ def _built_for(model, batches):
     first = next(batches, None)
     if first is None:
         return iter(())
-    if all(hasattr(part, "shape") for part in keras.tree.flatten(first)):  # else Keras' own refusal, at its trace
+    # None is an output without targets (an encoder's sequence beside its MLM logits); anything else without a
+    # shape is left to Keras' own refusal, at its trace.
+    if all(part is None or hasattr(part, "shape") for part in keras.tree.flatten(first)):
         build_for_training(model, first)
     return (batch for batch in itertools.chain([first], batches))  # a generator: Keras' fit takes no other iterator
 

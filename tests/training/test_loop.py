@@ -109,10 +109,9 @@ def test_a_backup_at_a_position_its_schedule_cannot_reach_is_refused(gpt, tmp_pa
         kwiden.fit_growing(compiled(gpt), batches(), SCHEDULE, steps=9, verbose=0, backup_dir=tmp_path)
 
 
-@pytest.mark.parametrize("fit_arguments", [None, dict(verbose=0)], ids=["compiled calls", "fit"])
-def test_a_stretch_makes_no_variable_inside_its_traced_step(gpt, fit_arguments):
-    """The optimizer's and the metrics' variables are made before the step is traced: TensorFlow traces a step
-    that makes variables twice, which doubled the compile time of every stretch after a growth."""
+def made_in_traces(model, batches, fit_arguments):
+    """The names of the variables made while `run_stretch` trains `model` on `batches` (a list) inside a traced
+    function; its logs."""
     tf = pytest.importorskip("tensorflow")
     if keras.backend.backend() != "tensorflow":
         pytest.skip("only TensorFlow makes variables inside a traced step")
@@ -123,14 +122,34 @@ def test_a_stretch_makes_no_variable_inside_its_traced_step(gpt, fit_arguments):
             made.append(arguments.get("name"))
         return make(**arguments)
 
+    with tf.variable_creator_scope(record):
+        trained, logs, _ = run_stretch(model, iter(batches), len(batches), lambda trained, logs: False, fit_arguments)
+    assert trained == len(batches) and np.isfinite(logs["loss"])
+    assert model.optimizer.built
+    return made
+
+
+@pytest.mark.parametrize("fit_arguments", [None, dict(verbose=0)], ids=["compiled calls", "fit"])
+def test_a_stretch_makes_no_variable_inside_its_traced_step(gpt, fit_arguments):
+    """The optimizer's and the metrics' variables are made before the step is traced: TensorFlow traces a step
+    that makes variables twice, which doubled the compile time of every stretch after a growth."""
     model = compiled(gpt)
     model.compile(model.optimizer, model.loss, metrics=["accuracy"])
-    with tf.variable_creator_scope(record):
-        trained, logs, _ = run_stretch(
-            model, ((x, y) for x, y, _ in batches(3)), 3, lambda trained, logs: False, fit_arguments
-        )
-    assert trained == 3 and np.isfinite(logs["loss"])
-    assert model.optimizer.built and made == []
+    assert made_in_traces(model, [(x, y) for x, y, _ in batches(3)], fit_arguments) == []
+
+
+@pytest.mark.parametrize("fit_arguments", [None, dict(verbose=0)], ids=["compiled calls", "fit"])
+def test_an_output_without_targets_still_builds_the_optimizer_before_the_trace(bert, fit_arguments):
+    """A masked LM's batches hold None for the encoder's sequence output, which has no loss (as `kwiden pretrain`
+    feeds a BERT): the optimizer is still built from the first batch, not inside a first trace."""
+    model = bert(with_mlm=True)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizers.AdamW(1e-3), [None, loss])
+    data = []
+    for s in range(3):
+        ids = padded_batch(lengths=(8,) * 4, seed=s, segments=False)
+        data.append(((ids, np.zeros_like(ids)), (None, ids)))
+    assert made_in_traces(model, data, fit_arguments) == []
 
 
 def test_several_batches_a_call_of_different_shapes_train_as_one_a_call(gpt):
