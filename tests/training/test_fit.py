@@ -6,29 +6,19 @@ import shutil
 import keras
 import numpy as np
 import pytest
+from growing_runs import SCHEDULE, compile_for_growing, weighted_batches
 
 import kwiden
 from kwiden import optimizers
-from kwiden.testing import padded_batch
-
-# conftest.py's `straight` and `backup_at_update_2` are runs of this schedule (its GROWTHS).
-SCHEDULE = {3: dict(k=2, spread=1.0), 6: dict(depth=2)}
 
 
 def batches(count=20):
-    """`count` language-model micro-batches, the same every time."""
-    return [
-        (ids[:, :-1], ids[:, 1:])
-        for ids in (padded_batch(lengths=(9,) * 4, seed=s, segments=False) for s in range(count))
-    ]
+    """`count` language-model micro-batches `(x, y)`, the same every time."""
+    return [(x, y) for x, y, _ in weighted_batches(count)]
 
 
 def compiled(gpt, accum_steps=1):
-    model = gpt()
-    schedule = optimizers.WarmupDecay(3e-3, 2, 10)
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(optimizers.AdamW(schedule, accum_steps=accum_steps), loss, metrics=["accuracy"])
-    return model
+    return compile_for_growing(gpt(), accum_steps, metrics=["accuracy"])
 
 
 class CrashAt(keras.callbacks.Callback):

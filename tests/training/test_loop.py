@@ -9,6 +9,8 @@ import signal
 import keras
 import numpy as np
 import pytest
+from growing_runs import SCHEDULE, compile_for_growing
+from growing_runs import weighted_batches as batches
 
 import kwiden
 from kwiden import optimizers
@@ -16,26 +18,9 @@ from kwiden.testing import padded_batch
 from kwiden.training.fit import STATE_FILE
 from kwiden.training.stretch import run_stretch
 
-# conftest.py's `straight` and `backup_at_update_2` are runs of this schedule (its GROWTHS).
-SCHEDULE = {3: dict(k=2, spread=1.0), 6: dict(depth=2)}
-
-
-def batches(count=20, poisoned=None):
-    """`count` language-model micro-batches `(x, y, sample_weight)`, the same every time; the one at index
-    `poisoned` weighted NaN, which makes its loss NaN."""
-    made = []
-    for s in range(count):
-        ids = padded_batch(lengths=(9,) * 4, seed=s, segments=False)
-        weight = np.full(ids[:, 1:].shape, np.nan if s == poisoned else 1.0, "float32")
-        made.append((ids[:, :-1], ids[:, 1:], weight))
-    return made
-
 
 def compiled(gpt):
-    model = gpt()
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(optimizers.AdamW(optimizers.WarmupDecay(3e-3, 2, 10)), loss)
-    return model
+    return compile_for_growing(gpt())
 
 
 class CtrlCAt(keras.callbacks.Callback):
