@@ -160,14 +160,14 @@ def tune_and_run(name, arm, corpus, budget, args, work, log):
     `(best rate, {rate: seed 0's final loss}, [(Run, final folder) of each seed at the best])`."""
     arguments, _, rates = arm
     sweep, finals = {}, {}
-    queue = list(rates[: 1 if args.quick else None])
+    queue, widened = list(rates[: 1 if args.quick else None]), 0
     while queue:
         lr = queue.pop(0)
         run, final = pretrain(corpus, work / f"{slug(name)}-lr{lr:g}-s0", arguments, budget, lr, 0, args)
         sweep[(SCHEDULE, lr)], finals[lr] = [run], final
         log(f"  {name}, lr {lr:g}, seed 0: final valid loss {run.final:.4f}, {run.seconds:.0f} s")
-        if not queue and not args.quick:
-            queue = [next_lr for _, _, next_lr in rates_beyond_the_edges(sweep, [SCHEDULE])]
+        if not queue and not args.quick and widened < args.widen:
+            queue, widened = [next_lr for _, _, next_lr in rates_beyond_the_edges(sweep, [SCHEDULE])], widened + 1
     best = min(finals, key=lambda lr: sweep[(SCHEDULE, lr)][0].final)
     runs = [(sweep[(SCHEDULE, best)][0], finals[best])]
     for seed in args.seeds[1:]:
@@ -312,6 +312,7 @@ def main():
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--widen", type=int, default=2, help="rates added beyond an edge that is best, at most")
     parser.add_argument("--evaluations", type=int, default=6, help="evaluations a run")
     parser.add_argument("--corpus-bytes", type=int, default=1_500_000, help="training text sampled from the docs")
     parser.add_argument("--valid-fraction", type=float, default=0.01)
@@ -352,7 +353,7 @@ def main():
             lr, sweep, runs = tune_and_run(name, arm, corpus, budget, args, work, log)
             scores = [downstream(final, pairs, task, run.seed, args, work) for run, final in runs]
             results[name] = {"lr": lr, "sweep": sweep, "runs": runs, "downstream": scores}
-            text = "\n".join(lines) + report(results, shipped, args, budget_flops, sizes)
+            text = "\n".join(lines) + "\n" + report(results, shipped, args, budget_flops, sizes)
             if args.out:  # after each arm, so that a run cut short (a GPU lease) keeps the arms it finished
                 args.out.write_text(text + "\n", encoding="utf-8")
     text += f"\n\nWall time: {(time.perf_counter() - started) / 60:.0f} minutes.\n"

@@ -169,9 +169,10 @@ def advice(parameters, tokens, flops, continued=False):
     the compute-optimal ~20, the size that would be compute-optimal (C = 6·N·D,
     D = 20·N), and what the measured table says growth does there. For a
     `continued` run (`--from` a pretrained model) none of that applies: its
-    pretraining is not in the budget.
+    pretraining is not in the budget; it gets what was measured for growing a
+    trained model first instead (`measured_reuse`).
 
-    >>> print(advice(1_000_000, 2_000_000, 1.2e13, continued=True))
+    >>> print(advice(1_000_000, 2_000_000, 1.2e13, continued=True).split(". ")[0])
     the budget is 2,000,000 tokens, 2.0 a parameter of the target (1,000,000 parameters), on top of the pretraining of the --from model, which it does not count: the compute-optimal size and the measured table apply to runs from scratch, not to this one
 
     >>> print(advice(1_000_000, 2_000_000, 6 * 1_000_000 * 2_000_000).split(". ")[0])
@@ -182,7 +183,7 @@ def advice(parameters, tokens, flops, continued=False):
         return (
             f"the budget is {tokens:,} tokens, {ratio:.1f} a parameter of the target ({parameters:,} parameters), on top "
             "of the pretraining of the --from model, which it does not count: the compute-optimal size and the "
-            "measured table apply to runs from scratch, not to this one"
+            f"measured table apply to runs from scratch, not to this one. {measured_reuse()}"
         )
     optimal = math.sqrt(flops / (6 * OPTIMAL_TOKENS_PER_PARAMETER))
     text = (
@@ -210,9 +211,18 @@ def measured(ratio):
 def measured_table():
     """`((up to this ratio, what the table says), …)` from kwiden/data/growth_protocol.json, read once: each entry
     for the ratios above the previous one's, the last (`up_to` null there) for any ratio beyond."""
-    text = resources.files("kwiden").joinpath("data", MEASURED_FILE).read_text(encoding="utf-8")
-    entries = json.loads(text)["measured"]
+    entries = _measured()["measured"]
     return tuple((math.inf if entry["up_to"] is None else entry["up_to"], entry["says"]) for entry in entries)
+
+
+def measured_reuse():
+    """What benchmarks/reuse.py measured for a model that is already trained: grown first, or trained on."""
+    return _measured()["reuse"]["says"]
+
+
+@functools.cache
+def _measured():
+    return json.loads(resources.files("kwiden").joinpath("data", MEASURED_FILE).read_text(encoding="utf-8"))
 
 
 def undone(config, growths):

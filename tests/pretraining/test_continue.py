@@ -11,6 +11,7 @@ import kwiden
 from kwiden.pretraining import trainer
 from kwiden.pretraining.options import LR_PRETRAINED, LR_SCRATCH
 from kwiden.testing import randomize_weights
+from kwiden.training import recipe
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
 
@@ -46,6 +47,7 @@ def test_a_continued_run_trains_at_a_pretrained_models_rate_unless_told_and_says
     assert json.loads((tmp_path / "on" / "run.json").read_text())["arguments"]["lr"] == LR_PRETRAINED == 5e-5
     log = (tmp_path / "on" / "log.txt").read_text()
     assert "on top of the pretraining of the --from model, which it does not count" in log
+    assert recipe.measured_reuse() in log  # what growing a trained model first measured
     assert "train a smaller target" not in log and "compute-optimal is about" not in log
     assert continued.metrics[1]["lr"] > 0
     scratch = kwiden.pretrain(english, tmp_path / "new", model="bert", config=TINY_BERT, tokenizer=str(start / "vocab.txt"),

@@ -69,6 +69,9 @@ def test_the_measured_figures_are_shipped_data_covering_every_ratio():
     for (up_to, says), (_, beyond) in zip(table, table[1:]):
         assert recipe.measured(up_to) == says and recipe.measured(up_to + 1e-6) == beyond
     assert recipe.measured_table() is table  # read once
+    reuse = recipe.measured_reuse()
+    assert reuse.startswith("Measured") and reuse.endswith(".") and "docs/reuse.md" in reuse
+    assert recipe.advice(1_000_000, 2_000_000, 1.2e13, continued=True).endswith(reuse)
     setup = (pathlib.Path(__file__).resolve().parents[2] / "setup.py").read_text()
     patterns = re.findall(r'"(data/[^"]+)"', setup)
     assert any(fnmatch.fnmatch(f"data/{recipe.MEASURED_FILE}", pattern) for pattern in patterns), patterns
