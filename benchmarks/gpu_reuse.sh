@@ -10,9 +10,9 @@
 #   QUICK=1 bash benchmarks/gpu_reuse.sh run OUT   # the same commands at a CPU's size: a check that it runs
 #
 # The card's image has JAX, numpy, safetensors and tokenizers but not Keras: `prepare` downloads Keras and its two
-# dependencies as CPython 3.12 wheels, writes MiniLM's weights in float16 (45 MB instead of 90: a GPU lease carries
-# 64 MiB; they are read back into float32), and packs the docs' reST sources. `.gpu/` is git-ignored; the device
-# tool carries it (carry: [".gpu"]).
+# dependencies as CPython 3.12 wheels, writes MiniLM's weights in float16 (45 MB instead of 90, so that the checkout and
+# .gpu/ travel in 64 MiB; they are read back into float32), and packs the docs' reST sources. `.gpu/` is git-ignored: copy it to
+# the GPU machine with the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPU=.gpu

@@ -1,0 +1,173 @@
+"""The compute-optimal size at this scale (issue 48, item 3): an IsoFLOP sweep,
+Hoffmann et al.'s approach 2, with `kwiden.pretrain` from scratch.
+
+For each model family (`--models gpt bert`: the byte-level GPT and BERT the
+protocol trains, `kwiden.text.corpus.gpt_config`), each training budget in
+FLOPs (`--flops`, kwiden's count) and each size (`--sizes`), one run from
+scratch (`grow="none"`, WSD) spends the budget on the same text. Each size's
+peak rate is tuned once, at the middle budget on seed 0 (a best at an edge adds
+the rate beyond it), and used at every budget. Per budget, a parabola in
+log(parameters) through the final validation losses gives the best size N*; the
+tokens it would train on (log-linear between the sizes' own) over N* is the
+compute-optimal tokens per parameter at that budget. A vertex outside the sizes
+tried, or a parabola that opens downward, is reported as such: that budget's
+optimum is not measured.
+
+    python benchmarks/isoflop.py --out benchmarks/results/isoflop.md   # about 35 minutes on 2 cores
+    python benchmarks/isoflop.py --quick                              # a check that it runs, ~2 minutes
+"""
+
+import argparse
+import contextlib
+import math
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+import common  # noqa: F401  (first: the checkout's kwiden)
+import keras
+import numpy as np
+from common import environment, table
+from protocol.corpora import corpus_paths, text_bytes
+
+import kwiden
+from kwiden.pretraining.run import default_warmup
+from kwiden.text import corpus
+from kwiden.training.compute import flops_per_token
+
+RATES = (2e-3, 4e-3, 8e-3)
+
+
+def config_of(size, seq_len):
+    hidden, layers = map(int, size.split("x"))
+    config = corpus.gpt_config(hidden, layers, seq_len)
+    config.pop("vocab_size")  # the tokenizer's: bytes
+    return config
+
+
+def size_facts(model, size, args):
+    """`(parameters, training FLOPs of one update)` of a size."""
+    config = dict(config_of(size, args.seq_len), vocab_size=corpus.VOCAB_SIZE)
+    built = kwiden.build_transformer_model(config, model=model, **({"with_mlm": True} if model == "bert" else {}))
+    facts = built.count_params(), flops_per_token(built, args.seq_len) * args.seq_len * args.batch_size
+    keras.backend.clear_session()
+    return facts
+
+
+def train(paths, model, size, budget, lr, seed, args, work):
+    """The final validation loss of one run from scratch of `budget` updates."""
+    folder = work / f"{model}-{size}-b{budget}-lr{lr:g}-s{seed}"
+    result = kwiden.pretrain(paths, folder, model=model, config=config_of(size, args.seq_len), budget=budget,
+                             seq_len=args.seq_len, batch_size=args.batch_size, lr=lr, grow="none", seed=seed,
+                             eval_every=max(1, budget // args.evaluations), warmup=default_warmup(budget),
+                             valid_fraction=args.valid_fraction, verbose=0)  # fmt: skip
+    keras.backend.clear_session()
+    return result.metrics[-1]["valid_loss"], result.seconds
+
+
+def tuned_rate(paths, model, size, budget, args, work, log):
+    """The rate of `RATES` (widened off an edge that is best, at most `--widen` times) with seed 0's lowest loss."""
+    losses, queue, widened = {}, list(RATES[: 1 if args.quick else None]), 0
+    while queue:
+        lr = queue.pop(0)
+        losses[lr], seconds = train(paths, model, size, budget, lr, 0, args, work)
+        log(f"  tune {model} {size}, lr {lr:g}: {losses[lr]:.4f} ({seconds:.0f} s)")
+        best, tried = min(losses, key=losses.get), sorted(losses)
+        if not queue and not args.quick and widened < args.widen and best in (tried[0], tried[-1]):
+            queue, widened = [best / 2 if best == tried[0] else best * 2], widened + 1
+    return min(losses, key=losses.get), losses
+
+
+def optimum(parameters, tokens, losses):
+    """`(N*, D*/N*, why not)` from one budget's sizes: the parabola's vertex in log N, where it is a minimum
+    inside the sizes tried."""
+    x = np.log(parameters)
+    a, b, _ = np.polyfit(x, losses, 2)
+    if a <= 0:
+        return None, None, "no minimum (the parabola opens downward)"
+    vertex = -b / (2 * a)
+    if not x.min() < vertex < x.max():
+        return math.exp(vertex), None, "the best size is outside the sizes tried"
+    best_tokens = math.exp(np.interp(vertex, x, np.log(tokens)))
+    return math.exp(vertex), best_tokens / math.exp(vertex), None
+
+
+def sweep(paths, model, args, work, log):
+    """The rows of one family's table and its ratios at the budgets where the optimum is measured."""
+    facts = {size: size_facts(model, size, args) for size in args.sizes}
+    middle = sorted(args.flops)[len(args.flops) // 2]
+    rates = {}
+    for size in args.sizes:
+        rates[size], _ = tuned_rate(paths, model, size, max(1, round(middle / facts[size][1])), args, work, log)
+    rows, ratios = [], []
+    for flops in sorted(args.flops):
+        parameters, tokens, losses = [], [], []
+        for size in args.sizes:
+            budget = max(1, round(flops / facts[size][1]))
+            runs = [train(paths, model, size, budget, rates[size], seed, args, work) for seed in args.seeds]
+            loss = statistics.mean(loss for loss, _ in runs)
+            parameters.append(facts[size][0])
+            tokens.append(budget * args.seq_len * args.batch_size)
+            losses.append(loss)
+            log(f"  {model} {size} at {flops:.3g} FLOPs: {budget} updates, lr {rates[size]:g}, loss {loss:.4f}")
+            rows.append([model, f"{flops:.3g}", size, f"{facts[size][0]:,}", f"{rates[size]:g}", budget,
+                         f"{tokens[-1] / facts[size][0]:.1f}", f"{loss:.4f}"])  # fmt: skip
+        best, ratio, why = optimum(parameters, tokens, losses)
+        said = why or f"N* {best:,.0f}, {ratio:.1f} tokens per parameter"
+        rows.append([model, f"{flops:.3g}", "optimum", "", "", "", "", said])
+        if ratio is not None:
+            ratios.append(ratio)
+    return rows, ratios
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["gpt", "bert"], choices=["gpt", "bert"])
+    parser.add_argument("--corpus", default="docs", help="en, zh, docs, or a text file or folder")
+    parser.add_argument("--sizes", nargs="+", default=["16x2", "32x2", "64x2", "128x2"], help="WIDTHxBLOCKS")
+    parser.add_argument("--flops", nargs="+", type=float, default=[3e10, 1e11, 3e11, 1e12], help="budgets")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--evaluations", type=int, default=5, help="evaluations a run")
+    parser.add_argument("--valid-fraction", type=float, default=None, help="default: 65,536 tokens of the corpus")
+    parser.add_argument("--widen", type=int, default=2, help="rates added beyond an edge that is best, at most")
+    parser.add_argument("--work-dir", type=pathlib.Path, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--out", type=pathlib.Path, help="also write the report here (markdown)")
+    parser.add_argument("--quick", action="store_true", help="tiny budgets, one rate: a check that it runs")
+    args = parser.parse_args()
+    if args.quick:
+        args.flops, args.sizes, args.evaluations, args.corpus = [3e9, 1e10, 3e10], ["16x2", "32x2", "48x2"], 2, "en"
+    started = time.perf_counter()
+    lines = [environment(keras, np), "", " ".join(["python", *sys.argv]), ""]
+    print("\n".join(lines), flush=True)
+    rows, summary = [], []
+    with contextlib.ExitStack() as stack:
+        paths, description = corpus_paths(args.corpus, stack)
+        if paths is None:
+            sys.exit(description)
+        if args.valid_fraction is None:
+            args.valid_fraction = min(0.1, 65536 / text_bytes(paths))
+        lines += [description, ""]
+        work = args.work_dir or pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="isoflop-")))
+        for model in args.models:
+            model_rows, ratios = sweep(paths, model, args, work, lambda line: print(line, flush=True))
+            rows += model_rows
+            if ratios:
+                summary.append(f"- {model}: compute-optimal tokens per parameter {', '.join(f'{r:.1f}' for r in ratios)}"
+                               f" at the budgets where it is measured (geometric mean "
+                               f"{math.exp(statistics.mean(map(math.log, ratios))):.1f})")  # fmt: skip
+            else:
+                summary.append(f"- {model}: no budget's optimum is inside the sizes tried")
+    header = ["model", "FLOPs", "size", "parameters", "lr", "updates", "tokens/param", "final loss"]
+    text = "\n".join([*lines, "```", table(rows, header), "```", "", *summary])
+    text += f"\n\nWall time: {(time.perf_counter() - started) / 60:.0f} minutes.\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
