@@ -13,7 +13,7 @@ compute-optimal tokens per parameter at that budget. A vertex outside the sizes
 tried, or a parabola that opens downward, is reported as such: that budget's
 optimum is not measured.
 
-    python benchmarks/isoflop.py --out benchmarks/results/isoflop.md   # about 35 minutes on 2 cores
+    python benchmarks/isoflop.py --out benchmarks/results/isoflop.md   # about 20 minutes a family on 2 cores
     python benchmarks/isoflop.py --quick                              # a check that it runs, ~2 minutes
 """
 
