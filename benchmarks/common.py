@@ -80,3 +80,14 @@ def bert_config(args, **extra):
         max_position_embeddings=args.max_positions,
         **extra,
     )
+
+
+def finish(text, started, out=None):
+    """Print a benchmark's report with its wall time since `started` (`time.perf_counter()`), and write it to
+    `out` where given."""
+    import time
+
+    text += f"\n\nWall time: {(time.perf_counter() - started) / 60:.0f} minutes.\n"
+    print(text)
+    if out:
+        out.write_text(text, encoding="utf-8")

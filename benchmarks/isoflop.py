@@ -29,7 +29,7 @@ import time
 import common  # noqa: F401  (first: the checkout's kwiden)
 import keras
 import numpy as np
-from common import environment, table
+from common import environment, finish, table
 from protocol.corpora import corpus_paths, text_bytes
 
 import kwiden
@@ -162,11 +162,7 @@ def main():
             else:
                 summary.append(f"- {model}: no budget's optimum is inside the sizes tried")
     header = ["model", "FLOPs", "size", "parameters", "lr", "updates", "tokens/param", "final loss"]
-    text = "\n".join([*lines, "```", table(rows, header), "```", "", *summary])
-    text += f"\n\nWall time: {(time.perf_counter() - started) / 60:.0f} minutes.\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
+    finish("\n".join([*lines, "```", table(rows, header), "```", "", *summary]), started, args.out)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ import time
 import common  # noqa: F401  (first: the checkout's kwiden)
 import keras
 import numpy as np
-from common import environment, table
+from common import environment, finish, table
 from protocol.runs import Run
 from protocol.tuning import rates_beyond_the_edges
 from simbert import english_passages, held_out_pairs, minilm_folder, split_groups
@@ -356,10 +356,7 @@ def main():
             text = "\n".join(lines) + "\n" + report(results, shipped, args, budget_flops, sizes)
             if args.out:  # after each arm, so that a run cut short (a GPU lease) keeps the arms it finished
                 args.out.write_text(text + "\n", encoding="utf-8")
-    text += f"\n\nWall time: {(time.perf_counter() - started) / 60:.0f} minutes.\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
+    finish(text, started, args.out)
 
 
 if __name__ == "__main__":
