@@ -80,6 +80,16 @@ def tuned_rate(paths, model, size, budget, args, work, log):
     return min(losses, key=losses.get), losses
 
 
+def tuned_rate_given(text):
+    """`((model, size), lr)` from `--tuned`'s MODEL:SIZE=LR."""
+    model, _, rest = text.partition(":")
+    size, _, lr = rest.partition("=")
+    try:
+        return (model, size), float(lr)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tuned {text!r} is not MODEL:SIZE=LR, such as gpt:32x2=0.008") from None
+
+
 def optimum(parameters, tokens, losses):
     """`(N*, D*/N*, why not)` from one budget's sizes: the parabola's vertex in log N, where it is a minimum
     inside the sizes tried."""
@@ -98,8 +108,8 @@ def sweep(paths, model, args, work, log):
     """The rows of one family's table and its ratios at the budgets where the optimum is measured."""
     facts = {size: size_facts(model, size, args) for size in args.sizes}
     middle = sorted(args.flops)[len(args.flops) // 2]
-    rates = {}
-    for size in args.sizes:
+    rates = {size: lr for (family, size), lr in args.tuned.items() if family == model and size in args.sizes}
+    for size in [size for size in args.sizes if size not in rates]:
         rates[size], _ = tuned_rate(paths, model, size, max(1, round(middle / facts[size][1])), args, work, log)
     rows, ratios = [], []
     for flops in sorted(args.flops):
@@ -134,10 +144,13 @@ def main():
     parser.add_argument("--evaluations", type=int, default=5, help="evaluations a run")
     parser.add_argument("--valid-fraction", type=float, default=None, help="default: 65,536 tokens of the corpus")
     parser.add_argument("--widen", type=int, default=2, help="rates added beyond an edge that is best, at most")
+    parser.add_argument("--tuned", nargs="+", default=[], type=tuned_rate_given,
+                        help="MODEL:SIZE=LR: a rate an earlier sweep tuned for that size (e.g. gpt:32x2=0.008), not tuned again")  # fmt: skip
     parser.add_argument("--work-dir", type=pathlib.Path, help="keep the runs here (default: a temporary folder)")
     parser.add_argument("--out", type=pathlib.Path, help="also write the report here (markdown)")
     parser.add_argument("--quick", action="store_true", help="tiny budgets, one rate: a check that it runs")
     args = parser.parse_args()
+    args.tuned = dict(args.tuned)
     if args.quick:
         args.flops, args.sizes, args.evaluations, args.corpus = [3e9, 1e10, 3e10], ["16x2", "32x2", "48x2"], 2, "en"
     started = time.perf_counter()

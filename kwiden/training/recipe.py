@@ -27,10 +27,9 @@ from kwiden.growth.arguments import GROW, taken_by
 AUTO_FRACTION = 0.8
 AUTO_DEPTH = dict(depth=2)
 AUTO_WIDTH = dict(k=2, scale_learning_rates=None, spread=2.0, relax_learning_rates=0)
-# Compute-optimal training spends about 20 tokens per parameter (Hoffmann et al. 2022, "Chinchilla").
-OPTIMAL_TOKENS_PER_PARAMETER = 20
-# Below this many tokens per parameter the target is well beyond compute-optimal for its budget.
-UNDERTRAINED = 10
+# A target more than this factor from the compute-optimal tokens per parameter is called larger or smaller than
+# compute-optimal (the loss is flat near the optimum: within a factor of 2 in tokens, √2 in size, it is "about").
+OPTIMAL_WITHIN = 2
 # What benchmarks/grow_vs_scratch.py measured (docs/growth-that-pays.md#the-protocol-table), by the budget's tokens
 # per parameter of the target, is data shipped beside the code (`measured_table`).
 MEASURED_FILE = "growth_protocol.json"  # in kwiden/data
@@ -164,19 +163,21 @@ def auto(target_config):
     )
 
 
-def advice(parameters, tokens, flops, continued=False):
+def advice(parameters, tokens, flops, continued=False, tokenizer=None):
     """What `--budget` means for the target: its tokens per parameter against
-    the compute-optimal ~20, the size that would be compute-optimal (C = 6·N·D,
-    D = 20·N), and what the measured table says growth does there. For a
-    `continued` run (`--from` a pretrained model) none of that applies: its
-    pretraining is not in the budget; it gets what was measured for growing a
-    trained model first instead (`measured_reuse`).
+    the compute-optimal ratio (`compute_optimal`: measured here for byte-level
+    models up to the largest budget swept, Chinchilla's 20 beyond), the size that
+    would be compute-optimal (C = 6·N·D, D = ratio·N), and what the measured
+    table says growth does there. For a `continued` run (`--from` a pretrained
+    model) none of that applies: its pretraining is not in the budget; it gets
+    what was measured for growing a trained model first instead
+    (`measured_reuse`).
 
     >>> print(advice(1_000_000, 2_000_000, 1.2e13, continued=True).split(". ")[0])
     the budget is 2,000,000 tokens, 2.0 a parameter of the target (1,000,000 parameters), on top of the pretraining of the --from model, which it does not count: the compute-optimal size and the measured table apply to runs from scratch, not to this one
 
     >>> print(advice(1_000_000, 2_000_000, 6 * 1_000_000 * 2_000_000).split(". ")[0])
-    the budget is 2.0 tokens per parameter of the target (1,000,000 parameters; compute-optimal is about 20, at about 316,228 parameters for these FLOPs): the target is larger than compute-optimal
+    the budget is 2.0 tokens per parameter of the target (1,000,000 parameters): the target is larger than compute-optimal
     """
     ratio = tokens / parameters
     if continued:
@@ -185,21 +186,40 @@ def advice(parameters, tokens, flops, continued=False):
             "of the pretraining of the --from model, which it does not count: the compute-optimal size and the "
             f"measured table apply to runs from scratch, not to this one. {measured_reuse()}"
         )
-    optimal = math.sqrt(flops / (6 * OPTIMAL_TOKENS_PER_PARAMETER))
-    text = (
-        f"the budget is {ratio:.1f} tokens per parameter of the target ({parameters:,} parameters; compute-optimal is "
-        f"about {OPTIMAL_TOKENS_PER_PARAMETER}, at about {optimal:,.0f} parameters for these FLOPs)"
-    )
-    if ratio < UNDERTRAINED:
+    optimal_ratio, source = compute_optimal(flops, tokenizer)
+    text = f"the budget is {ratio:.1f} tokens per parameter of the target ({parameters:,} parameters)"
+    if ratio < optimal_ratio / OPTIMAL_WITHIN:
         text += (
             ": the target is larger than compute-optimal. For the lowest loss on this compute, train a smaller target "
             "or give a larger --budget."
         )
-    elif ratio > 2 * OPTIMAL_TOKENS_PER_PARAMETER:
+    elif ratio > optimal_ratio * OPTIMAL_WITHIN:
         text += ": the target is smaller than compute-optimal; a larger one would reach a lower loss on this compute."
     else:
         text += ": the target is about compute-optimal for the budget."
+    text += (
+        f" The compute-optimal ratio is about {optimal_ratio:g} tokens per parameter, at about "
+        f"{math.sqrt(flops / (6 * optimal_ratio)):,.0f} parameters for these FLOPs ({source})."
+    )
     return f"{text} {measured(ratio)}"
+
+
+def compute_optimal(flops, tokenizer=None):
+    """`(tokens per parameter at the compute-optimal size, where that figure comes from)` for a run of `flops`
+    training FLOPs with a tokenizer of this kind (`Tokenizer.kind`: "bytes", "wordpiece", "json"):
+    benchmarks/isoflop.py's measured ratio where the sweep measured it (bytes, budgets up to its largest), else
+    Chinchilla's.
+
+    >>> compute_optimal(1e12, tokenizer="bytes")[0], compute_optimal(1e13, tokenizer="bytes")[0]
+    (100, 20)
+    >>> compute_optimal(1e12, tokenizer="wordpiece")[0], compute_optimal(1e12)[0]  # not measured, or not said
+    (20, 20)
+    """
+    figures = _measured()["compute_optimal"]
+    inside = figures["measured_for"]
+    if tokenizer == inside["tokenizer"] and flops <= inside["flops_up_to"]:
+        return figures["tokens_per_parameter"], figures["says"]
+    return figures["elsewhere"]["tokens_per_parameter"], figures["elsewhere"]["says"]
 
 
 def measured(ratio):

@@ -12,7 +12,7 @@ from conftest import SMALL_RUN, TINY_BERT, TINY_GPT, TINY_RUN, after_update, cop
 
 import kwiden
 from kwiden.pretraining import outputs, trainer
-from kwiden.training import loop
+from kwiden.training import loop, recipe
 
 # A grown run's scratch twin, a run interrupted to resume and a checkpoint to go on from: one finished run for all.
 SCRATCH = dict(model="gpt", config=TINY_GPT, grow="none", **TINY_RUN)
@@ -43,7 +43,12 @@ def test_a_grown_causal_run_writes_everything_and_spends_the_scratch_budget(engl
     assert scratch.flops - one_update < grown.flops <= scratch.flops
     for name in ("run.json", "log.txt", "loss.png", "metrics.jsonl", "tokens/ids.bin"):
         assert (tmp_path / "grown" / name).is_file(), name
-    assert "growth: depth ×2 at 80%" in (tmp_path / "grown" / "log.txt").read_text()
+    log = (tmp_path / "grown" / "log.txt").read_text()
+    assert "growth: depth ×2 at 80%" in log
+    # bytes and a tiny budget: inside the IsoFLOP sweep, so the advice uses its measured ratio, not Chinchilla's
+    measured = recipe._measured()["compute_optimal"]
+    assert grown.advice in log and measured["says"] in grown.advice
+    assert f"compute-optimal ratio is about {measured['tokens_per_parameter']} tokens per parameter" in grown.advice
     # final/ loads and computes what the trained model computed
     assert sorted(p.name for p in grown.final.iterdir()) == [
         "config.json", "generation_config.json", "kwiden-manifest.json", "model.safetensors", "tokenizer.json"]  # fmt: skip
