@@ -130,3 +130,10 @@ def assert_same_final(a, b):
     assert sorted(first) == sorted(second)
     for name in first:
         np.testing.assert_array_equal(np.asarray(first[name]), np.asarray(second[name]), err_msg=name)
+
+
+def assert_same_weights(a, b):
+    """Two models' weights: the same paths, equal to the bit."""
+    assert [w.path for w in a.weights] == [w.path for w in b.weights]
+    for x, y in zip(a.weights, b.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)

@@ -8,7 +8,7 @@ import signal
 
 import numpy as np
 import pytest
-from conftest import SMALL_RUN, TINY_BERT, TINY_GPT, TINY_RUN, after_update, copied, kill
+from conftest import SMALL_RUN, TINY_BERT, TINY_GPT, TINY_RUN, after_update, assert_same_weights, copied, kill
 
 import kwiden
 from kwiden.pretraining import outputs, trainer
@@ -161,12 +161,6 @@ def test_ctrl_c_saves_a_backup_first(english, tmp_path, monkeypatch, finished):
     resumed = kwiden.pretrain(english, tmp_path / "stopped", **SCRATCH)
     for a, b in zip(whole.model.weights, resumed.model.weights):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
-
-
-def assert_same_weights(a, b):
-    assert [w.path for w in a.weights] == [w.path for w in b.weights]
-    for x, y in zip(a.weights, b.weights):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
 
 
 # Evaluating every update runs one update a compiled call; evaluating at the end alone runs each phase's updates in

@@ -9,18 +9,12 @@ import signal
 
 import numpy as np
 import pytest
-from conftest import TINY_GPT, TINY_RUN, after_update
+from conftest import TINY_GPT, TINY_RUN, after_update, assert_same_weights
 
 import kwiden
 
 # Evaluating every update makes each update a stretch of its own: a Ctrl-C stops at the update it came in.
 RUN = dict(model="gpt", config=TINY_GPT, eval_every=1, **TINY_RUN)
-
-
-def assert_same_weights(a, b):
-    assert [w.path for w in a.weights] == [w.path for w in b.weights]
-    for x, y in zip(a.weights, b.weights, strict=True):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
 
 
 def without_seconds(rows):
