@@ -166,7 +166,8 @@ def auto(target_config):
 def advice(parameters, tokens, flops, continued=False, tokenizer=None):
     """What `--budget` means for the target: its tokens per parameter against
     the compute-optimal ratio (`compute_optimal`: measured here for byte-level
-    models up to the largest budget swept, Chinchilla's 20 beyond), the size that
+    models up to the largest budget swept, a range beyond, Chinchilla's 20 for
+    other tokenizers; a factor of 2 either side is "about"), the size that
     would be compute-optimal (C = 6·N·D, D = ratio·N), and what the measured
     table says growth does there. For a `continued` run (`--from` a pretrained
     model) none of that applies: its pretraining is not in the budget; it gets
@@ -186,40 +187,46 @@ def advice(parameters, tokens, flops, continued=False, tokenizer=None):
             "of the pretraining of the --from model, which it does not count: the compute-optimal size and the "
             f"measured table apply to runs from scratch, not to this one. {measured_reuse()}"
         )
-    optimal_ratio, source = compute_optimal(flops, tokenizer)
+    low, high, source = compute_optimal(flops, tokenizer)
     text = f"the budget is {ratio:.1f} tokens per parameter of the target ({parameters:,} parameters)"
-    if ratio < optimal_ratio / OPTIMAL_WITHIN:
+    if ratio < low / OPTIMAL_WITHIN:
         text += (
             ": the target is larger than compute-optimal. For the lowest loss on this compute, train a smaller target "
             "or give a larger --budget."
         )
-    elif ratio > optimal_ratio * OPTIMAL_WITHIN:
+    elif ratio > high * OPTIMAL_WITHIN:
         text += ": the target is smaller than compute-optimal; a larger one would reach a lower loss on this compute."
     else:
         text += ": the target is about compute-optimal for the budget."
-    text += (
-        f" The compute-optimal ratio is about {optimal_ratio:g} tokens per parameter, at about "
-        f"{math.sqrt(flops / (6 * optimal_ratio)):,.0f} parameters for these FLOPs ({source})."
+    size = [f"{math.sqrt(flops / (6 * r)):,.0f}" for r in (high, low)]  # the more tokens, the smaller the model
+    ratios, sizes = (
+        (f"about {low:g}", f"about {size[0]}") if low == high else (f"{low:g} to {high:g}", " to ".join(size))
     )
-    return f"{text} {measured(ratio)}"
+    return (
+        f"{text} The compute-optimal ratio is {ratios} tokens per parameter, {sizes} parameters for these FLOPs "
+        f"({source}). {measured(ratio)}"
+    )
 
 
 def compute_optimal(flops, tokenizer=None):
-    """`(tokens per parameter at the compute-optimal size, where that figure comes from)` for a run of `flops`
-    training FLOPs with a tokenizer of this kind (`Tokenizer.kind`: "bytes", "wordpiece", "json"):
-    benchmarks/isoflop.py's measured ratio where the sweep measured it (bytes, budgets up to its largest), else
-    Chinchilla's.
+    """`(low, high, where they come from)`: the compute-optimal tokens per parameter for a run of `flops` training
+    FLOPs with a tokenizer of this kind (`Tokenizer.kind`: "bytes", "wordpiece", "json"). Where
+    benchmarks/isoflop.py measured it (bytes, budgets up to its largest), its ratio; for bytes beyond, the range
+    from Chinchilla's (Hoffmann et al. 2022, at 1e18 FLOPs and more) to that, the scales between not measured; for
+    other tokenizers, Chinchilla's, not measured here.
 
-    >>> compute_optimal(1e12, tokenizer="bytes")[0], compute_optimal(1e13, tokenizer="bytes")[0]
-    (100, 20)
-    >>> compute_optimal(1e12, tokenizer="wordpiece")[0], compute_optimal(1e12)[0]  # not measured, or not said
-    (20, 20)
+    >>> compute_optimal(1e12, tokenizer="bytes")[:2], compute_optimal(1e14, tokenizer="bytes")[:2]
+    ((100, 100), (20, 100))
+    >>> compute_optimal(1e12, tokenizer="wordpiece")[:2], compute_optimal(1e12)[:2]  # not measured, or not said
+    ((20, 20), (20, 20))
     """
     figures = _measured()["compute_optimal"]
-    inside = figures["measured_for"]
-    if tokenizer == inside["tokenizer"] and flops <= inside["flops_up_to"]:
-        return figures["tokens_per_parameter"], figures["says"]
-    return figures["elsewhere"]["tokens_per_parameter"], figures["elsewhere"]["says"]
+    measured_ratio, chinchilla = figures["tokens_per_parameter"], figures["chinchilla"]["tokens_per_parameter"]
+    if tokenizer != figures["measured_for"]["tokenizer"]:
+        return chinchilla, chinchilla, figures["chinchilla"]["says"]
+    if flops <= figures["measured_for"]["flops_up_to"]:
+        return measured_ratio, measured_ratio, figures["says"]
+    return chinchilla, measured_ratio, figures["beyond"]["says"]
 
 
 def measured(ratio):
