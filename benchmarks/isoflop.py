@@ -6,12 +6,15 @@ protocol trains, `kwiden.text.corpus.gpt_config`), each training budget in
 FLOPs (`--flops`, kwiden's count) and each size (`--sizes`), one run from
 scratch (`grow="none"`, WSD) spends the budget on the same text. Each size's
 peak rate is tuned once, at the middle budget on seed 0 (a best at an edge adds
-the rate beyond it), and used at every budget. Per budget, a parabola in
-log(parameters) through the final validation losses gives the best size N*; the
-tokens it would train on (log-linear between the sizes' own) over N* is the
-compute-optimal tokens per parameter at that budget. A vertex outside the sizes
-tried, or a parabola that opens downward, is reported as such: that budget's
-optimum is not measured.
+the rate beyond it), and used at every budget (`--tuned` gives an earlier
+sweep's instead). Per budget, a parabola in log(parameters) through the final
+validation losses (the mean over `--seeds`) of the best size and its two
+neighbours gives the best size N*; the tokens it would train on (log-linear
+between the sizes' own) over N* is the compute-optimal tokens per parameter at
+that budget. A best size at an edge of those tried is reported as such: that
+budget's optimum is not measured, only bounded. `--batch-size` and `--seq-len`
+matter at this scale: a model must make enough updates to leave the loss's
+first plateau, so the same FLOPs in larger batches favour smaller models.
 
     python benchmarks/isoflop.py --out benchmarks/results/isoflop.md   # about 20 minutes a family on 2 cores
     python benchmarks/isoflop.py --quick                              # a check that it runs, ~2 minutes
@@ -91,16 +94,18 @@ def tuned_rate_given(text):
 
 
 def optimum(parameters, tokens, losses):
-    """`(N*, D*/N*, why not)` from one budget's sizes: the parabola's vertex in log N, where it is a minimum
-    inside the sizes tried."""
-    x = np.log(parameters)
-    a, b, _ = np.polyfit(x, losses, 2)
-    if a <= 0:
-        return None, None, "no minimum (the parabola opens downward)"
-    vertex = -b / (2 * a)
-    if not x.min() < vertex < x.max():
-        return math.exp(vertex), None, "the best size is outside the sizes tried"
-    best_tokens = math.exp(np.interp(vertex, x, np.log(tokens)))
+    """`(N*, D*/N*, why not)` from one budget's sizes: the vertex of the parabola in log N through the best size and
+    its two neighbours, where the best is not at an edge of the sizes tried. Only those three: far from the optimum
+    the curve is no parabola (a size that made too few updates to leave the first plateau sits far above it)."""
+    best = int(np.argmin(losses))
+    if best in (0, len(losses) - 1):
+        return parameters[best], None, f"the {'smallest' if best == 0 else 'largest'} size tried is best"
+    x = np.log(parameters[best - 1 : best + 2])
+    a, b, _ = np.polyfit(x, losses[best - 1 : best + 2], 2)
+    if a <= 0:  # three equal losses
+        return None, None, "no minimum (the losses are flat)"
+    vertex = -b / (2 * a)  # between the neighbours: the middle of three points is the lowest
+    best_tokens = math.exp(np.interp(vertex, np.log(parameters), np.log(tokens)))
     return math.exp(vertex), best_tokens / math.exp(vertex), None
 
 
