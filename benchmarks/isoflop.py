@@ -126,12 +126,15 @@ def sweep(paths, model, args, work, log):
             parameters.append(facts[size][0])
             tokens.append(budget * args.seq_len * args.batch_size)
             losses.append(loss)
-            log(f"  {model} {size} at {flops:.3g} FLOPs: {budget} updates, lr {rates[size]:g}, loss {loss:.4f}")
+            each = " ".join(f"{loss:.4f}" for loss, _ in runs)
+            log(
+                f"  {model} {size} at {flops:.3g} FLOPs: {budget} updates, lr {rates[size]:g}, loss {loss:.4f} ({each})"
+            )
             rows.append([model, f"{flops:.3g}", size, f"{facts[size][0]:,}", f"{rates[size]:g}", budget,
-                         f"{tokens[-1] / facts[size][0]:.1f}", f"{loss:.4f}"])  # fmt: skip
+                         f"{tokens[-1] / facts[size][0]:.1f}", f"{loss:.4f}", each])  # fmt: skip
         best, ratio, why = optimum(parameters, tokens, losses)
         said = why or f"N* {best:,.0f}, {ratio:.1f} tokens per parameter"
-        rows.append([model, f"{flops:.3g}", "optimum", "", "", "", "", said])
+        rows.append([model, f"{flops:.3g}", "optimum", "", "", "", "", said, ""])
         if ratio is not None:
             ratios.append(ratio)
     return rows, ratios
@@ -179,7 +182,7 @@ def main():
                                f"{math.exp(statistics.mean(map(math.log, ratios))):.1f})")  # fmt: skip
             else:
                 summary.append(f"- {model}: no budget's optimum is inside the sizes tried")
-    header = ["model", "FLOPs", "size", "parameters", "lr", "updates", "tokens/param", "final loss"]
+    header = ["model", "FLOPs", "size", "parameters", "lr", "updates", "tokens/param", "final loss", "each seed's"]
     finish("\n".join([*lines, "```", table(rows, header), "```", "", *summary]), started, args.out)
 
 
