@@ -227,7 +227,8 @@ def _pretrain(folder, corpus, options, family, kind, verbose):
     warmup = options.warmup if options.warmup is not None else default_warmup(options.budget)
     total, growths = recipe.place(growths, options.budget, per_update, warmup)
     advice = recipe.advice(phases[-1].parameters, options.budget * tokens_per_update, options.budget * per_update[-1],
-                           continued=checkpoint is not None, tokenizer=corpus_tokenizer.kind)  # fmt: skip
+                           continued=checkpoint is not None, tokenizer=corpus_tokenizer.kind,
+                           tokens_per_update=tokens_per_update)  # fmt: skip
     folder.log(f"compute: {advice}")
     folder.log(f"growth: {why}")
     for phase, growth in zip(phases, [None, *growths]):

@@ -163,11 +163,12 @@ def auto(target_config):
     )
 
 
-def advice(parameters, tokens, flops, continued=False, tokenizer=None):
+def advice(parameters, tokens, flops, continued=False, tokenizer=None, tokens_per_update=None):
     """What `--budget` means for the target: its tokens per parameter against
     the compute-optimal ratio (`compute_optimal`: measured here for byte-level
-    models up to the largest budget swept, a range beyond, Chinchilla's 20 for
-    other tokenizers; a factor of 2 either side is "about"), the size that
+    models up to the largest budget swept, at the nearest `tokens_per_update`
+    measured, a range beyond, Chinchilla's 20 for other tokenizers; a factor of
+    2 either side is "about"), the size that
     would be compute-optimal (C = 6·N·D, D = ratio·N), and what the measured
     table says growth does there. For a `continued` run (`--from` a pretrained
     model) none of that applies: its pretraining is not in the budget; it gets
@@ -187,7 +188,7 @@ def advice(parameters, tokens, flops, continued=False, tokenizer=None):
             "of the pretraining of the --from model, which it does not count: the compute-optimal size and the "
             f"measured table apply to runs from scratch, not to this one. {measured_reuse()}"
         )
-    low, high, source = compute_optimal(flops, tokenizer)
+    low, high, source = compute_optimal(flops, tokenizer, tokens_per_update)
     text = f"the budget is {ratio:.1f} tokens per parameter of the target ({parameters:,} parameters)"
     if ratio < low / OPTIMAL_WITHIN:
         text += (
@@ -208,25 +209,35 @@ def advice(parameters, tokens, flops, continued=False, tokenizer=None):
     )
 
 
-def compute_optimal(flops, tokenizer=None):
+def compute_optimal(flops, tokenizer=None, tokens_per_update=None):
     """`(low, high, where they come from)`: the compute-optimal tokens per parameter for a run of `flops` training
-    FLOPs with a tokenizer of this kind (`Tokenizer.kind`: "bytes", "wordpiece", "json"). Where
-    benchmarks/isoflop.py measured it (bytes, budgets up to its largest), its ratio; for bytes beyond, the range
-    from Chinchilla's (Hoffmann et al. 2022, at 1e18 FLOPs and more) to that, the scales between not measured; for
-    other tokenizers, Chinchilla's, not measured here.
+    FLOPs with a tokenizer of this kind (`Tokenizer.kind`: "bytes", "wordpiece", "json") and `tokens_per_update`.
 
-    >>> compute_optimal(1e12, tokenizer="bytes")[:2], compute_optimal(1e14, tokenizer="bytes")[:2]
-    ((100, 100), (20, 100))
-    >>> compute_optimal(1e12, tokenizer="wordpiece")[:2], compute_optimal(1e12)[:2]  # not measured, or not said
+    Where benchmarks/isoflop.py measured it (bytes, budgets up to its largest), the ratio it measured at the
+    tokens an update nearest the run's (at this scale a larger batch favours a smaller model: a model must make
+    enough updates), or the range of those measured where the run's are not said; for bytes beyond, the range
+    from Chinchilla's (Hoffmann et al. 2022, at 1e18 FLOPs and more) to that, the scales between not measured;
+    for other tokenizers, Chinchilla's, not measured here.
+
+    >>> compute_optimal(1e12, "bytes", 1024)[:2], compute_optimal(1e12, "bytes", 4096)[:2]
+    ((60, 60), (170, 170))
+    >>> compute_optimal(1e14, "bytes", 4096)[:2], compute_optimal(1e12, "bytes")[:2]
+    ((20, 170), (60, 170))
+    >>> compute_optimal(1e12, "wordpiece", 4096)[:2], compute_optimal(1e12)[:2]  # not measured, or not said
     ((20, 20), (20, 20))
     """
     figures = _measured()["compute_optimal"]
-    measured_ratio, chinchilla = figures["tokens_per_parameter"], figures["chinchilla"]["tokens_per_parameter"]
+    chinchilla = figures["chinchilla"]["tokens_per_parameter"]
     if tokenizer != figures["measured_for"]["tokenizer"]:
         return chinchilla, chinchilla, figures["chinchilla"]["says"]
+    sweeps = figures["measured"]
+    if tokens_per_update is not None:
+        sweeps = [min(sweeps, key=lambda sweep: abs(math.log(sweep["tokens_per_update"] / tokens_per_update)))]
+    ratios = [sweep["tokens_per_parameter"] for sweep in sweeps]
+    says = "; ".join(sweep["says"] for sweep in sweeps)
     if flops <= figures["measured_for"]["flops_up_to"]:
-        return measured_ratio, measured_ratio, figures["says"]
-    return chinchilla, measured_ratio, figures["beyond"]["says"]
+        return min(ratios), max(ratios), says
+    return chinchilla, max(ratios), f"{figures['beyond']['says']}: {says}"
 
 
 def measured(ratio):

@@ -60,46 +60,63 @@ def test_advice_places_the_target_against_the_compute_optimal_size(tokens, says,
     assert optimal in text and recipe._measured()["compute_optimal"]["chinchilla"]["says"] in text
 
 
+@pytest.mark.parametrize("sweep", [0, 1])
 @pytest.mark.parametrize(
-    "parameters, tokens, says",
-    [(30_000, 1_000_000, "larger than compute-optimal"), (30_000, 2_000_000, "about compute-optimal"),
-     (30_000, 5_000_000, "about compute-optimal"), (10_000, 15_000_000, "smaller than compute-optimal")],
+    "factor, says",
+    [(0.3, "larger than compute-optimal"), (1, "about compute-optimal"), (1.8, "about compute-optimal"),
+     (3, "smaller than compute-optimal")],
 )  # fmt: skip
-def test_a_byte_level_budget_inside_the_sweep_gets_the_measured_ratio(parameters, tokens, says):
-    """Up to 1e12 FLOPs with bytes: benchmarks/isoflop.py's ratio, not Chinchilla's (at 33 to 1500 tokens per
-    parameter, which Chinchilla's 20 would call about right or smaller); the same run with a WordPiece vocabulary
-    gets Chinchilla's."""
+def test_a_byte_level_budget_inside_the_sweep_gets_the_ratio_measured_at_its_batch(sweep, factor, says):
+    """Up to 1e12 FLOPs with bytes: the ratio benchmarks/isoflop.py measured at the run's tokens an update, not
+    Chinchilla's; the same run with a WordPiece vocabulary gets Chinchilla's."""
     figures = recipe._measured()["compute_optimal"]
-    measured = figures["tokens_per_parameter"]
-    assert 20 < measured and figures["measured_for"]["tokenizer"] == vocabulary.byte_tokenizer().kind
+    measured = figures["measured"][sweep]
+    ratio, per_update = measured["tokens_per_parameter"], measured["tokens_per_update"]
+    assert figures["measured_for"]["tokenizer"] == vocabulary.byte_tokenizer().kind
+    parameters = 10_000
+    tokens = int(factor * ratio * parameters)
     flops = 6 * parameters * tokens
-    text = recipe.advice(parameters, tokens, flops, tokenizer="bytes")
-    assert flops <= figures["measured_for"]["flops_up_to"] and says in text
-    assert f"about {measured} tokens per parameter, about {(flops / (6 * measured)) ** 0.5:,.0f} parameters" in text
-    assert figures["says"] in text
-    for other in (
-        recipe.advice(parameters, tokens, flops, tokenizer="wordpiece"),
-        recipe.advice(parameters, tokens, flops),
-    ):
-        assert "about 20 tokens per parameter" in other and figures["chinchilla"]["says"] in other
+    assert flops <= figures["measured_for"]["flops_up_to"]
+    text = recipe.advice(parameters, tokens, flops, tokenizer="bytes", tokens_per_update=per_update)
+    assert says in text and measured["says"] in text
+    assert f"about {ratio} tokens per parameter, about {(flops / (6 * ratio)) ** 0.5:,.0f} parameters" in text
+    other = recipe.advice(parameters, tokens, flops, tokenizer="wordpiece", tokens_per_update=per_update)
+    assert "about 20 tokens per parameter" in other and figures["chinchilla"]["says"] in other
+
+
+def test_the_ratio_of_the_nearest_batch_measured_and_the_range_where_none_is_said():
+    figures = recipe._measured()["compute_optimal"]
+    small, large = sorted(figures["measured"], key=lambda sweep: sweep["tokens_per_update"])
+    assert small["tokens_per_parameter"] < large["tokens_per_parameter"]  # a larger batch favours a smaller model
+    between = (small["tokens_per_update"] * large["tokens_per_update"]) ** 0.5  # nearest to each in log
+    assert recipe.compute_optimal(1e11, "bytes", between * 0.99)[2] == small["says"]
+    assert recipe.compute_optimal(1e11, "bytes", between * 1.01)[2] == large["says"]
+    assert recipe.compute_optimal(1e11, "bytes", 1)[:2] == (small["tokens_per_parameter"],) * 2
+    assert recipe.compute_optimal(1e11, "bytes", 10**6)[:2] == (large["tokens_per_parameter"],) * 2
+    low, high, says = recipe.compute_optimal(1e11, "bytes")
+    assert (low, high) == (small["tokens_per_parameter"], large["tokens_per_parameter"])
+    assert small["says"] in says and large["says"] in says
 
 
 @pytest.mark.parametrize(
-    "tokens, says",
-    [(5_000_000, "larger than compute-optimal"), (15_000_000, "about compute-optimal"),
-     (120_000_000, "about compute-optimal"), (250_000_000, "smaller than compute-optimal")],
+    "end, factor, says",
+    [("chinchilla", 0.4, "larger than compute-optimal"), ("chinchilla", 0.75, "about compute-optimal"),
+     ("measured", 1.5, "about compute-optimal"), ("measured", 2.5, "smaller than compute-optimal")],
 )  # fmt: skip
-def test_a_byte_level_budget_beyond_the_sweep_gets_the_range_to_chinchillas(tokens, says):
-    """Bytes beyond the largest budget swept: the ratio between Chinchilla's 20 and the measured one, larger or
-    smaller only beyond a factor of 2 of both ends."""
+def test_a_byte_level_budget_beyond_the_sweep_gets_the_range_to_chinchillas(end, factor, says):
+    """Bytes beyond the largest budget swept: the ratio between Chinchilla's 20 and the one measured at the run's
+    batch, larger or smaller only beyond a factor of 2 of both ends."""
     figures = recipe._measured()["compute_optimal"]
-    parameters, measured = 1_000_000, figures["tokens_per_parameter"]
+    measured = max(figures["measured"], key=lambda sweep: sweep["tokens_per_update"])
+    ratio = measured["tokens_per_parameter"]
+    parameters = 1_000_000
+    tokens = int(factor * (20 if end == "chinchilla" else ratio) * parameters)
     flops = 6 * parameters * tokens
     assert flops > figures["measured_for"]["flops_up_to"]
-    text = recipe.advice(parameters, tokens, flops, tokenizer="bytes")
-    sizes = " to ".join(f"{(flops / (6 * r)) ** 0.5:,.0f}" for r in (measured, 20))
-    assert says in text and f"20 to {measured} tokens per parameter, {sizes} parameters" in text
-    assert figures["beyond"]["says"] in text
+    text = recipe.advice(parameters, tokens, flops, tokenizer="bytes", tokens_per_update=measured["tokens_per_update"])
+    sizes = " to ".join(f"{(flops / (6 * r)) ** 0.5:,.0f}" for r in (ratio, 20))
+    assert says in text and f"20 to {ratio} tokens per parameter, {sizes} parameters" in text
+    assert figures["beyond"]["says"] in text and measured["says"] in text
 
 
 def test_the_measured_figures_are_shipped_data_covering_every_ratio():
