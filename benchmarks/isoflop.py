@@ -16,7 +16,7 @@ budget's optimum is not measured, only bounded. `--batch-size` and `--seq-len`
 matter at this scale: a model must make enough updates to leave the loss's
 first plateau, so the same FLOPs in larger batches favour smaller models.
 
-    python benchmarks/isoflop.py --out benchmarks/results/isoflop.md   # about 20 minutes a family on 2 cores
+    python benchmarks/isoflop.py --models gpt --out isoflop_gpt.md    # about 40 minutes a family on 2 cores
     python benchmarks/isoflop.py --quick                              # a check that it runs, ~2 minutes
 """
 
@@ -144,9 +144,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["gpt", "bert"], choices=["gpt", "bert"])
     parser.add_argument("--corpus", default="docs", help="en, zh, docs, or a text file or folder")
-    parser.add_argument("--sizes", nargs="+", default=["16x2", "32x2", "64x2", "128x2"], help="WIDTHxBLOCKS")
-    parser.add_argument("--flops", nargs="+", type=float, default=[3e10, 1e11, 3e11, 1e12], help="budgets")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--sizes", nargs="+", default=["16x2", "24x2", "32x2", "48x2", "64x2"], help="WIDTHxBLOCKS")
+    parser.add_argument("--flops", nargs="+", type=float, default=[3e11, 1e12], help="budgets")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--evaluations", type=int, default=5, help="evaluations a run")

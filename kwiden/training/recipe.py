@@ -220,9 +220,9 @@ def compute_optimal(flops, tokenizer=None, tokens_per_update=None):
     for other tokenizers, Chinchilla's, not measured here.
 
     >>> compute_optimal(1e12, "bytes", 1024)[:2], compute_optimal(1e12, "bytes", 4096)[:2]
-    ((60, 60), (170, 170))
+    ((70, 70), (170, 170))
     >>> compute_optimal(1e14, "bytes", 4096)[:2], compute_optimal(1e12, "bytes")[:2]
-    ((20, 170), (60, 170))
+    ((20, 170), (70, 170))
     >>> compute_optimal(1e12, "wordpiece", 4096)[:2], compute_optimal(1e12)[:2]  # not measured, or not said
     ((20, 20), (20, 20))
     """
