@@ -77,10 +77,15 @@ def tuned_rate(paths, model, size, budget, args, work, log):
         lr = queue.pop(0)
         losses[lr], seconds = train(paths, model, size, budget, lr, 0, args, work)
         log(f"  tune {model} {size}, lr {lr:g}: {losses[lr]:.4f} ({seconds:.0f} s)")
-        best, tried = min(losses, key=losses.get), sorted(losses)
+        best, tried = min(losses, key=lambda lr: finite(losses[lr])), sorted(losses)
         if not queue and not args.quick and widened < args.widen and best in (tried[0], tried[-1]):
             queue, widened = [best / 2 if best == tried[0] else best * 2], widened + 1
-    return min(losses, key=losses.get), losses
+    return min(losses, key=lambda lr: finite(losses[lr])), losses
+
+
+def finite(loss):
+    """A loss to compare: a diverged run's (NaN) as the worst."""
+    return loss if math.isfinite(loss) else math.inf
 
 
 def tuned_rate_given(text):
@@ -88,18 +93,24 @@ def tuned_rate_given(text):
     model, _, rest = text.partition(":")
     size, _, lr = rest.partition("=")
     try:
-        return (model, size), float(lr)
+        rate = float(lr)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--tuned {text!r} is not MODEL:SIZE=LR, such as gpt:32x2=0.008") from None
+        rate = None
+    if model not in ("gpt", "bert") or "x" not in size or rate is None or not rate > 0:
+        raise argparse.ArgumentTypeError(f"--tuned {text!r} is not MODEL:SIZE=LR, such as gpt:32x2=0.008")
+    return (model, size), rate
 
 
 def optimum(parameters, tokens, losses):
     """`(N*, D*/N*, why not)` from one budget's sizes: the vertex of the parabola in log N through the best size and
     its two neighbours, where the best is not at an edge of the sizes tried. Only those three: far from the optimum
     the curve is no parabola (a size that made too few updates to leave the first plateau sits far above it)."""
+    losses = np.nan_to_num(np.asarray(losses, dtype=float), nan=np.inf)  # a diverged size is not the best
     best = int(np.argmin(losses))
     if best in (0, len(losses) - 1):
         return parameters[best], None, f"the {'smallest' if best == 0 else 'largest'} size tried is best"
+    if not np.isfinite(losses[best - 1 : best + 2]).all():
+        return parameters[best], None, "a neighbour of the best size diverged"
     x = np.log(parameters[best - 1 : best + 2])
     a, b, _ = np.polyfit(x, losses[best - 1 : best + 2], 2)
     if a <= 0:  # three equal losses
@@ -159,8 +170,12 @@ def main():
     parser.add_argument("--quick", action="store_true", help="tiny budgets, one rate: a check that it runs")
     args = parser.parse_args()
     args.tuned = dict(args.tuned)
+    unused = [f"{model}:{size}" for model, size in args.tuned if size not in args.sizes]  # other models' may be given
+    if unused:
+        parser.error(f"--tuned gives rates for {', '.join(unused)}, which this sweep does not train")
     if args.quick:
         args.flops, args.sizes, args.evaluations, args.corpus = [3e9, 1e10, 3e10], ["16x2", "32x2", "48x2"], 2, "en"
+    args.sizes = sorted(args.sizes, key=lambda size: tuple(map(int, size.split("x"))))  # optimum() reads them in order
     started = time.perf_counter()
     lines = [environment(keras, np), "", " ".join(["python", *sys.argv]), ""]
     print("\n".join(lines), flush=True)

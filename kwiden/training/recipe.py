@@ -199,9 +199,11 @@ def advice(parameters, tokens, flops, continued=False, tokenizer=None, tokens_pe
         text += ": the target is smaller than compute-optimal; a larger one would reach a lower loss on this compute."
     else:
         text += ": the target is about compute-optimal for the budget."
-    size = [f"{math.sqrt(flops / (6 * r)):,.0f}" for r in (high, low)]  # the more tokens, the smaller the model
+    size = {r: f"{math.sqrt(flops / (6 * r)):,.0f}" for r in (low, high)}  # the more tokens, the smaller the model
     ratios, sizes = (
-        (f"about {low:g}", f"about {size[0]}") if low == high else (f"{low:g} to {high:g}", " to ".join(size))
+        (f"about {low:g}", f"about {size[low]}")
+        if low == high
+        else (f"{low:g} to {high:g}", f"{size[low]} to {size[high]}")
     )
     return (
         f"{text} The compute-optimal ratio is {ratios} tokens per parameter, {sizes} parameters for these FLOPs "
@@ -213,31 +215,38 @@ def compute_optimal(flops, tokenizer=None, tokens_per_update=None):
     """`(low, high, where they come from)`: the compute-optimal tokens per parameter for a run of `flops` training
     FLOPs with a tokenizer of this kind (`Tokenizer.kind`: "bytes", "wordpiece", "json") and `tokens_per_update`.
 
-    Where benchmarks/isoflop.py measured it (bytes, budgets up to its largest), the ratio it measured at the
-    tokens an update nearest the run's (at this scale a larger batch favours a smaller model: a model must make
-    enough updates), or the range of those measured where the run's are not said; for bytes beyond, the range
-    from Chinchilla's (Hoffmann et al. 2022, at 1e18 FLOPs and more) to that, the scales between not measured;
-    for other tokenizers, Chinchilla's, not measured here.
+    For bytes up to the largest budget benchmarks/isoflop.py swept, the ratio it measured at the tokens an update
+    nearest the run's (at this scale a larger batch favours a smaller model: a model must make enough updates),
+    or the range of those measured where the run's are not said. For bytes beyond, a range whose high end stays
+    there and whose low end falls to Chinchilla's 20 (Hoffmann et al. 2022) at the smallest budget they measured,
+    log-linearly in FLOPs: an assumption, the scales between are not measured. For other tokenizers, Chinchilla's,
+    not measured here.
 
     >>> compute_optimal(1e12, "bytes", 1024)[:2], compute_optimal(1e12, "bytes", 4096)[:2]
     ((70, 70), (170, 170))
-    >>> compute_optimal(1e14, "bytes", 4096)[:2], compute_optimal(1e12, "bytes")[:2]
-    ((20, 170), (70, 170))
+    >>> compute_optimal(1e14, "bytes", 4096)[:2], compute_optimal(1e20, "bytes", 4096)[:2]
+    ((83, 170), (20, 170))
+    >>> compute_optimal(1e12, "bytes")[:2]  # no batch said: those measured
+    (70, 170)
     >>> compute_optimal(1e12, "wordpiece", 4096)[:2], compute_optimal(1e12)[:2]  # not measured, or not said
     ((20, 20), (20, 20))
     """
     figures = _measured()["compute_optimal"]
-    chinchilla = figures["chinchilla"]["tokens_per_parameter"]
+    chinchilla = figures["chinchilla"]
     if tokenizer != figures["measured_for"]["tokenizer"]:
-        return chinchilla, chinchilla, figures["chinchilla"]["says"]
+        return chinchilla["tokens_per_parameter"], chinchilla["tokens_per_parameter"], chinchilla["says"]
     sweeps = figures["measured"]
-    if tokens_per_update is not None:
+    if tokens_per_update is not None and tokens_per_update > 0:
         sweeps = [min(sweeps, key=lambda sweep: abs(math.log(sweep["tokens_per_update"] / tokens_per_update)))]
-    ratios = [sweep["tokens_per_parameter"] for sweep in sweeps]
+    low, high = (f(sweep["tokens_per_parameter"] for sweep in sweeps) for f in (min, max))
     says = "; ".join(sweep["says"] for sweep in sweeps)
-    if flops <= figures["measured_for"]["flops_up_to"]:
-        return min(ratios), max(ratios), says
-    return chinchilla, max(ratios), f"{figures['beyond']['says']}: {says}"
+    edge = figures["measured_for"]["flops_up_to"]
+    if flops <= edge:
+        return low, high, says
+    # How far from the sweep's largest budget to Chinchilla's smallest, in log FLOPs.
+    way = min(1.0, math.log(flops / edge) / math.log(chinchilla["from_flops"] / edge))
+    low = round(math.exp((1 - way) * math.log(low) + way * math.log(chinchilla["tokens_per_parameter"])))
+    return low, high, f"{figures['beyond']['says']}: {says}"
 
 
 def measured(ratio):

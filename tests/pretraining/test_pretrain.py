@@ -22,8 +22,14 @@ def read_metrics(folder):
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_grown_causal_run_writes_everything_and_spends_the_scratch_budget(english, tmp_path, finished):
+def test_a_grown_causal_run_writes_everything_and_spends_the_scratch_budget(english, tmp_path, finished, monkeypatch):
+    asked = []
+    advice = recipe.advice
+    monkeypatch.setattr(recipe, "advice", lambda *args, **kwargs: asked.append(kwargs) or advice(*args, **kwargs))
     grown = kwiden.pretrain(english, tmp_path / "grown", model="gpt", config=TINY_GPT, **TINY_RUN)
+    # the advice is asked with the run's tokenizer and tokens an update
+    assert [(a["tokenizer"], a["tokens_per_update"]) for a in asked] == [
+        ("bytes", TINY_RUN["batch_size"] * TINY_RUN["seq_len"])]  # fmt: skip
     scratch = finished(english, **SCRATCH)
     rows = read_metrics(tmp_path / "grown")
     assert rows == grown.metrics

@@ -98,25 +98,43 @@ def test_the_ratio_of_the_nearest_batch_measured_and_the_range_where_none_is_sai
     assert small["says"] in says and large["says"] in says
 
 
+@pytest.mark.parametrize("flops", [2e12, 1e15, 1e18, 1e21])
 @pytest.mark.parametrize(
     "end, factor, says",
-    [("chinchilla", 0.4, "larger than compute-optimal"), ("chinchilla", 0.75, "about compute-optimal"),
-     ("measured", 1.5, "about compute-optimal"), ("measured", 2.5, "smaller than compute-optimal")],
+    [("low", 0.4, "larger than compute-optimal"), ("low", 0.75, "about compute-optimal"),
+     ("high", 1.5, "about compute-optimal"), ("high", 2.5, "smaller than compute-optimal")],
 )  # fmt: skip
-def test_a_byte_level_budget_beyond_the_sweep_gets_the_range_to_chinchillas(end, factor, says):
-    """Bytes beyond the largest budget swept: the ratio between Chinchilla's 20 and the one measured at the run's
-    batch, larger or smaller only beyond a factor of 2 of both ends."""
+def test_a_byte_level_budget_beyond_the_sweep_gets_a_range_toward_chinchillas(flops, end, factor, says):
+    """Bytes beyond the largest budget swept: the high end the ratio measured at the run's batch, the low end on
+    its way to Chinchilla's 20 (there from the smallest budget Chinchilla measured); larger or smaller only beyond a
+    factor of 2 of the ends."""
     figures = recipe._measured()["compute_optimal"]
     measured = max(figures["measured"], key=lambda sweep: sweep["tokens_per_update"])
-    ratio = measured["tokens_per_parameter"]
-    parameters = 1_000_000
-    tokens = int(factor * (20 if end == "chinchilla" else ratio) * parameters)
-    flops = 6 * parameters * tokens
-    assert flops > figures["measured_for"]["flops_up_to"]
-    text = recipe.advice(parameters, tokens, flops, tokenizer="bytes", tokens_per_update=measured["tokens_per_update"])
-    sizes = " to ".join(f"{(flops / (6 * r)) ** 0.5:,.0f}" for r in (ratio, 20))
-    assert says in text and f"20 to {ratio} tokens per parameter, {sizes} parameters" in text
+    per_update = measured["tokens_per_update"]
+    low, high, _ = recipe.compute_optimal(flops, "bytes", per_update)
+    assert high == measured["tokens_per_parameter"] and 20 <= low < high
+    assert (low == 20) == (flops >= figures["chinchilla"]["from_flops"])
+    ratio = factor * (low if end == "low" else high)
+    parameters = (flops / (6 * ratio)) ** 0.5  # C = 6·N·D with D = ratio·N
+    text = recipe.advice(
+        round(parameters), ratio * round(parameters), flops, tokenizer="bytes", tokens_per_update=per_update
+    )
+    sizes = " to ".join(f"{(flops / (6 * r)) ** 0.5:,.0f}" for r in (low, high))  # the low ratio's size first
+    assert says in text and f"{low} to {high} tokens per parameter, {sizes} parameters" in text
     assert figures["beyond"]["says"] in text and measured["says"] in text
+
+
+def test_the_range_beyond_the_sweep_starts_where_the_measured_ratio_ends():
+    """No jump at the sweep's edge: just past it the range is the measured ratio, and its low end falls steadily."""
+    figures = recipe._measured()["compute_optimal"]
+    edge = figures["measured_for"]["flops_up_to"]
+    for sweep in figures["measured"]:
+        per_update, measured = sweep["tokens_per_update"], sweep["tokens_per_parameter"]
+        assert recipe.compute_optimal(edge, "bytes", per_update)[:2] == (measured, measured)
+        assert recipe.compute_optimal(edge * 1.001, "bytes", per_update)[:2] == (measured, measured)
+        lows = [recipe.compute_optimal(edge * 10**k, "bytes", per_update)[0] for k in range(1, 9)]
+        assert lows == sorted(lows, reverse=True) and lows[0] < measured and lows[-1] == 20
+    assert recipe.compute_optimal(1e11, "bytes", 0)[:2] == recipe.compute_optimal(1e11, "bytes")[:2]  # no batch
 
 
 def test_the_measured_figures_are_shipped_data_covering_every_ratio():
