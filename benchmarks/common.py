@@ -10,6 +10,7 @@ import os
 import pathlib
 import platform
 import sys
+import time
 
 CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
 if sys.path[:1] != [str(CHECKOUT)]:
@@ -85,8 +86,6 @@ def bert_config(args, **extra):
 def finish(text, started, out=None):
     """Print a benchmark's report with its wall time since `started` (`time.perf_counter()`), and write it to
     `out` where given."""
-    import time
-
     text += f"\n\nWall time: {(time.perf_counter() - started) / 60:.0f} minutes.\n"
     print(text)
     if out:

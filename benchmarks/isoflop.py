@@ -34,6 +34,8 @@ import keras
 import numpy as np
 from common import environment, finish, table
 from protocol.corpora import corpus_paths, text_bytes
+from protocol.runs import Run
+from protocol.tuning import best_pair, rates_beyond_the_edges
 
 import kwiden
 from kwiden.pretraining.run import default_warmup
@@ -41,6 +43,7 @@ from kwiden.text import corpus
 from kwiden.training.compute import flops_per_token
 
 RATES = (2e-3, 4e-3, 8e-3)
+SCHEDULE = "wsd"  # pretrain's default; the key `rates_beyond_the_edges` sorts rates under
 
 
 def config_of(size, seq_len):
@@ -60,32 +63,32 @@ def size_facts(model, size, args):
 
 
 def train(paths, model, size, budget, lr, seed, args, work):
-    """The final validation loss of one run from scratch of `budget` updates."""
+    """One run from scratch of `budget` updates, as a `Run` (one whose validation loss is not finite marked as
+    failed, so that the tuning passes over it)."""
     folder = work / f"{model}-{size}-b{budget}-lr{lr:g}-s{seed}"
     result = kwiden.pretrain(paths, folder, model=model, config=config_of(size, args.seq_len), budget=budget,
                              seq_len=args.seq_len, batch_size=args.batch_size, lr=lr, grow="none", seed=seed,
                              eval_every=max(1, budget // args.evaluations), warmup=default_warmup(budget),
                              valid_fraction=args.valid_fraction, verbose=0)  # fmt: skip
     keras.backend.clear_session()
-    return result.metrics[-1]["valid_loss"], result.seconds
+    diverged = None if math.isfinite(result.metrics[-1]["valid_loss"]) else "the validation loss is not finite"
+    return Run(f"{model} {size}", seed, result.metrics, result.flops, result.updates, 0.0, diverged)
 
 
 def tuned_rate(paths, model, size, budget, args, work, log):
     """The rate of `RATES` (widened off an edge that is best, at most `--widen` times) with seed 0's lowest loss."""
-    losses, queue, widened = {}, list(RATES[: 1 if args.quick else None]), 0
+    sweep, queue, widened = {}, list(RATES[: 1 if args.quick else None]), 0
     while queue:
         lr = queue.pop(0)
-        losses[lr], seconds = train(paths, model, size, budget, lr, 0, args, work)
-        log(f"  tune {model} {size}, lr {lr:g}: {losses[lr]:.4f} ({seconds:.0f} s)")
-        best, tried = min(losses, key=lambda lr: finite(losses[lr])), sorted(losses)
-        if not queue and not args.quick and widened < args.widen and best in (tried[0], tried[-1]):
-            queue, widened = [best / 2 if best == tried[0] else best * 2], widened + 1
-    return min(losses, key=lambda lr: finite(losses[lr])), losses
-
-
-def finite(loss):
-    """A loss to compare: a diverged run's (NaN) as the worst."""
-    return loss if math.isfinite(loss) else math.inf
+        run = train(paths, model, size, budget, lr, 0, args, work)
+        sweep[(SCHEDULE, lr)] = [run]
+        log(f"  tune {model} {size}, lr {lr:g}: {run.final:.4f} ({run.seconds:.0f} s)")
+        if not queue and not args.quick and widened < args.widen:
+            queue, widened = [next_lr for _, _, next_lr in rates_beyond_the_edges(sweep, [SCHEDULE])], widened + 1
+    best = best_pair(sweep)
+    if best is None:
+        raise SystemExit(f"{model} {size}: every rate tried diverged ({', '.join(f'{lr:g}' for _, lr in sweep)})")
+    return best[1]
 
 
 def tuned_rate_given(text):
@@ -126,18 +129,18 @@ def sweep(paths, model, args, work, log):
     middle = sorted(args.flops)[len(args.flops) // 2]
     rates = {size: lr for (family, size), lr in args.tuned.items() if family == model and size in args.sizes}
     for size in [size for size in args.sizes if size not in rates]:
-        rates[size], _ = tuned_rate(paths, model, size, max(1, round(middle / facts[size][1])), args, work, log)
+        rates[size] = tuned_rate(paths, model, size, max(1, round(middle / facts[size][1])), args, work, log)
     rows, ratios = [], []
     for flops in sorted(args.flops):
         parameters, tokens, losses = [], [], []
         for size in args.sizes:
             budget = max(1, round(flops / facts[size][1]))
             runs = [train(paths, model, size, budget, rates[size], seed, args, work) for seed in args.seeds]
-            loss = statistics.mean(loss for loss, _ in runs)
+            loss = statistics.mean(run.final for run in runs)
             parameters.append(facts[size][0])
             tokens.append(budget * args.seq_len * args.batch_size)
             losses.append(loss)
-            each = " ".join(f"{loss:.4f}" for loss, _ in runs)
+            each = " ".join(f"{run.final:.4f}" for run in runs)
             log(
                 f"  {model} {size} at {flops:.3g} FLOPs: {budget} updates, lr {rates[size]:g}, loss {loss:.4f} ({each})"
             )
